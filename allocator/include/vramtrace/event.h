@@ -1,0 +1,84 @@
+// The allocator's event stream: one fixed-size record per allocator action, PyTorch's action names.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "vramtrace/types.h"
+
+namespace vramtrace {
+
+struct Snapshot;
+
+// One list drives the enum, the names and the parser (see docs/design.md, "one list").
+// Names are PyTorch's TraceEntry actions (torch/csrc/cuda/memory_snapshot.cpp) plus `mark`.
+#define VRAMTRACE_ACTIONS(X) \
+  X(alloc)                   \
+  X(free_requested)          \
+  X(free_completed)          \
+  X(segment_alloc)           \
+  X(segment_free)            \
+  X(segment_map)             \
+  X(segment_unmap)           \
+  X(oom)                     \
+  X(snapshot)                \
+  X(mark)
+
+enum class Action : std::uint8_t {
+#define VRAMTRACE_ACTION_ENUM(name) name,
+  VRAMTRACE_ACTIONS(VRAMTRACE_ACTION_ENUM)
+#undef VRAMTRACE_ACTION_ENUM
+};
+
+/// PyTorch's spelling of an action ("alloc", "segment_map", ...). Never null.
+const char* action_name(Action a) noexcept;
+/// Inverse of action_name; nullopt for an unknown name.
+std::optional<Action> parse_action(std::string_view name) noexcept;
+
+/// Memory pool of a block or segment, PyTorch's small (<= 1 MiB rounded) and large pools.
+enum class PoolKind : std::uint8_t { small = 0, large = 1 };
+
+/// One allocator event. Fixed size (64 bytes) and trivially copyable so that the shim can append
+/// it to a ring buffer without allocating or formatting on the calling thread.
+///
+/// Field meaning by action:
+///  - alloc, free_requested, free_completed: `addr` block address, `size_bytes` the size the
+///    program asked for, `block_bytes` the rounded block size handed out.
+///  - segment_alloc, segment_free: `addr`/`size_bytes` the device allocation (cudaMalloc'd segment).
+///  - segment_map, segment_unmap: `addr`/`size_bytes` the range of pages mapped or unmapped in an
+///    expandable segment.
+///  - oom: `size_bytes` the request, `block_bytes` the segment size the allocator asked the device
+///    for, `aux` the device's free bytes (cudaMemGetInfo) at the failure.
+///  - mark: `aux` the id of the mark's name in the sink's string table.
+struct Event {
+  std::uint64_t time_ns = 0;     ///< monotonic clock (CLOCK_MONOTONIC) in nanoseconds
+  DevicePtr addr = 0;
+  std::uint64_t size_bytes = 0;
+  std::uint64_t block_bytes = 0;
+  std::uint64_t stream = 0;      ///< StreamId::value
+  std::uint64_t aux = 0;
+  std::int32_t device = 0;
+  std::uint32_t thread_id = 0;   ///< kernel thread id (gettid) of the caller, 0 in replay
+  Action action = Action::alloc;
+  PoolKind pool = PoolKind::large;
+  std::uint16_t entry_point = 0; ///< shim's hook id (shim/hooks.def), 0 = not from the shim
+  std::uint32_t reserved = 0;
+};
+static_assert(sizeof(Event) == 64, "Event must stay 64 bytes: it is copied into the trace ring buffer");
+
+/// Receives allocator events. Implemented by the trace writer (shim), by replay statistics and by
+/// tests.
+///
+/// Thread safety: the allocator calls `record` with its per-device lock held, so an
+/// implementation must be cheap and must never call back into the allocator.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  /// One event; must not throw and should not block for long.
+  virtual void record(const Event& e) noexcept = 0;
+  /// An OOM, with the allocator's state at the failure. Default: record(e) only.
+  virtual void record_oom(const Event& e, const Snapshot& state) noexcept { record(e); }
+};
+
+}  // namespace vramtrace

@@ -1,0 +1,83 @@
+// Allocator statistics with PyTorch's names (torch.cuda.memory_stats()).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vramtrace {
+
+/// current / peak / allocated (cumulative increase) / freed (cumulative decrease), as c10's Stat.
+struct Stat {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t allocated = 0;
+  std::int64_t freed = 0;
+
+  void increase(std::int64_t amount) noexcept {
+    current += amount;
+    if (current > peak) peak = current;
+    allocated += amount;
+  }
+  void decrease(std::int64_t amount) noexcept {
+    current -= amount;
+    freed += amount;
+  }
+  void reset_peak() noexcept { peak = current; }
+  void reset_accumulated() noexcept { allocated = freed = 0; }
+};
+
+/// Index of a per-pool stat array: PyTorch's "all", "small_pool", "large_pool".
+enum StatPool : int { kStatAll = 0, kStatSmall = 1, kStatLarge = 2 };
+inline constexpr int kNumStatPools = 3;
+using StatArray = std::array<Stat, kNumStatPools>;
+
+// One list drives the struct, the flat names and the recount check (docs/design.md, "one list").
+// Per-pool arrays, flattened as NAME.{all,large_pool,small_pool}.{current,peak,allocated,freed}.
+#define VRAMTRACE_POOL_STATS(X) \
+  X(allocation)                 \
+  X(segment)                    \
+  X(active)                     \
+  X(inactive_split)             \
+  X(allocated_bytes)            \
+  X(reserved_bytes)             \
+  X(active_bytes)               \
+  X(inactive_split_bytes)       \
+  X(requested_bytes)
+// Single stats, flattened as NAME.{current,peak,allocated,freed}.
+#define VRAMTRACE_SINGLE_STATS(X) \
+  X(oversize_allocations)         \
+  X(oversize_segments)
+// Plain counters, flattened as NAME.
+#define VRAMTRACE_COUNTERS(X) \
+  X(num_alloc_retries)        \
+  X(num_ooms)                 \
+  X(num_sync_all_streams)     \
+  X(num_device_alloc)         \
+  X(num_device_free)
+
+/// Statistics of one device's allocator. Plain data; copy it out under the allocator's lock.
+struct DeviceStats {
+#define VRAMTRACE_DECLARE_POOL_STAT(name) StatArray name{};
+  VRAMTRACE_POOL_STATS(VRAMTRACE_DECLARE_POOL_STAT)
+#undef VRAMTRACE_DECLARE_POOL_STAT
+#define VRAMTRACE_DECLARE_SINGLE_STAT(name) Stat name{};
+  VRAMTRACE_SINGLE_STATS(VRAMTRACE_DECLARE_SINGLE_STAT)
+#undef VRAMTRACE_DECLARE_SINGLE_STAT
+#define VRAMTRACE_DECLARE_COUNTER(name) std::int64_t name = 0;
+  VRAMTRACE_COUNTERS(VRAMTRACE_DECLARE_COUNTER)
+#undef VRAMTRACE_DECLARE_COUNTER
+  /// memory_stats()["max_split_size"]: the setting in bytes, -1 when unlimited (as PyTorch).
+  std::int64_t max_split_size = -1;
+
+  /// Sets every peak to its current value (torch.cuda.reset_peak_memory_stats).
+  void reset_peaks() noexcept;
+};
+
+/// PyTorch's flat names and values, in PyTorch's order of keys (sorted, as memory_stats()
+/// returns an OrderedDict sorted by key). E.g. {"active.all.allocated", 12}, ...
+std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStats& s);
+
+}  // namespace vramtrace

@@ -1,0 +1,2 @@
+// In progress: see caching_allocator.h
+#include "vramtrace/caching_allocator.h"

@@ -1,0 +1,49 @@
+// Names of enums, generated from the lists in the headers.
+#include <string_view>
+
+#include "vramtrace/event.h"
+#include "vramtrace/snapshot.h"
+#include "vramtrace/types.h"
+
+namespace vramtrace {
+
+const char* status_name(Status s) noexcept {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::out_of_memory: return "out_of_memory";
+    case Status::invalid_value: return "invalid_value";
+    case Status::not_supported: return "not_supported";
+    case Status::device_error: return "device_error";
+  }
+  return "unknown";
+}
+
+const char* action_name(Action a) noexcept {
+  switch (a) {
+#define VRAMTRACE_ACTION_CASE(name) \
+  case Action::name:                \
+    return #name;
+    VRAMTRACE_ACTIONS(VRAMTRACE_ACTION_CASE)
+#undef VRAMTRACE_ACTION_CASE
+  }
+  return "unknown";
+}
+
+std::optional<Action> parse_action(std::string_view name) noexcept {
+#define VRAMTRACE_ACTION_PARSE(n) \
+  if (name == #n) return Action::n;
+  VRAMTRACE_ACTIONS(VRAMTRACE_ACTION_PARSE)
+#undef VRAMTRACE_ACTION_PARSE
+  return std::nullopt;
+}
+
+const char* block_state_name(BlockState s) noexcept {
+  switch (s) {
+    case BlockState::active_allocated: return "active_allocated";
+    case BlockState::active_pending_free: return "active_pending_free";
+    case BlockState::inactive: return "inactive";
+  }
+  return "unknown";
+}
+
+}  // namespace vramtrace

@@ -1,0 +1,2 @@
+// In progress
+#include "vramtrace/settings.h"

@@ -1,0 +1,64 @@
+// Reading allocation traces: PyTorch's allocator history as JSON lines (optionally gzip/zstd),
+// PyTorch snapshot pickles (torch.cuda.memory._dump_snapshot), and vramtrace's own trace format.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "vramtrace/event.h"
+#include "vramtrace/snapshot.h"
+
+namespace vramtrace {
+
+/// Unusable input: a message that names the file and the line (text formats) or byte offset
+/// (binary formats). Commands print it and exit with code 2.
+class TraceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One allocator action read from a trace, in PyTorch's terms.
+struct TraceRecord {
+  Action action = Action::alloc;
+  DevicePtr addr = 0;
+  std::uint64_t size = 0;       ///< requested bytes for alloc/free_*; segment or range bytes for segment_*
+  std::uint64_t stream = 0;
+  std::int64_t time_ns = 0;     ///< as recorded (PyTorch: time_us * 1000, Unix epoch); 0 if absent
+  std::int32_t device = 0;
+  std::uint64_t device_free = 0;  ///< oom only
+};
+
+/// What a trace says about itself before its events.
+struct TraceHeader {
+  std::string path;
+  std::string format;            ///< "torchtrace", "snapshot" or "vramtrace"
+  std::string workload;          ///< free text (torchtrace header "workload", command line, ...)
+  std::string settings;          ///< allocator settings string in force (PYTORCH_CUDA_ALLOC_CONF)
+  std::uint64_t device_total_bytes = 0;  ///< 0 when unknown
+  /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any.
+  std::vector<std::pair<std::string, std::int64_t>> recorded_stats;
+};
+
+/// A streaming reader: memory stays bounded whatever the trace's length.
+class TraceReader {
+ public:
+  virtual ~TraceReader() = default;
+  virtual const TraceHeader& header() const = 0;
+  /// Reads the next record; false at the end. Throws TraceError on malformed input.
+  virtual bool next(TraceRecord& out) = 0;
+  /// Where the reader is, for messages ("line 1234", "offset 5678").
+  virtual std::string position() const = 0;
+  /// For snapshots: the segments recorded at the end of the trace (empty if none).
+  virtual const Snapshot* final_state() const { return nullptr; }
+  /// True when the input ended early (cut last line, missing trailer).
+  virtual bool incomplete() const { return false; }
+};
+
+/// Opens a trace, detecting compression by magic bytes (gzip, zstd, none) and the format by
+/// content. Throws TraceError if the file cannot be opened or is of no known format.
+std::unique_ptr<TraceReader> open_trace(const std::string& path);
+
+}  // namespace vramtrace

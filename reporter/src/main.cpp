@@ -1,0 +1,20 @@
+// The `vramtrace` command: one subcommand per file (cmd_*.cpp), registered here.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"vramtrace: where did the GPU memory go?"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", VRAMTRACE_VERSION_STRING);
+  vramtrace::cli::register_replay(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;  // usage errors exit 2, as unusable input
+  }
+  return vramtrace::cli::exit_code();
+}
