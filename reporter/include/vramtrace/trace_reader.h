@@ -61,4 +61,8 @@ class TraceReader {
 /// content. Throws TraceError if the file cannot be opened or is of no known format.
 std::unique_ptr<TraceReader> open_trace(const std::string& path);
 
+/// vramtrace's own JSON Lines format (docs/trace-format.md); open_trace dispatches here when the
+/// first line is a header with "format": "vramtrace". Throws TraceError.
+std::unique_ptr<TraceReader> open_vramtrace_trace(const std::string& path);
+
 }  // namespace vramtrace
