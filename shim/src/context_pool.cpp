@@ -1,0 +1,212 @@
+#include "context_pool.h"
+
+#include <new>
+
+#include "config.h"
+#include "counters.h"
+#include "entry.h"
+#include "lifecycle.h"
+#include "real.h"
+#include "sink.h"
+
+namespace vramtrace::shim {
+
+ContextPool::ContextPool(CUcontext c, int dev, bool is_primary, const CudaDriverApi& api,
+                         const AllocatorSettings& settings, EventSink* s)
+    : ctx(c), device(dev), primary(is_primary), backend(api, dev), allocator(backend, settings, DeviceId{dev}, s) {}
+
+void ContextPool::note_freed(DevicePtr addr, std::uint64_t bytes) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    auto [it, inserted] = unsynced_.try_emplace(addr, addr + bytes, epoch_);
+    if (!inserted) it->second = {std::max(it->second.first, addr + bytes), epoch_};
+  } catch (...) {
+    // Cannot remember it: make the next reuse of anything synchronise (epoch 0 entry).
+    unsynced_.clear();
+  }
+}
+
+bool ContextPool::overlaps_unsynced(DevicePtr addr, std::uint64_t bytes) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (unsynced_.empty()) return false;
+  // The last range starting below addr + bytes is the only one that can overlap: ranges in the
+  // set do not overlap each other (a range can only be freed again after it was handed out,
+  // which synchronised and cleared whatever it overlapped).
+  auto it = unsynced_.lower_bound(addr + bytes);
+  if (it == unsynced_.begin()) return false;
+  --it;
+  return it->second.first > addr;
+}
+
+std::uint64_t ContextPool::begin_sync() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ++epoch_;
+}
+
+void ContextPool::end_sync(std::uint64_t epoch) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = unsynced_.begin(); it != unsynced_.end();) {
+    if (it->second.second < epoch)
+      it = unsynced_.erase(it);
+    else
+      ++it;
+  }
+}
+
+void ContextPool::sync_for_reuse() noexcept {
+  std::uint64_t e = begin_sync();
+  bump(g_counters.lazy_syncs);
+  backend.synchronize();
+  end_sync(e);
+}
+
+void ContextPool::mark_exported(DevicePtr addr) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    exported_.insert(addr);
+  } catch (...) {
+  }
+}
+
+bool ContextPool::take_exported(DevicePtr addr) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  return exported_.erase(addr) != 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+std::shared_ptr<ContextPool> PoolRegistry::find(CUcontext ctx) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& p : pools_)
+    if (p->ctx == ctx) return p;
+  return nullptr;
+}
+
+std::shared_ptr<ContextPool> PoolRegistry::current() noexcept {
+  const DriverTable* d = driver();
+  if (!d || !d->cuCtxGetCurrent) return nullptr;
+  CUcontext ctx = nullptr;
+  if (d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
+  if (auto p = find(ctx)) return p;
+  return create(ctx);
+}
+
+std::shared_ptr<ContextPool> PoolRegistry::create(CUcontext ctx) noexcept {
+  const DriverTable* d = driver();
+  CUdevice dev = 0;
+  if (!d->cuCtxGetDevice || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) return nullptr;
+  // Is this the device's primary context? Only ask when the primary context is active: a retain
+  // would otherwise create it.
+  bool primary = false;
+  unsigned flags = 0;
+  int active = 0;
+  if (d->cuDevicePrimaryCtxGetState && d->cuDevicePrimaryCtxRetain &&
+      d->cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active) {
+    CUcontext pctx = nullptr;
+    auto release = reinterpret_cast<CUresult (*)(CUdevice)>(d->real[static_cast<std::size_t>(Hook::cuDevicePrimaryCtxRelease_v2)]);
+    if (release && d->cuDevicePrimaryCtxRetain(&pctx, dev) == CUDA_SUCCESS) {
+      primary = pctx == ctx;
+      release(dev);
+    }
+  }
+  std::shared_ptr<ContextPool> pool;
+  try {
+    InternalScope internal;
+    pool = std::make_shared<ContextPool>(ctx, static_cast<int>(dev), primary, d->api, config().settings, sink());
+  } catch (...) {
+    return nullptr;
+  }
+  lifecycle_pool_created();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& p : pools_)
+    if (p->ctx == ctx) return p;  // another thread won the race; ours has no segments yet
+  try {
+    pools_.push_back(pool);
+  } catch (...) {
+    return nullptr;
+  }
+  bump(g_counters.pools_created);
+  return pool;
+}
+
+Owner PoolRegistry::owner_of(DevicePtr addr) noexcept {
+  for (auto& p : all()) {
+    if (auto b = p->allocator.find(addr)) return Owner{p, true, *b};
+    if (p->backend.contains(addr)) return Owner{p, false, {}};
+  }
+  return Owner{};
+}
+
+std::uint64_t PoolRegistry::cached_free_bytes(int device) noexcept {
+  std::uint64_t sum = 0;
+  for (auto& p : all())
+    if (p->device == device) sum += p->allocator.cached_free_bytes();
+  return sum;
+}
+
+// Note [context reset drops the cache]: cudaDeviceReset (cuDevicePrimaryCtxReset), the last
+// release of a primary context and cuCtxDestroy destroy every allocation of the context; the
+// driver then reuses the same context handle and often the same addresses (research 5.3,
+// LUPINE #844/#845, CUDA.jl #16). So the pool is dropped *before* the real call: its backend is
+// abandoned (no driver call ever again: the memory is gone with the context), it leaves the
+// registry, and the next allocation in the new context gets a fresh pool. Pointers of the old
+// pool are unknown afterwards, so a late free goes to the real driver, which reports the error.
+int PoolRegistry::drop_context(CUcontext ctx) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    if ((*it)->ctx == ctx) {
+      (*it)->backend.abandon();
+      it = pools_.erase(it);
+      ++n;
+      bump(g_counters.pools_dropped);
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
+int PoolRegistry::drop_primary(int device) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    if ((*it)->primary && (*it)->device == device) {
+      (*it)->backend.abandon();
+      it = pools_.erase(it);
+      ++n;
+      bump(g_counters.pools_dropped);
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
+std::vector<std::shared_ptr<ContextPool>> PoolRegistry::all() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    return pools_;
+  } catch (...) {
+    return {};
+  }
+}
+
+void PoolRegistry::abandon_all(bool forget) noexcept {
+  if (forget) new (&mu_) std::mutex;  // fork child: the parent's lock state is meaningless here
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& p : pools_) p->backend.abandon();
+  if (forget) {
+    // Leak one reference to each pool so that no destructor runs (allocator locks may be held by
+    // threads that did not survive the fork).
+    for (auto& p : pools_) new (std::nothrow) std::shared_ptr<ContextPool>(p);
+    pools_.clear();
+  }
+}
+
+PoolRegistry& pools() noexcept {
+  static PoolRegistry* r = new PoolRegistry;  // never destroyed: hooks run during exit
+  return *r;
+}
+
+}  // namespace vramtrace::shim
