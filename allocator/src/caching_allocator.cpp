@@ -973,6 +973,7 @@ Status CachingAllocator::deallocate_deferred(DevicePtr ptr) noexcept {
   if (it == impl_->active.end() || !it->second->allocated) return Status::invalid_value;
   Block* b = it->second;
   impl_->release_ownership(b, 0);
+  b->stream_uses.clear();  // the trace's free_completed stands for every other stream's use
   b->deferred = true;
   b->event_count += 1;
   return Status::ok;
