@@ -91,8 +91,12 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
     bump(g_counters.double_frees);
     return CUDA_ERROR_INVALID_VALUE;
   }
+  bool pass = passthrough_contains(p);
   CUresult r = real(p, s);
-  if (r == CUDA_SUCCESS && !passthrough_free(p, e.entry(), key.value)) bump(g_counters.unknown_frees);
+  if (!pass)
+    bump(g_counters.unknown_frees);
+  else if (r == CUDA_SUCCESS)
+    passthrough_free(p, e.entry(), key.value);
   return r;
 }
 
@@ -151,8 +155,12 @@ extern "C" CUresult cuMemFree_v2(CUdeviceptr p) {
     bump(g_counters.double_frees);
     return CUDA_ERROR_INVALID_VALUE;
   }
+  bool pass = passthrough_contains(p);
   CUresult r = real(p);
-  if (r == CUDA_SUCCESS && !passthrough_free(p, e.entry())) bump(g_counters.unknown_frees);
+  if (!pass)
+    bump(g_counters.unknown_frees);
+  else if (r == CUDA_SUCCESS)
+    passthrough_free(p, e.entry());
   return r;
 }
 

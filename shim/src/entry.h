@@ -27,7 +27,7 @@ struct ThreadEntry {
   std::uint16_t entry = 0;     ///< outermost hook of the call in progress, 0 = none
   std::uint16_t internal = 0;  ///< >0 while the shim does its own work (Note [recursion guard])
 };
-extern thread_local ThreadEntry t_entry;
+extern constinit thread_local ThreadEntry t_entry;
 
 /// RAII: marks the call in progress on this thread. Counts `h` only when it is the outermost.
 class EntryScope {

@@ -22,7 +22,7 @@
 namespace vramtrace::shim {
 
 std::atomic<std::uint64_t> g_calls[kHookCount];
-thread_local ThreadEntry t_entry;
+constinit thread_local ThreadEntry t_entry;
 Counters g_counters;
 
 namespace {

@@ -17,6 +17,11 @@
 using namespace vramtrace::shim;
 
 namespace {
+// Resolver lookups are counted on their own even inside another hooked call (cudart resolves
+// its entry points inside the program's first cudaMalloc): they are not allocations, and the
+// count shows whether a cudart resolved through us at all. They do not set the entry point.
+void count_resolver_call(Hook h) noexcept { g_calls[static_cast<std::size_t>(h)].fetch_add(1, std::memory_order_relaxed); }
+
 void substitute(void** pfn) noexcept {
   if (!pfn || !*pfn || !enabled()) return;
   const DriverTable* d = driver();
@@ -29,7 +34,7 @@ void substitute(void** pfn) noexcept {
 }  // namespace
 
 extern "C" CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
-  EntryScope e(Hook::cuGetProcAddress);
+  count_resolver_call(Hook::cuGetProcAddress);
   auto real = real_driver<CUresult (*)(const char*, void**, int, cuuint64_t)>(Hook::cuGetProcAddress);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, cudaVersion, flags);
@@ -39,7 +44,7 @@ extern "C" CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVer
 
 extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                         CUdriverProcAddressQueryResult* status) {
-  EntryScope e(Hook::cuGetProcAddress_v2);
+  count_resolver_call(Hook::cuGetProcAddress_v2);
   auto real = real_driver<CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*)>(
       Hook::cuGetProcAddress_v2);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
@@ -52,7 +57,7 @@ extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda
 // wrapper, so this is a second line of defence (e.g. a cudart initialised before we were).
 extern "C" cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                                enum cudaDriverEntryPointQueryResult* status) {
-  EntryScope e(Hook::cudaGetDriverEntryPoint);
+  count_resolver_call(Hook::cudaGetDriverEntryPoint);
   auto real = reinterpret_cast<cudaError_t (*)(const char*, void**, unsigned long long, cudaDriverEntryPointQueryResult*)>(
       real_runtime(Hook::cudaGetDriverEntryPoint));
   if (!real) return cudaErrorSharedObjectSymbolNotFound;
@@ -64,7 +69,7 @@ extern "C" cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPt
 extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
                                                         unsigned long long flags,
                                                         enum cudaDriverEntryPointQueryResult* status) {
-  EntryScope e(Hook::cudaGetDriverEntryPointByVersion);
+  count_resolver_call(Hook::cudaGetDriverEntryPointByVersion);
   auto real = reinterpret_cast<cudaError_t (*)(const char*, void**, unsigned int, unsigned long long,
                                                cudaDriverEntryPointQueryResult*)>(
       real_runtime(Hook::cudaGetDriverEntryPointByVersion));

@@ -28,9 +28,11 @@ using Fn = T;
 struct Driver {
   GetProc12 get_proc = nullptr;
   GetProc11 get_proc_11030 = nullptr;
+#define FAKE_CUDART_DECLARE
 #define DRV(name, type) Fn<type> name = nullptr;
 #include "fake_cudart_entries.inc"
 #undef DRV
+#undef FAKE_CUDART_DECLARE
 };
 
 Driver g;
@@ -66,9 +68,7 @@ void init_once() {
   // The entry points, resolved through the self-looked-up pointer.
 #define LEGACY(field, name, version) resolve(#name, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &g.field);
 #define PERTHREAD(field, name, version) resolve(#name, version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &g.field);
-#define DRV(name, type)
 #include "fake_cudart_entries.inc"
-#undef DRV
 #undef LEGACY
 #undef PERTHREAD
   // One lookup through the 4-argument ABI as well.
@@ -187,7 +187,7 @@ RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void*
                                                       cudaDriverEntryPointQueryResult* status) {
   READY();
   CUdriverProcAddressQueryResult s{};
-  CUresult r = g.get_proc(symbol, fn, static_cast<int>(version), flags ? flags : CU_GET_PROC_ADDRESS_DEFAULT, &s);
+  CUresult r = g.get_proc(symbol, fn, static_cast<int>(version), flags ? flags : static_cast<unsigned long long>(CU_GET_PROC_ADDRESS_DEFAULT), &s);
   if (status) *status = static_cast<cudaDriverEntryPointQueryResult>(s);
   return ret(r);
 }
