@@ -33,7 +33,7 @@ int main() {
         CHECK_EQ(cudaMemcpy(p, in.data(), 64, cudaMemcpyHostToDevice), cudaSuccess);
         live.push_back(p);
         if (live.size() > 4) {
-          size_t k = rng() % live.size();
+          size_t k = rng() % (live.size() - 1);  // never the block just written
           CHECK_EQ(cudaFree(live[k]), cudaSuccess);
           ++frees;
           live.erase(live.begin() + static_cast<long>(k));
