@@ -62,8 +62,10 @@ long long get(const Stats& s, const std::string& k) {
   return it == s.end() ? -1 : it->second;
 }
 
-/// Runs argv with the fake driver on LD_LIBRARY_PATH, the shim preloaded if `preload`.
-Run run(std::vector<std::string> argv, bool preload, std::vector<std::string> extra_env = {}) {
+/// Runs argv with the fake driver on LD_LIBRARY_PATH (or `libpath`), the shim preloaded if
+/// `preload`.
+Run run(std::vector<std::string> argv, bool preload, std::vector<std::string> extra_env = {},
+        std::string libpath = VT_FAKELIB_DIR) {
   char tmpl[] = "/tmp/vt-shim-test-XXXXXX";
   std::string dir = mkdtemp(tmpl);
   std::vector<std::string> env;
@@ -74,7 +76,7 @@ Run run(std::vector<std::string> argv, bool preload, std::vector<std::string> ex
       continue;
     env.push_back(s);
   }
-  env.push_back(std::string("LD_LIBRARY_PATH=") + VT_FAKELIB_DIR);
+  env.push_back("LD_LIBRARY_PATH=" + libpath);
   if (preload) env.push_back(std::string("LD_PRELOAD=") + VT_SHIM_PATH);
   env.push_back("VRAMTRACE_TEST_STATS_FILE=" + dir + "/stats.%p");
   for (auto& e : extra_env) env.push_back(e);
@@ -332,4 +334,28 @@ TEST_CASE("exec: the new program is intercepted too") {
   REQUIRE(!s.empty());
   CHECK(get(s, "calls.cudaMalloc") == get(r.program, "cudaMalloc"));  // the exec'd program's tally
   CHECK(get(s, "shim.cached_allocs") > 0);
+}
+
+TEST_CASE("NVIDIA's real cudart 13 resolves the driver only through our wrappers") {
+  if (std::string(VT_REAL_CUDART_DIR).empty()) {
+    WARN("no cudart in the CUDA toolkit: skipped");
+    return;
+  }
+  // Only the fake libcuda.so.1 on the path (not the fake cudart), then the toolkit's cudart.
+  char tmpl[] = "/tmp/vt-realcudart-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string link = dir + "/libcuda.so.1";
+  REQUIRE(symlink((std::string(VT_FAKELIB_DIR) + "/libcuda.so.1").c_str(), link.c_str()) == 0);
+  for (const char* kind : {"road_real_cudart_static", "road_real_cudart_shared"}) {
+    INFO(kind);
+    Run r = run({road(kind)}, true, {}, dir + ":" + VT_REAL_CUDART_DIR);
+    REQUIRE(r.exit_code == 0);
+    const Stats& s = r.stats();
+    CHECK(get(s, "calls.cuGetProcAddress_v2") >= 300);  // 440 with cudart 13.0
+    CHECK(get(s, "shim.resolver_substitutions") >= 20);  // every memory entry point is ours
+    CHECK(get(r.program, "error") != 0);                   // the fake has no export tables
+    if (std::string(kind).find("shared") != std::string::npos) CHECK(get(s, "calls.cudaMalloc") == 1);
+  }
+  unlink(link.c_str());
+  rmdir(dir.c_str());
 }
