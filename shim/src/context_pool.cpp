@@ -64,34 +64,49 @@ void ContextPool::mark_exported(DevicePtr addr) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   try {
     exported_.insert(addr);
+    any_exported_.store(true, std::memory_order_release);
   } catch (...) {
   }
 }
 
 bool ContextPool::take_exported(DevicePtr addr) noexcept {
+  if (!any_exported_.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return exported_.erase(addr) != 0;
 }
 
 // ---------------------------------------------------------------------------------------------
 
-std::shared_ptr<ContextPool> PoolRegistry::find(CUcontext ctx) noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& p : pools_)
-    if (p->ctx == ctx) return p;
+ContextPool* PoolRegistry::find(CUcontext ctx) noexcept {
+  for (auto& slot : slots_) {
+    ContextPool* p = slot.load(std::memory_order_acquire);
+    if (p && p->ctx == ctx && !p->dropped.load(std::memory_order_acquire)) return p;
+  }
   return nullptr;
 }
 
-std::shared_ptr<ContextPool> PoolRegistry::current() noexcept {
+namespace {
+// The last pool this thread used, for the common case of one context per thread.
+struct LastPool {
+  CUcontext ctx = nullptr;
+  ContextPool* pool = nullptr;
+};
+constinit thread_local LastPool t_last;
+}  // namespace
+
+ContextPool* PoolRegistry::current() noexcept {
   const DriverTable* d = driver();
   if (!d || !d->cuCtxGetCurrent) return nullptr;
   CUcontext ctx = nullptr;
   if (d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
-  if (auto p = find(ctx)) return p;
-  return create(ctx);
+  if (t_last.ctx == ctx && t_last.pool && !t_last.pool->dropped.load(std::memory_order_acquire)) return t_last.pool;
+  ContextPool* p = find(ctx);
+  if (!p) p = create(ctx);
+  if (p) t_last = {ctx, p};
+  return p;
 }
 
-std::shared_ptr<ContextPool> PoolRegistry::create(CUcontext ctx) noexcept {
+ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
   const DriverTable* d = driver();
   CUdevice dev = 0;
   if (!d->cuCtxGetDevice || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) return nullptr;
@@ -109,28 +124,29 @@ std::shared_ptr<ContextPool> PoolRegistry::create(CUcontext ctx) noexcept {
       release(dev);
     }
   }
-  std::shared_ptr<ContextPool> pool;
-  try {
-    InternalScope internal;
-    pool = std::make_shared<ContextPool>(ctx, static_cast<int>(dev), primary, d->api, config().settings, sink());
-  } catch (...) {
-    return nullptr;
-  }
-  lifecycle_pool_created();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& p : pools_)
-    if (p->ctx == ctx) return p;  // another thread won the race; ours has no segments yet
-  try {
-    pools_.push_back(pool);
-  } catch (...) {
-    return nullptr;
+  if (ContextPool* p = find(ctx)) return p;  // another thread won the race
+  for (auto& slot : slots_) {
+    if (slot.load(std::memory_order_relaxed)) continue;
+    ContextPool* pool = nullptr;
+    try {
+      InternalScope internal;
+      pool = new ContextPool(ctx, static_cast<int>(dev), primary, d->api, config().settings, sink());
+    } catch (...) {
+      return nullptr;
+    }
+    slot.store(pool, std::memory_order_release);
+    bump(g_counters.pools_created);
+    lifecycle_pool_created();
+    return pool;
   }
-  bump(g_counters.pools_created);
-  return pool;
+  return nullptr;  // all slots taken: calls pass through
 }
 
 Owner PoolRegistry::owner_of(DevicePtr addr) noexcept {
-  for (auto& p : all()) {
+  for (auto& slot : slots_) {
+    ContextPool* p = slot.load(std::memory_order_acquire);
+    if (!p) continue;
     if (auto b = p->allocator.find(addr)) return Owner{p, true, *b};
     if (p->backend.contains(addr)) return Owner{p, false, {}};
   }
@@ -139,8 +155,10 @@ Owner PoolRegistry::owner_of(DevicePtr addr) noexcept {
 
 std::uint64_t PoolRegistry::cached_free_bytes(int device) noexcept {
   std::uint64_t sum = 0;
-  for (auto& p : all())
-    if (p->device == device) sum += p->allocator.cached_free_bytes();
+  for (auto& slot : slots_) {
+    ContextPool* p = slot.load(std::memory_order_acquire);
+    if (p && p->device == device) sum += p->allocator.cached_free_bytes();
+  }
   return sum;
 }
 
@@ -151,57 +169,53 @@ std::uint64_t PoolRegistry::cached_free_bytes(int device) noexcept {
 // abandoned (no driver call ever again: the memory is gone with the context), it leaves the
 // registry, and the next allocation in the new context gets a fresh pool. Pointers of the old
 // pool are unknown afterwards, so a late free goes to the real driver, which reports the error.
-int PoolRegistry::drop_context(CUcontext ctx) noexcept {
+template <class Pred>
+int PoolRegistry::drop_if(Pred pred) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;
-  for (auto it = pools_.begin(); it != pools_.end();) {
-    if ((*it)->ctx == ctx) {
-      (*it)->backend.abandon();
-      it = pools_.erase(it);
-      ++n;
-      bump(g_counters.pools_dropped);
-    } else {
-      ++it;
-    }
+  for (auto& slot : slots_) {
+    ContextPool* p = slot.load(std::memory_order_acquire);
+    if (!p || !pred(*p)) continue;
+    p->dropped.store(true, std::memory_order_release);
+    p->backend.abandon();
+    slot.store(nullptr, std::memory_order_release);
+    ++n;
+    bump(g_counters.pools_dropped);
   }
   return n;
+}
+
+int PoolRegistry::drop_context(CUcontext ctx) noexcept {
+  return drop_if([ctx](const ContextPool& p) { return p.ctx == ctx; });
 }
 
 int PoolRegistry::drop_primary(int device) noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
-  int n = 0;
-  for (auto it = pools_.begin(); it != pools_.end();) {
-    if ((*it)->primary && (*it)->device == device) {
-      (*it)->backend.abandon();
-      it = pools_.erase(it);
-      ++n;
-      bump(g_counters.pools_dropped);
-    } else {
-      ++it;
-    }
-  }
-  return n;
+  return drop_if([device](const ContextPool& p) { return p.primary && p.device == device; });
 }
 
-std::vector<std::shared_ptr<ContextPool>> PoolRegistry::all() noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
+std::vector<ContextPool*> PoolRegistry::all() noexcept {
+  std::vector<ContextPool*> v;
   try {
-    return pools_;
+    for (auto& slot : slots_)
+      if (ContextPool* p = slot.load(std::memory_order_acquire)) v.push_back(p);
   } catch (...) {
-    return {};
   }
+  return v;
 }
 
 void PoolRegistry::abandon_all(bool forget) noexcept {
   if (forget) new (&mu_) std::mutex;  // fork child: the parent's lock state is meaningless here
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& p : pools_) p->backend.abandon();
-  if (forget) {
-    // Leak one reference to each pool so that no destructor runs (allocator locks may be held by
-    // threads that did not survive the fork).
-    for (auto& p : pools_) new (std::nothrow) std::shared_ptr<ContextPool>(p);
-    pools_.clear();
+  for (auto& slot : slots_) {
+    ContextPool* p = slot.load(std::memory_order_acquire);
+    if (!p) continue;
+    p->backend.abandon();
+    if (forget) {
+      // Never destroyed: allocator locks may be held by threads that did not survive the fork.
+      p->dropped.store(true, std::memory_order_release);
+      slot.store(nullptr, std::memory_order_release);
+    }
   }
+  if (forget) t_last = {};
 }
 
 PoolRegistry& pools() noexcept {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <atomic>
 #include <vector>
 
 #include "cuda_api.h"
@@ -56,46 +57,55 @@ class ContextPool {
   void mark_exported(DevicePtr addr) noexcept;
   bool take_exported(DevicePtr addr) noexcept;
 
+  /// Set when the pool's context was reset or destroyed (then it is out of the registry).
+  std::atomic<bool> dropped{false};
+
  private:
   std::mutex mu_;
   std::uint64_t epoch_ = 0;
   std::map<DevicePtr, std::pair<DevicePtr, std::uint64_t>> unsynced_;  // start -> (end, epoch)
   std::set<DevicePtr> exported_;
+  std::atomic<bool> any_exported_{false};  // lets take_exported skip the lock when nothing was
 };
 
 /// Result of looking a pointer up in every pool.
 struct Owner {
-  std::shared_ptr<ContextPool> pool;  ///< null: not ours
-  bool live = false;                  ///< a live block (else: inside our cache, not live)
+  ContextPool* pool = nullptr;  ///< null: not ours
+  bool live = false;            ///< a live block (else: inside our cache, not live)
   BlockInfo block;
 };
 
-/// All live pools. Thread-safe; never holds its lock across a driver call that can block.
+/// All live pools. Lookups are lock-free: pools sit in a fixed array of atomic slots and a pool
+/// object is never destroyed (a dropped pool is abandoned and leaks its host-side bookkeeping,
+/// a few KiB per context reset), so a pointer read from a slot stays valid forever. Creation and
+/// dropping take a mutex. Never holds a lock across a driver call that can block.
 class PoolRegistry {
  public:
+  static constexpr int kMaxPools = 64;
   /// The pool of the calling thread's current context, created on first use. Null when no
-  /// context is current, the driver is missing, or creation failed.
-  std::shared_ptr<ContextPool> current() noexcept;
-  /// The pool of `ctx` if it exists.
-  std::shared_ptr<ContextPool> find(CUcontext ctx) noexcept;
+  /// context is current, the driver is missing, all slots are taken, or creation failed.
+  ContextPool* current() noexcept;
+  /// The live pool of `ctx`, or null.
+  ContextPool* find(CUcontext ctx) noexcept;
   /// Which pool `addr` belongs to.
   Owner owner_of(DevicePtr addr) noexcept;
   /// Idle cached bytes of the pools on `device` (what cuMemGetInfo adds to free).
   std::uint64_t cached_free_bytes(int device) noexcept;
-  /// Drops (abandons, without any driver call) the pools matching: a context, or the primary
-  /// context of a device. Returns how many were dropped.
+  /// Drops (abandons, without any driver call) the pools of a context, or of the primary context
+  /// of a device. Returns how many were dropped.
   int drop_context(CUcontext ctx) noexcept;
   int drop_primary(int device) noexcept;
-  /// Every pool, for stats.
-  std::vector<std::shared_ptr<ContextPool>> all() noexcept;
-  /// Process exit or fork child: abandon every backend; in the child also forget the pools
-  /// without destroying them (their locks may have been held by a thread that no longer exists).
+  /// Every live pool, for stats.
+  std::vector<ContextPool*> all() noexcept;
+  /// Process exit or fork child: abandon every backend; in the child also forget the pools.
   void abandon_all(bool forget) noexcept;
 
  private:
-  std::shared_ptr<ContextPool> create(CUcontext ctx) noexcept;
-  std::mutex mu_;
-  std::vector<std::shared_ptr<ContextPool>> pools_;
+  ContextPool* create(CUcontext ctx) noexcept;
+  template <class Pred>
+  int drop_if(Pred pred) noexcept;
+  std::mutex mu_;  // creation and dropping only
+  std::atomic<ContextPool*> slots_[kMaxPools] = {};
 };
 
 PoolRegistry& pools() noexcept;

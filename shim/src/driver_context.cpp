@@ -66,7 +66,7 @@ extern "C" CUresult cuCtxSynchronize() {
   if (!enabled() || EntryScope::internal()) return real();
   const DriverTable* d = driver();
   CUcontext ctx = nullptr;
-  std::shared_ptr<ContextPool> pool;
+  ContextPool* pool = nullptr;
   if (d->cuCtxGetCurrent && d->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) pool = pools().find(ctx);
   std::uint64_t epoch = pool ? pool->begin_sync() : 0;
   CUresult r = real();
@@ -82,7 +82,7 @@ extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   auto real = real_driver<CUresult (*)(CUcontext)>(Hook::cuCtxSynchronize_v2);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (!enabled() || EntryScope::internal()) return real(ctx);
-  std::shared_ptr<ContextPool> pool = pools().find(ctx);
+  ContextPool* pool = pools().find(ctx);
   std::uint64_t epoch = pool ? pool->begin_sync() : 0;
   CUresult r = real(ctx);
   if (r == CUDA_SUCCESS) {

@@ -48,7 +48,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   Fn real = real_driver<Fn>(hook);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   StreamId key = stream_key(s, per_thread);
-  std::shared_ptr<ContextPool> pool;
+  ContextPool* pool = nullptr;
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
       !(pool = pools().current())) {
     CUresult r = real(dptr, bytes, s);
@@ -112,7 +112,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   using Fn = CUresult (*)(CUdeviceptr*, size_t);
   Fn real = real_driver<Fn>(Hook::cuMemAlloc_v2);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  std::shared_ptr<ContextPool> pool;
+  ContextPool* pool = nullptr;
   // bytes == 0 keeps the driver's CUDA_ERROR_INVALID_VALUE (research 5.10).
   if (!dptr || bytes == 0 || bypass_cache() || !(pool = pools().current())) {
     CUresult r = real(dptr, bytes);

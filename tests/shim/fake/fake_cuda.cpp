@@ -87,14 +87,21 @@ State& st() {
 
 thread_local CUcontext tl_current = nullptr;
 
-void count(const char* name) {
+// One counter per exported function, found once (function-local static) and bumped under the
+// driver lock, so that counting costs little in benchmarks.
+long* counter_slot(const char* name) {
+  std::lock_guard<std::mutex> lock(st().mu);
+  return &st().calls[name];  // std::map nodes never move
+}
+void count(const char* name, long* slot) {
   State& s = st();
   if (s.finished) fprintf(stderr, "FAKECUDA: call after exit began: %s\n", name);
-  s.calls[name]++;
+  ++*slot;
 }
-#define COUNT() \
-  std::lock_guard<std::mutex> lock_(st().mu); \
-  count(__func__)
+#define COUNT()                                   \
+  static long* slot_ = counter_slot(__func__);    \
+  std::lock_guard<std::mutex> lock_(st().mu);     \
+  count(__func__, slot_)
 
 Context* ctx_of(CUcontext c) { return reinterpret_cast<Context*>(c); }
 
