@@ -20,7 +20,8 @@ namespace vramtrace::shim {
   X(pools_created)       /* per-context caching allocators created */                             \
   X(pools_dropped)       /* dropped by a reset, release or destroy of their context */            \
   X(resolver_substitutions) /* cuGetProcAddress / cudaGetDriverEntryPoint results replaced */      \
-  X(exit_frees)          /* frees after process exit began (forgotten, no driver call) */
+  X(exit_frees)          /* frees after process exit began (forgotten, no driver call) */          \
+  X(oom_fallbacks)       /* allocator OOMs served by forwarding the exact request (no spurious OOM) */
 
 struct Counters {
 #define VT_DECLARE_COUNTER(name) std::atomic<std::uint64_t> name{0};

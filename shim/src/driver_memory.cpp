@@ -34,6 +34,21 @@ bool bypass_cache() noexcept {
   return EntryScope::internal() || !config().caching || exiting() || capture_active();
 }
 
+// Note [no spurious OOM]: the allocator rounds requests up to its segment sizes (a 6 MiB request
+// asks the device for 20 MiB, as PyTorch does), so on a nearly full device it can fail where the
+// program's own request would have fitted. After the allocator's OOM (it has already released its
+// cache and retried), the exact request is forwarded to the driver; if that succeeds the program
+// gets it, traced as pass-through memory, and the trace still shows the allocator's `oom` event.
+template <class Fn, class... Extra>
+CUresult oom_fallback(Fn real, std::uint16_t entry, CUdeviceptr* dptr, size_t bytes, Extra... extra) noexcept {
+  CUresult r = real(dptr, bytes, extra...);
+  if (r == CUDA_SUCCESS) {
+    bump(g_counters.oom_fallbacks);
+    passthrough_alloc(*dptr, bytes, PassKind::device, entry);
+  }
+  return r;
+}
+
 // Note [stream-ordered reuse]: cuMemAllocAsync/cuMemFreeAsync blocks are kept per stream by the
 // allocator, so a block freed on stream S is reused at once only by later work on S (stream order
 // makes that safe). A block freed on another stream than it was allocated on is first marked used
@@ -60,6 +75,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   }
   DevicePtr p = 0;
   Status st = pool->allocator.allocate(bytes, key, &p, e.entry());
+  if (st == Status::out_of_memory) return oom_fallback(real, e.entry(), dptr, bytes, s);
   if (st != Status::ok) return to_cuda(st, *pool);
   bump(g_counters.cached_allocs);
   *dptr = p;
@@ -124,6 +140,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   }
   DevicePtr p = 0;
   Status st = pool->allocator.allocate(bytes, StreamId{0}, &p, e.entry());
+  if (st == Status::out_of_memory) return oom_fallback(real, e.entry(), dptr, bytes);
   if (st != Status::ok) return to_cuda(st, *pool);
   if (config().settings.reuse == ReusePolicy::lazy_sync && pool->overlaps_unsynced(p, bytes)) pool->sync_for_reuse();
   bump(g_counters.cached_allocs);

@@ -241,6 +241,20 @@ TEST_CASE("reuse policies: stream_ordered never synchronises, none forwards ever
   CHECK(get(n.stats(), "calls.cudaMalloc") == get(n.program, "cudaMalloc"));
 }
 
+TEST_CASE("out of memory: the cache is released before the program sees an OOM") {
+  Run plain = run({road("road_oom")}, false, {"FAKECUDA_TOTAL_MB=48"});
+  REQUIRE(plain.exit_code == 0);
+  Run r = run({road("road_oom")}, true, {"FAKECUDA_TOTAL_MB=48"});
+  REQUIRE(r.exit_code == 0);
+  const Stats& s = r.stats();
+  CHECK(get(s, "calls.cudaMalloc") == get(r.program, "cudaMalloc"));
+  CHECK(get(s, "allocator.num_alloc_retries") >= 1);  // the cached 30 MiB released for 40 MiB
+  CHECK(get(s, "allocator.num_ooms") == 3);           // 10 MiB, 64 MiB, and the 20 MiB segment
+  CHECK(get(s, "events.oom") == 3);
+  CHECK(get(s, "shim.oom_fallbacks") == 1);           // 6 MiB forwarded exactly
+  CHECK(get(s, "shim.passthrough_allocs") == 1);
+}
+
 TEST_CASE("a bad VRAMTRACE_CONF prints one line and passes everything through") {
   Run r = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=no_such_key:1", "ROAD_EXPECT=off"});
   REQUIRE(r.exit_code == 0);
