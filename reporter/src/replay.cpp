@@ -34,12 +34,13 @@ class SegmentSink final : public EventSink {
     Action want = expandable_ ? Action::segment_map : Action::segment_alloc;
     if (e.action == want) {
       try {
-        sizes.push_back(e.size_bytes);
+        sizes.push_back(SegmentAlloc{e.size_bytes, alloc_index, e.device});
       } catch (...) {
       }
     }
   }
-  std::vector<std::uint64_t> sizes;
+  std::vector<SegmentAlloc> sizes;
+  std::uint64_t alloc_index = 0;  // set by the engine before each allocate
 
  private:
   bool record_;
@@ -112,7 +113,10 @@ class Engine {
           on_free_completed(r);
           break;
         case Action::segment_alloc:
-          report_.trace_segment_allocs.emplace_back(r.device, r.size);
+          report_.trace_segment_allocs.push_back(SegmentAlloc{r.size, report_.alloc_requests, r.device});
+          // Place our segment where the program got its own: best fit breaks ties between
+          // equal sizes by address, so the order of segment addresses matters.
+          for (std::size_t c = 0; c < configs_.size(); ++c) lane(c, r.device).device.plan_address(r.size, r.addr);
           break;
         default:
           break;  // segment_free/map/unmap, oom, snapshot, mark: not replayed
@@ -160,6 +164,7 @@ class Engine {
       if (L.map.find(r.addr))
         fail(fmt::format("alloc at address 0x{:x}, which is still allocated (no free_completed since its alloc)", r.addr));
       DevicePtr ours = 0;
+      L.sink.alloc_index = index;
       Status s = L.allocator.allocate(r.size, StreamId{r.stream}, &ours);
       if (s == Status::ok) {
         L.map.put(r.addr, Mapped{ours, ours == 0 ? AddrState::skipped : AddrState::live});

@@ -32,6 +32,15 @@ struct FirstOom {
   std::uint64_t reserved_bytes = 0;   ///< reserved_bytes.all.current at the failure
 };
 
+/// One device allocation (segment_alloc; segment_map for expandable segments) and the alloc
+/// request that caused it.
+struct SegmentAlloc {
+  std::uint64_t size = 0;
+  std::uint64_t alloc_index = 0;  ///< index (from 0) of the trace's alloc entry being served
+  std::int32_t device = 0;
+  friend bool operator==(const SegmentAlloc&, const SegmentAlloc&) = default;
+};
+
 /// What a replay under one configuration found, for one device of the trace.
 struct ReplayResult {
   ReplayConfig config;
@@ -47,7 +56,7 @@ struct ReplayResult {
   std::uint64_t largest_free_at_peak = 0;
   /// Our segment_alloc sizes in order (device allocations; for expandable segments the
   /// segment_map sizes), when ReplayOptions::record_segments is set.
-  std::vector<std::uint64_t> segment_allocs;
+  std::vector<SegmentAlloc> segment_allocs;
 };
 
 /// Everything a replay produced.
@@ -56,7 +65,8 @@ struct ReplayReport {
   std::uint64_t events = 0;          ///< trace records read
   std::uint64_t alloc_requests = 0;  ///< alloc records
   /// The trace's own segment_alloc sizes in order (per device index), for comparison.
-  std::vector<std::pair<std::int32_t, std::uint64_t>> trace_segment_allocs;
+  /// (a trace's segment_alloc is attributed to the next alloc entry, which it precedes).
+  std::vector<SegmentAlloc> trace_segment_allocs;
   std::vector<ReplayResult> results;  ///< per config, then per device, in config order
   bool incomplete = false;            ///< the trace ended early (cut last line)
 };
@@ -75,7 +85,11 @@ struct ReplayOptions {
 ///  - free_requested immediately followed by free_completed of the same address: deallocate;
 ///    otherwise deallocate_deferred at free_requested and complete_deferred_free at
 ///    free_completed (a block other streams were still using).
-///  - segment_* entries do not drive the replay; their segment_alloc sizes are collected.
+///  - segment_* entries do not drive the replay; their segment_alloc sizes are collected, and
+///    each segment_alloc's address is planned on the simulated device
+///    (SimulatedDevice::plan_address) so that our segment lands where the program's did, as
+///    long as our allocator asks for the same sizes in the same order: best fit breaks ties
+///    between equal-sized blocks by address.
 ///  - oom, snapshot, mark: ignored.
 /// Throws TraceError (with the reader's position) for a free of an unknown address, an alloc at
 /// an address that is still live, or any reader error.
