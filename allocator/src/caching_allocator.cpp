@@ -10,17 +10,22 @@
 //   allocated and pending-free blocks live in `active_` (address -> Block)
 #include "vramtrace/caching_allocator.h"
 
+#include "ptr_map.h"
+
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <deque>
 #include <limits>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <functional>
 #include <vector>
 
 namespace vramtrace {
@@ -61,13 +66,60 @@ struct Block {
   bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
 };
 
-// Best-fit order: same stream first, then smallest size, then lowest address (BlockComparatorSize).
-struct BySize {
-  bool operator()(const Block* a, const Block* b) const noexcept {
-    if (a->stream.value != b->stream.value) return a->stream.value < b->stream.value;
-    if (a->size != b->size) return a->size < b->size;
-    return a->ptr < b->ptr;
+// Free mapped blocks in best-fit order: same stream first, then smallest size, then lowest
+// address (PyTorch's BlockComparatorSize). The key is copied into the tree node so that a search
+// never dereferences a Block: with 100,000 live blocks that keeps the tree in cache. A block's
+// key fields are never changed while it is in the set (every caller erases first).
+class FreeBlocks {
+  struct Key {
+    std::uint64_t stream;
+    std::uint64_t size;
+    DevicePtr ptr;
+    Block* block;
+    bool operator<(const Key& o) const noexcept {
+      if (stream != o.stream) return stream < o.stream;
+      if (size != o.size) return size < o.size;
+      return ptr < o.ptr;
+    }
+  };
+  using Set = std::set<Key, std::less<Key>, detail::PoolAllocator<Key>>;
+  Set set_;
+  static Key key_of(const Block* b) noexcept { return Key{b->stream.value, b->size, b->ptr, const_cast<Block*>(b)}; }
+
+ public:
+  explicit FreeBlocks(detail::NodePool* nodes) : set_(detail::PoolAllocator<Key>(nodes)) {}
+
+  class iterator {
+   public:
+    iterator() = default;
+    explicit iterator(typename Set::const_iterator it) : it_(it) {}
+    Block* operator*() const noexcept { return it_->block; }
+    iterator& operator++() noexcept { ++it_; return *this; }
+    iterator& operator--() noexcept { --it_; return *this; }
+    iterator operator++(int) noexcept { iterator old = *this; ++it_; return old; }
+    bool operator==(const iterator& o) const noexcept { return it_ == o.it_; }
+    typename Set::const_iterator raw() const noexcept { return it_; }
+   private:
+    typename Set::const_iterator it_;
+  };
+
+  iterator begin() const noexcept { return iterator(set_.begin()); }
+  iterator end() const noexcept { return iterator(set_.end()); }
+  /// First block on `stream` with size >= `size` (ties: lowest address), or the first block of
+  /// a later stream, or end().
+  iterator lower_bound(StreamId stream, std::uint64_t size) const {
+    return iterator(set_.lower_bound(Key{stream.value, size, 0, nullptr}));
   }
+  void insert(Block* b) { set_.insert(key_of(b)); }
+  void erase(iterator it) { set_.erase(it.raw()); }
+  std::size_t erase(const Block* b) {
+    auto it = set_.find(key_of(b));
+    if (it == set_.end()) return 0;
+    set_.erase(it);
+    return 1;
+  }
+  std::size_t count(const Block* b) const { return set_.count(key_of(b)); }
+  std::size_t size() const noexcept { return set_.size(); }
 };
 // Unmapped ranges: same stream first, then lowest address (BlockComparatorAddress).
 struct ByAddress {
@@ -78,7 +130,8 @@ struct ByAddress {
 };
 
 struct BlockPool {
-  std::set<Block*, BySize> blocks;
+  explicit BlockPool(detail::NodePool* nodes) : blocks(nodes) {}
+  FreeBlocks blocks;
   std::set<Block*, ByAddress> unmapped;
   bool is_small = false;
   std::uint64_t get_free_blocks_call_count = 0;  // "age" clock for garbage collection
@@ -98,6 +151,29 @@ struct ExpandableSegment {
   std::vector<bool> mapped;        // per page
 };
 
+// The per-device lock. Critical sections are short (a few hundred instructions, no system calls
+// except on a miss, when the device call dominates anyway), so a test-and-test-and-set spin lock
+// with a yield fallback costs a fraction of a pthread mutex on the cache-hit path.
+class SpinLock {
+ public:
+  void lock() noexcept {
+    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins > 64) {
+          sched_yield();
+          spins = 0;
+        } else {
+          __builtin_ia32_pause();
+        }
+      }
+    }
+  }
+  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
 struct AllocParams {
   StreamId stream{};
   std::uint64_t size = 0;        // rounded request
@@ -115,11 +191,12 @@ struct CachingAllocator::Impl {
   DeviceId device;
   EventSink* sink;
 
-  mutable std::mutex mu;
+  mutable SpinLock mu;
   DeviceStats stats;
-  BlockPool small_pool;
-  BlockPool large_pool;
-  std::unordered_map<DevicePtr, Block*> active;  // allocated and pending-free blocks by address
+  detail::NodePool nodes;  // tree nodes of both pools' free-block sets
+  BlockPool small_pool{&nodes};
+  BlockPool large_pool{&nodes};
+  detail::PtrMap<Block> active;  // allocated and pending-free blocks by address
   std::unordered_map<StreamId, std::deque<std::pair<EventHandle, Block*>>> stream_events;
   std::vector<ExpandableSegment*> expandable_segments;
   std::uint64_t total_allocated_memory = 0;  // reserved bytes (PyTorch's name for it)
@@ -132,7 +209,6 @@ struct CachingAllocator::Impl {
   Impl(DeviceBackend& b, const AllocatorSettings& s, DeviceId d, EventSink* k)
       : backend(b), settings(s), device(d), sink(k) {
     small_pool.is_small = true;
-    active.reserve(1024);
     stats.max_split_size = settings.max_split_size_bytes == std::numeric_limits<std::uint64_t>::max()
                                ? -1
                                : static_cast<std::int64_t>(settings.max_split_size_bytes);
@@ -236,6 +312,7 @@ struct CachingAllocator::Impl {
 
   // Returns blocks whose last event completed to the pool (process_events).
   void process_events() {
+    if (stream_events.empty()) return;
     for (auto it = stream_events.begin(); it != stream_events.end();) {
       auto& queue = it->second;
       while (!queue.empty()) {
@@ -279,11 +356,7 @@ struct CachingAllocator::Impl {
   bool get_free_block(AllocParams& p) {
     BlockPool& pool = *p.pool;
     if (settings.garbage_collection_threshold > 0.0 && set_fraction()) ++pool.get_free_blocks_call_count;
-    Block key;
-    key.stream = p.stream;
-    key.size = p.size;
-    key.ptr = 0;
-    auto it = pool.blocks.lower_bound(&key);
+    auto it = pool.blocks.lower_bound(p.stream, p.size);
     if (it == pool.blocks.end() || (*it)->stream != p.stream) return false;
 
     if ((*it)->expandable != nullptr) {
@@ -292,7 +365,8 @@ struct CachingAllocator::Impl {
         auto expandable_size = [](const Block* b) {
           return b->size + (b->next != nullptr && !b->next->mapped ? b->next->size : 0);
         };
-        auto next = std::next(it);
+        auto next = it;
+        ++next;
         while ((*it)->expandable != nullptr && next != pool.blocks.end() && (*next)->stream == p.stream &&
                expandable_size(*next) < expandable_size(*it)) {
           it = next++;
@@ -360,16 +434,13 @@ struct CachingAllocator::Impl {
     const std::uint64_t max_split = settings.max_split_size_bytes;
     if (max_split == std::numeric_limits<std::uint64_t>::max()) return false;
     BlockPool& pool = *p.pool;
-    Block key;
-    key.stream = p.stream;
-    key.size = std::max(p.size, max_split);
-    key.ptr = 0;
-    auto it = pool.blocks.lower_bound(&key);
+    const std::uint64_t key_size = std::max(p.size, max_split);
+    auto it = pool.blocks.lower_bound(p.stream, key_size);
     if (it == pool.blocks.end() || (*it)->stream != p.stream || (*it)->expandable != nullptr) {
       if (it == pool.blocks.begin()) return false;
       std::uint64_t released = 0;
       --it;  // the largest block on this stream below the key
-      while (released < key.size && (*it)->size >= max_split && (*it)->stream == p.stream) {
+      while (released < key_size && (*it)->size >= max_split && (*it)->stream == p.stream) {
         auto cur = it;
         const bool is_first = cur == pool.blocks.begin();
         if (!is_first) --it;
@@ -380,7 +451,7 @@ struct CachingAllocator::Impl {
         }
         if (is_first) break;
       }
-      if (released < key.size) return false;
+      if (released < key_size) return false;
     } else {
       Block* b = *it;
       if (b->is_split()) return false;
@@ -659,7 +730,7 @@ struct CachingAllocator::Impl {
     }
     block->allocated = true;
     block->requested_size = orig_size;
-    active.emplace(block->ptr, block);
+    active.insert(block->ptr, block);
     increase(stats.allocation, ps, 1);
     increase(stats.allocated_bytes, ps, static_cast<std::int64_t>(block->size));
     increase(stats.active, ps, 1);
@@ -780,7 +851,7 @@ struct CachingAllocator::Impl {
     auto visit = [&](const Block* b) {
       if (b->prev == nullptr) f(b);
     };
-    for (const auto& [ptr, b] : active) visit(b);
+    active.for_each([&](DevicePtr, const Block* b) { visit(b); });
     for (const BlockPool* pool : {&small_pool, &large_pool}) {
       for (const Block* b : pool->blocks) visit(b);
       for (const Block* b : pool->unmapped) visit(b);
@@ -864,8 +935,7 @@ struct CachingAllocator::Impl {
         const int pi = b->pool->is_small ? 0 : 1;
         if (b->allocated || b->event_count > 0) {
           ++active_count;
-          auto it = active.find(b->ptr);
-          if (it == active.end() || it->second != b) return fail("active block missing from the address map");
+          if (active.find(b->ptr) != b) return fail("active block missing from the address map");
           increase(recount.active, ps, 1);
           increase(recount.active_bytes, ps, static_cast<std::int64_t>(b->size));
           increase(recount.requested_bytes, ps, static_cast<std::int64_t>(b->requested_size));
@@ -876,7 +946,7 @@ struct CachingAllocator::Impl {
           }
         } else if (b->mapped) {
           ++free_mapped[pi];
-          if (!b->pool->blocks.count(const_cast<Block*>(b))) return fail("free block missing from its pool");
+          if (!b->pool->blocks.count(b)) return fail("free block missing from its pool");
           if (!expandable && b->is_split()) {
             increase(recount.inactive_split, ps, 1);
             increase(recount.inactive_split_bytes, ps, static_cast<std::int64_t>(b->size));
@@ -944,7 +1014,7 @@ Status CachingAllocator::allocate(std::uint64_t bytes, StreamId stream, DevicePt
     *out = 0;
     return Status::ok;
   }
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   try {
     return impl_->allocate(bytes, stream, out, entry_point);
   } catch (const std::bad_alloc&) {
@@ -953,10 +1023,9 @@ Status CachingAllocator::allocate(std::uint64_t bytes, StreamId stream, DevicePt
 }
 
 Status CachingAllocator::deallocate(DevicePtr ptr, std::uint16_t entry_point) noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->active.find(ptr);
-  if (it == impl_->active.end() || !it->second->allocated) return Status::invalid_value;
-  Block* b = it->second;
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  Block* b = ptr != 0 ? impl_->active.find(ptr) : nullptr;
+  if (b == nullptr || !b->allocated) return Status::invalid_value;
   try {
     impl_->release_ownership(b, entry_point);
     if (!b->stream_uses.empty()) impl_->insert_events(b);
@@ -968,10 +1037,9 @@ Status CachingAllocator::deallocate(DevicePtr ptr, std::uint16_t entry_point) no
 }
 
 Status CachingAllocator::deallocate_deferred(DevicePtr ptr) noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->active.find(ptr);
-  if (it == impl_->active.end() || !it->second->allocated) return Status::invalid_value;
-  Block* b = it->second;
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  Block* b = ptr != 0 ? impl_->active.find(ptr) : nullptr;
+  if (b == nullptr || !b->allocated) return Status::invalid_value;
   impl_->release_ownership(b, 0);
   b->stream_uses.clear();  // the trace's free_completed stands for every other stream's use
   b->deferred = true;
@@ -980,20 +1048,18 @@ Status CachingAllocator::deallocate_deferred(DevicePtr ptr) noexcept {
 }
 
 Status CachingAllocator::complete_deferred_free(DevicePtr ptr) noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->active.find(ptr);
-  if (it == impl_->active.end() || !it->second->deferred) return Status::invalid_value;
-  Block* b = it->second;
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  Block* b = ptr != 0 ? impl_->active.find(ptr) : nullptr;
+  if (b == nullptr || !b->deferred) return Status::invalid_value;
   b->deferred = false;
   if (--b->event_count == 0) impl_->free_block(b);
   return Status::ok;
 }
 
 Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->active.find(ptr);
-  if (it == impl_->active.end() || !it->second->allocated) return Status::invalid_value;
-  Block* b = it->second;
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  Block* b = ptr != 0 ? impl_->active.find(ptr) : nullptr;
+  if (b == nullptr || !b->allocated) return Status::invalid_value;
   if (stream == b->stream) return Status::ok;  // uses on the allocation stream need no event
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);
@@ -1001,41 +1067,40 @@ Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) noexcept 
 }
 
 void CachingAllocator::empty_cache() noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->release_cached_blocks();
 }
 
 std::optional<BlockInfo> CachingAllocator::find(DevicePtr ptr) const noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->active.find(ptr);
-  if (it == impl_->active.end()) return std::nullopt;
-  const Block* b = it->second;
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  const Block* b = ptr != 0 ? impl_->active.find(ptr) : nullptr;
+  if (b == nullptr) return std::nullopt;
   return BlockInfo{b->ptr, b->size, b->requested_size, b->stream, b->pool->is_small ? PoolKind::small : PoolKind::large};
 }
 
 std::uint64_t CachingAllocator::cached_free_bytes() const noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   return static_cast<std::uint64_t>(impl_->stats.reserved_bytes[kStatAll].current -
                                     impl_->stats.active_bytes[kStatAll].current);
 }
 
 DeviceStats CachingAllocator::stats() const noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   return impl_->stats;
 }
 
 void CachingAllocator::reset_peak_stats() noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   impl_->stats.reset_peaks();
 }
 
 Snapshot CachingAllocator::snapshot() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   return impl_->take_snapshot();
 }
 
 OomInfo CachingAllocator::last_oom() const noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   return impl_->last_oom;
 }
 
@@ -1043,7 +1108,7 @@ const AllocatorSettings& CachingAllocator::settings() const noexcept { return im
 DeviceId CachingAllocator::device() const noexcept { return impl_->device; }
 
 bool CachingAllocator::check_invariants(std::string& error) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<SpinLock> lock(impl_->mu);
   return impl_->check_invariants(error);
 }
 
