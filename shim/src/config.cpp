@@ -41,8 +41,10 @@ Config load() noexcept {
 }  // namespace
 
 const Config& config() noexcept {
-  static const Config c = load();
-  return c;
+  // Never destroyed: hooks run during exit, after static destructors (atexit handlers registered
+  // before our first call run after them).
+  static const Config* c = new Config(load());
+  return *c;
 }
 
 bool enabled() noexcept { return config().enabled; }

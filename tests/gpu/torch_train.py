@@ -15,12 +15,22 @@ import time
 import torch
 
 
+def eager(cfg):
+    """Plain attention (deterministic backward), across transformers versions."""
+    for attr in ("_attn_implementation", "attn_implementation"):
+        try:
+            setattr(cfg, attr, "eager")
+            return
+        except Exception:  # noqa: BLE001 - the attribute is read-only in some versions
+            pass
+
+
 def build(name):
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     if name == "gpt2-small":
-        cfg = GPT2Config(n_layer=4, n_head=8, n_embd=512, n_positions=512, vocab_size=8192,
-                         attn_implementation="eager")
+        cfg = GPT2Config(n_layer=4, n_head=8, n_embd=512, n_positions=512, vocab_size=8192)
+        eager(cfg)
         return GPT2LMHeadModel(cfg), 4, 256, cfg.vocab_size
     if name == "gpt2":
         cfg = GPT2Config()  # 124M
@@ -29,6 +39,7 @@ def build(name):
         cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
                           num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
                           max_position_embeddings=2048)
+        cfg.use_cache = False
         m = LlamaForCausalLM(cfg)
         m.gradient_checkpointing_enable()
         return m, 4, 2048, cfg.vocab_size
