@@ -159,6 +159,26 @@ int main() {
   write_read(r2, 3 << 20, 6);  // fails in the fake driver if r2 is a stale pre-reset block
   CHECK_EQ(dfree(r2), cudaSuccess);
 
+  // Driver entry points through the runtime (PyTorch's expandable segments take this road).
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult qr{};
+  CHECK_EQ(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 12000, cudaEnableDefault, &qr), cudaSuccess);
+  CHECK(fn != nullptr);
+  if (under_shim() && expect != "off") CHECK(fn == dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+  unsigned long long dp = 0;
+  tally.add("driver.cuMemAlloc_v2");
+  CHECK_EQ(reinterpret_cast<int (*)(unsigned long long*, size_t)>(fn)(&dp, 8192), 0);
+  CHECK_EQ(dfree(reinterpret_cast<void*>(dp)), cudaSuccess);
+
+  // IPC: a block whose handle was exported is never handed out again (the importer may map it).
+  void* ipc = dmalloc(2 << 20);
+  cudaIpcMemHandle_t handle;
+  CHECK_EQ(cudaIpcGetMemHandle(&handle, ipc), cudaSuccess);
+  CHECK_EQ(dfree(ipc), cudaSuccess);
+  void* again = dmalloc(2 << 20);
+  CHECK(again != ipc);
+  CHECK_EQ(dfree(again), cudaSuccess);
+
   tally.print();
   return 0;
 }
