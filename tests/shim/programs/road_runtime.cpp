@@ -127,15 +127,20 @@ int main() {
   CHECK_EQ(cudaFreeAsync(x, s1), cudaSuccess);
   CHECK_EQ(cudaFreeAsync(y, s1), cudaSuccess);  // cross-stream free
   // Per-thread default stream (cudaMallocAsync_ptsz with stream 0) from two threads.
+  // Each thread's stream 0 is its own stream, so thread 2 must not get thread 1's freed block
+  // (nothing orders thread 2's work after thread 1's).
+  void* seen[2] = {};
   for (int t = 0; t < 2; ++t) {
-    std::thread th([] {
+    std::thread th([&seen, t] {
       void* q = nullptr;
       CHECK_EQ(cudaMallocAsync_ptsz(&q, 2048, nullptr), cudaSuccess);
       write_read(q, 2048, 5);
       CHECK_EQ(cudaFreeAsync_ptsz(q, nullptr), cudaSuccess);
+      seen[t] = q;
     });
     th.join();
   }
+  CHECK(seen[0] != seen[1]);
   tally.add("cudaMallocAsync_ptsz", 2);
   tally.add("cudaFreeAsync_ptsz", 2);
 
