@@ -106,6 +106,19 @@ ContextPool* PoolRegistry::current() noexcept {
   return p;
 }
 
+namespace {
+// The trace header lists each device (name, total memory) and the driver version.
+void note_device_for_trace(const DriverTable& d, CUdevice dev) noexcept {
+  int version = 0;
+  char name[256] = {};
+  size_t total = 0;
+  if (d.cuDriverGetVersion) d.cuDriverGetVersion(&version);
+  if (d.cuDeviceGetName) d.cuDeviceGetName(name, sizeof name - 1, dev);
+  if (d.cuDeviceTotalMem_v2) d.cuDeviceTotalMem_v2(&total, dev);
+  sink_note_device(static_cast<int>(dev), version, name, total);
+}
+}  // namespace
+
 ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
   const DriverTable* d = driver();
   CUdevice dev = 0;
@@ -138,6 +151,7 @@ ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
     slot.store(pool, std::memory_order_release);
     bump(g_counters.pools_created);
     lifecycle_pool_created();
+    note_device_for_trace(*d, dev);
     return pool;
   }
   return nullptr;  // all slots taken: calls pass through

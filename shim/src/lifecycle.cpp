@@ -47,8 +47,15 @@ void fork_child() {
   sink_after_fork_child();
 }
 
+// Last: after every atexit handler, so the trace and the stats see the whole run.
 __attribute__((destructor)) void shim_fini() {
   begin_exit();
+  try {
+    std::vector<std::pair<int, std::vector<std::pair<std::string, std::int64_t>>>> stats;
+    for (ContextPool* p : pools().all()) stats.emplace_back(p->device, flatten_stats(p->allocator.stats()));
+    sink_close(stats);
+  } catch (...) {
+  }
   write_stats_file();
 }
 
@@ -58,7 +65,7 @@ bool exiting() noexcept { return g_exiting.load(std::memory_order_acquire); }
 
 void lifecycle_pool_created() noexcept {
   std::atexit(on_exit_handler);
-  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, fork_child); });
+  std::call_once(g_atfork_once, [] { pthread_atfork(sink_before_fork, sink_after_fork_parent, fork_child); });
 }
 
 void write_stats_file() noexcept {

@@ -70,6 +70,9 @@ const DriverTable* build_driver_table() noexcept {
   VT_REAL(cuDevicePrimaryCtxGetState);
   VT_REAL(cuDevicePrimaryCtxRetain);
   VT_REAL(cuStreamIsCapturing);
+  VT_REAL(cuDriverGetVersion);
+  VT_REAL(cuDeviceGetName);
+  VT_REAL(cuDeviceTotalMem_v2);
 #undef VT_REAL
   return t;
 }

@@ -33,6 +33,9 @@ struct DriverTable {
   CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned int*, int*) = nullptr;
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
+  CUresult (*cuDriverGetVersion)(int*) = nullptr;
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceTotalMem_v2)(size_t*, CUdevice) = nullptr;
   /// Wrapper for a real pointer (cuGetProcAddress substitution); null if not one of ours.
   void* wrapper_for(void* real_fn) const noexcept;
   /// Sorted (real pointer, hook) pairs, `pairs` of them.

@@ -7,8 +7,18 @@
 #include <string>
 #include <unordered_map>
 
+#include <unistd.h>
+
+#include <utility>
+#include <vector>
+
 #include "config.h"
+#include "hooks.h"
 #include "streams.h"
+#include "vramtrace.h"
+#if defined(VRAMTRACE_HAVE_TRACE_WRITER)
+#include "trace_writer.h"
+#endif
 
 namespace vramtrace::shim {
 
@@ -62,21 +72,112 @@ EventSink* sink() noexcept {
 }
 
 // ---------------------------------------------------------------------------------------------
-// MERGE POINT (lead): create the trace writer here, e.g.
-//   if (const char* out = std::getenv("VRAMTRACE_OUTPUT"); out && *out)
-//     return vramtrace::trace::TraceWriter::create(out);   // whatever its factory is named
-// Until then the shim runs without a trace file (events are still counted).
-EventSink* make_trace_sink() noexcept { return nullptr; }
+// The trace writer (issue 4, shim/src/trace_writer.h): compiled in when shim/trace_writer.cmake
+// exists (shim/CMakeLists.txt defines VRAMTRACE_HAVE_TRACE_WRITER); until then the shim runs
+// without a trace file (events are still counted for the stats file).
+#if defined(VRAMTRACE_HAVE_TRACE_WRITER)
+namespace {
+trace::TraceWriter* g_writer = nullptr;  // never destroyed: events may arrive during exit
+
+void say(const std::string& s) noexcept {
+  ssize_t n = ::write(2, s.data(), s.size());
+  (void)n;
+}
+
+trace::HeaderInfo base_header() {
+  trace::HeaderInfo h;
+  h.tool_version = vramtrace_version();
+  h.allocator_settings = config().settings.to_string();
+  const char* reuse = "lazy_sync";
+  if (config().settings.reuse == ReusePolicy::stream_ordered) reuse = "stream_ordered";
+  if (config().settings.reuse == ReusePolicy::none) reuse = "none";
+  h.settings.emplace_back("reuse", reuse);
+  for (std::size_t i = 0; i < kHookCount; ++i) h.entry_points.emplace_back(hook_name(static_cast<std::uint16_t>(i)));
+  return h;
+}
+}  // namespace
+
+EventSink* make_trace_sink() noexcept {
+  const char* out = std::getenv("VRAMTRACE_OUTPUT");
+  if (!out || !*out) return nullptr;
+  try {
+    trace::TraceWriterOptions options;
+    std::string error;
+    if (!trace::TraceWriterOptions::from_environment(options, error)) {
+      say("vramtrace: " + error + "; tracing is off, the program continues\n");
+      return nullptr;
+    }
+    options.start_on_first_event = true;  // processes that never allocate leave no file
+    options.header = base_header();
+    g_writer = new trace::TraceWriter(std::move(options));
+    return g_writer;
+  } catch (...) {
+    return nullptr;
+  }
+}
 
 void flush_trace_sink() noexcept {
-  // MERGE POINT (lead): forward to the writer's flush once it exists.
+  if (g_writer) g_writer->flush();
 }
+
+void sink_note_device(int device, int driver_version, const char* name, std::uint64_t total_bytes) noexcept {
+  if (!g_writer) return;
+  static std::mutex mu;
+  static auto* devices = new std::vector<trace::DeviceInfo>;
+  try {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& d : *devices)
+      if (d.id == device) return;
+    devices->push_back({device, name ? name : "", total_bytes, ""});
+    trace::HeaderInfo h = base_header();
+    h.cuda_driver_version = driver_version;
+    h.devices = *devices;
+    g_writer->set_header_info(std::move(h));
+  } catch (...) {
+  }
+}
+
+void sink_before_fork() noexcept {
+  if (g_writer) g_writer->before_fork();
+}
+void sink_after_fork_parent() noexcept {
+  if (g_writer) g_writer->after_fork_parent();
+}
+
+void sink_close(const std::vector<std::pair<int, std::vector<std::pair<std::string, std::int64_t>>>>& stats) noexcept {
+  if (!g_writer) return;
+  try {
+    std::vector<trace::FlatStats> by_device;
+    for (auto& [device, flat] : stats) {
+      if (device < 0) continue;
+      if (by_device.size() <= static_cast<std::size_t>(device)) by_device.resize(device + 1);
+      if (by_device[device].empty()) by_device[device] = flat;
+    }
+    g_writer->close(by_device);
+  } catch (...) {
+    g_writer->close();
+  }
+}
+
+std::uint32_t writer_intern_mark(const char* name) noexcept {
+  return g_writer ? g_writer->intern_mark(name ? name : "") : 0;
+}
+#else
+EventSink* make_trace_sink() noexcept { return nullptr; }
+void flush_trace_sink() noexcept {}
+void sink_note_device(int, int, const char*, std::uint64_t) noexcept {}
+void sink_before_fork() noexcept {}
+void sink_after_fork_parent() noexcept {}
+void sink_close(const std::vector<std::pair<int, std::vector<std::pair<std::string, std::int64_t>>>>&) noexcept {}
+std::uint32_t writer_intern_mark(const char*) noexcept { return 0; }
+#endif
 
 void sink_after_fork_child() noexcept {
   for (auto& c : g_event_counts.by_action) c.store(0, std::memory_order_relaxed);
   for (auto& c : g_event_counts.by_entry) c.store(0, std::memory_order_relaxed);
-  // MERGE POINT (lead): the writer reopens its output under the child's pid (if it does not use
-  // its own pthread_atfork handler).
+#if defined(VRAMTRACE_HAVE_TRACE_WRITER)
+  if (g_writer) g_writer->after_fork_child();  // the child writes its own file, started lazily
+#endif
 }
 
 void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream,
@@ -108,8 +209,10 @@ void emit_mark(std::uint32_t name_id) noexcept {
   s->record(e);
 }
 
-// Local string table until vramtrace::trace::intern_mark exists (MERGE POINT: forward to it).
+// The writer's string table when there is a writer; otherwise a local one (marks are still
+// counted for the stats file).
 std::uint32_t intern_mark_name(const char* name) noexcept {
+  if (std::uint32_t id = writer_intern_mark(name)) return id;
   static std::mutex mu;
   static auto* table = new std::unordered_map<std::string, std::uint32_t>;
   try {

@@ -3,6 +3,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "vramtrace/event.h"
 
@@ -25,13 +28,26 @@ enum class PassKind : std::uint8_t {
 /// by make_trace_sink() and wrapped by a counting adaptor (counts feed the stats file).
 EventSink* sink() noexcept;
 
-/// THE single place where the trace writer is created (connected by the lead at merge):
-/// returns a vramtrace::trace::TraceWriter built from VRAMTRACE_OUTPUT, or null when
-/// VRAMTRACE_OUTPUT is unset. Called once.
+/// THE single place where the trace writer is created: a vramtrace::trace::TraceWriter configured
+/// from VRAMTRACE_OUTPUT and the writer's other variables (file created by the first event), or
+/// null when VRAMTRACE_OUTPUT is unset, the writer is not compiled in, or its settings are bad
+/// (one stderr line; the shim works on without a trace). Called once.
 EventSink* make_trace_sink() noexcept;
 
 /// Asks the trace writer to write out what it buffered (vramtrace_flush). No-op without a writer.
 void flush_trace_sink() noexcept;
+
+/// Adds a device to the trace header (called when its first pool is created, before its first
+/// event). No-op without a writer.
+void sink_note_device(int device, int driver_version, const char* name, std::uint64_t total_bytes) noexcept;
+
+/// pthread_atfork prepare/parent halves for the writer (the child half is sink_after_fork_child).
+void sink_before_fork() noexcept;
+void sink_after_fork_parent() noexcept;
+
+/// At exit: writes the trailer with the final statistics (device ordinal, flat stats) and closes
+/// the trace. No-op without a writer.
+void sink_close(const std::vector<std::pair<int, std::vector<std::pair<std::string, std::int64_t>>>>& stats) noexcept;
 
 /// Events seen per action and per entry point (for the stats file and tests).
 struct EventCounts {
