@@ -119,6 +119,15 @@ def ok(r):
     return r["rc"] == 0 and not shim_errors(r)
 
 
+def why(*runs):
+    """The last stderr line of the first failing run (for the notes column)."""
+    for r in runs:
+        if r.get("rc") not in (0, None) or shim_errors(r):
+            lines = [l.strip() for l in r["err"].splitlines() if l.strip()]
+            return "; " + (lines[-1][:160] if lines else f"rc={r['rc']}")
+    return ""
+
+
 def fmt_rc(r):
     if r.get("skipped"):
         return "skipped (time)"
@@ -166,7 +175,7 @@ def nvcc_rows(R, bins, quick):
             seen = (calls(st, "cuMemAlloc_v2"), calls(st, "cuMemFree_v2"), calls(st, "cuMemAllocAsync"))
         prog = (s["program"].get("program.cudaMalloc"), s["program"].get("program.cudaFree"),
                 s["program"].get("program.cudaMallocAsync"))
-        same = {k: v for k, v in p["program"].items() if not k.startswith(("time.", "meminfo.free"))} == \
+        same = bool(p["program"]) and {k: v for k, v in p["program"].items() if not k.startswith(("time.", "meminfo.free"))} == \
                {k: v for k, v in s["program"].items() if not k.startswith(("time.", "meminfo.free"))}
         good = ok(p) and ok(s) and same and tuple(int(x or -1) for x in prog) == seen
         results[kind] = good
@@ -174,14 +183,15 @@ def nvcc_rows(R, bins, quick):
             identical="yes" if same else "NO",
             intercepted=f"{seen[0]}/{seen[1]}/{seen[2]} of {prog[0]}/{prog[1]}/{prog[2]} (malloc/free/async)",
             timing=f"malloc+free 1 MiB: {p['program'].get('time.pair_us')} -> {s['program'].get('time.pair_us')} us",
-            lazy_syncs=st.get("shim.lazy_syncs"), verdict="PASS" if good else "FAIL")
+            verdict="PASS" if good else "FAIL",
+            notes=f"errors {s['program'].get('check.errors')}, lazy syncs {st.get('shim.lazy_syncs')}" + why(p, s))
     return results
 
 
 def sanitizer_row(R, bins):
     cs = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not os.path.exists(cs):
-        row(row="compute-sanitizer memcheck", verdict="SKIP (no compute-sanitizer)")
+        row(row="compute-sanitizer memcheck", verdict="SKIP", notes="no compute-sanitizer")
         return True
     s = R.run("sanitizer", [cs, "--tool", "memcheck", "--error-exitcode", "9", bins["static"], "--quick"], True,
               timeout=240)
@@ -189,7 +199,8 @@ def sanitizer_row(R, bins):
     active = calls(s["stats"], "cuMemAlloc_v2") > 0
     row(row="compute-sanitizer memcheck (static nvcc program)", shim=fmt_rc(s),
         intercepted=f"cuMemAlloc_v2 {calls(s['stats'], 'cuMemAlloc_v2')}",
-        verdict="PASS" if clean and active else ("FAIL" if not clean else "FAIL (shim not active)"))
+        verdict="PASS" if clean and active else "FAIL",
+        notes=("" if active else "shim not active; ") + why(s))
     return clean and active
 
 
@@ -215,10 +226,11 @@ def torch_rows(R):
         good = ok(p) and ok(s) and same and seen > 0 and count_ok
         row(row=f"PyTorch, {label}", plain=fmt_rc(p), shim=fmt_rc(s), identical="yes" if same else "NO",
             intercepted=f"{'+'.join(hooks)} {seen} (torch num_device_alloc {prog})",
-            cached=st.get("shim.cached_allocs"), verdict="PASS" if good else "FAIL")
+            verdict="PASS" if good else "FAIL", notes=f"cached allocs {st.get('shim.cached_allocs')}" + why(p, s))
     cl = (control["result"] or {}).get("losses")
-    row(row="PyTorch determinism control (two plain runs)", identical=str(cl is not None and cl == (
-        R.run("torch_control2", argv, False)["result"] or {}).get("losses")))
+    cl2 = (R.run("torch_control2", argv, False)["result"] or {}).get("losses")
+    row(row="PyTorch determinism control (two runs without the shim)",
+        identical="yes" if cl is not None and cl == cl2 else "NO", notes="precondition for the bit-identical rows")
 
 
 def simple_rows(R):
@@ -236,10 +248,18 @@ def simple_rows(R):
         good = ok(p) and ok(s) and same and seen > 0
         row(row=label, plain=fmt_rc(p), shim=fmt_rc(s), identical="yes" if same else "NO",
             intercepted=f"cuMemAlloc_v2 {seen}, cuMemFree_v2 {calls(st, 'cuMemFree_v2')}",
-            cached=st.get("shim.cached_allocs"), verdict="PASS" if good else "FAIL")
+            verdict="PASS" if good else "FAIL", notes=f"cached allocs {st.get('shim.cached_allocs')}" + why(p, s))
+
+
+def gb(x):
+    return f"{x / 1e9:.3f} GB" if isinstance(x, (int, float)) and x else "n/a"
 
 
 def bench_rows(R):
+    """GPT-2 124M and Llama-style 1.1B training steps, side by side in one run (issue 3, item 2):
+    shim in front of PyTorch's default allocator (target <= 1.01x native), shim in tensor mode
+    (PYTORCH_NO_CUDA_MEMORY_CACHING=1, target <= 1.03x) under each reuse policy, and the shim's
+    peak reserved in tensor mode against PyTorch's native peak reserved."""
     py = sys.executable
     script = os.path.join(GPU_DIR, "torch_train.py")
     nocache = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
@@ -250,30 +270,44 @@ def bench_rows(R):
     for model, extra in plans.items():
         argv = [py, script, "--model", model] + extra
         native = R.run(f"bench_{model}_native", argv, False)
-        base = (native["result"] or {}).get("step_ms_median")
-        variants = [("shim, PyTorch default allocator", True, {}),
-                    ("shim, no caching, reuse:lazy_sync", True, dict(nocache)),
-                    ("shim, no caching, reuse:stream_ordered", True, dict(nocache, VRAMTRACE_CONF="reuse:stream_ordered")),
-                    ("shim, no caching, reuse:none", True, dict(nocache, VRAMTRACE_CONF="reuse:none")),
-                    ("no shim, no caching (raw)", False, dict(nocache))]
+        nres = native["result"] or {}
+        base = nres.get("step_ms_median")
+        native_peak = nres.get("peak_reserved")
+        row(row=f"bench {model}: native PyTorch allocator, no shim", plain=fmt_rc(native),
+            timing=f"step {base:.1f} ms" if base else "n/a", notes=f"peak reserved {gb(native_peak)}")
+        variants = [("shim in front of PyTorch's allocator", True, {}, 1.01),
+                    ("shim, tensor mode, reuse:lazy_sync", True, dict(nocache), 1.03),
+                    ("shim, tensor mode, reuse:stream_ordered", True, dict(nocache, VRAMTRACE_CONF="reuse:stream_ordered"), 1.03),
+                    ("shim, tensor mode, reuse:none", True, dict(nocache, VRAMTRACE_CONF="reuse:none"), None),
+                    ("no shim, tensor mode (raw cudaMalloc)", False, dict(nocache), None)]
         if model == "llama":
             variants = variants[:3]
-        row(row=f"bench {model}: native", plain=fmt_rc(native), step_ms=base,
-            peak_reserved=(native["result"] or {}).get("peak_reserved"))
-        for label, shim, env in variants:
-            r = R.run(f"bench_{model}_{label.replace(' ', '_').replace(',', '').replace(':', '_')}", argv, shim, env)
-            ms = (r["result"] or {}).get("step_ms_median")
-            same = (r["result"] or {}).get("losses") == (native["result"] or {}).get("losses")
-            ratio = round(ms / base, 3) if ms and base else None
-            row(row=f"bench {model}: {label}", shim=fmt_rc(r), step_ms=ms, ratio=ratio,
-                losses_identical="yes" if same else "no",
-                peak_reserved_shim=r["stats"].get("allocator.reserved_bytes.all.peak"),
-                peak_reserved_torch=(r["result"] or {}).get("peak_reserved"),
-                lazy_syncs=r["stats"].get("shim.lazy_syncs"), cached=r["stats"].get("shim.cached_allocs"))
+        for label, shim, env, target in variants:
+            tag = f"bench_{model}_" + "".join(c if c.isalnum() else "_" for c in label)
+            r = R.run(tag, argv, shim, env)
+            res = r["result"] or {}
+            ms = res.get("step_ms_median")
+            ratio = ms / base if ms and base else None
+            same = res.get("losses") is not None and res.get("losses") == nres.get("losses")
+            notes = [f"losses {'identical' if same else 'differ'}"]
+            verdict = ""
+            if shim:
+                peak = r["stats"].get("allocator.reserved_bytes.all.peak")
+                notes.append(f"shim peak reserved {gb(peak)}")
+                notes.append(f"lazy syncs {r['stats'].get('shim.lazy_syncs')}, cached allocs {r['stats'].get('shim.cached_allocs')}")
+                ok_time = target is None or (ratio is not None and ratio <= target)
+                ok_peak = "tensor mode" not in label or "none" in label or (
+                    peak is not None and native_peak is not None and peak <= native_peak)
+                if target is not None or "tensor mode" in label:
+                    verdict = "PASS" if ok(r) and ok_time and ok_peak else "FAIL"
+            row(row=f"bench {model}: {label}", **({"shim": fmt_rc(r)} if shim else {"plain": fmt_rc(r)}),
+                timing=(f"step {ms:.1f} ms = {ratio:.3f}x native" + (f" (target <= {target}x)" if target else ""))
+                if ms and ratio else "n/a",
+                notes="; ".join(notes) + why(r), verdict=verdict)
 
 
 def write_table(out):
-    keys = []
+    keys = ["row", "plain", "shim", "identical", "intercepted", "timing", "verdict", "notes"]
     for r in ROWS:
         for k in r:
             if k not in keys:
@@ -282,7 +316,8 @@ def write_table(out):
     for r in ROWS:
         lines.append("| " + " | ".join(str(r.get(k, "")) for k in keys) + " |")
     head = (f"GPU compatibility run, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
-            f"{round(time.time() - T0)} s, command: scripts/gpu-compat.sh {' '.join(sys.argv[1:])}")
+            f"{round(time.time() - T0)} s, command: scripts/gpu-compat.sh {' '.join(sys.argv[1:])}; "
+            f"logs: {os.path.join(out, 'logs')}/<name>.<plain|shim>.<out|err>")
     try:
         head += "\n\n" + subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
                                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
@@ -316,7 +351,7 @@ def main():
         try:
             part(R)
         except Exception as x:  # keep going: one broken part must not hide the others
-            row(row=part.__name__, verdict=f"ERROR {type(x).__name__}: {x}")
+            row(row=part.__name__, verdict="ERROR", notes=f"{type(x).__name__}: {x}")
     write_table(out)
 
 
