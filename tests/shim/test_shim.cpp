@@ -229,6 +229,16 @@ static void check_runtime_road(const char* program, bool shared_cudart) {
 TEST_CASE("shared cudart: runtime-level hooks, caching, semantics") { check_runtime_road("road_runtime_shared", true); }
 TEST_CASE("static cudart: caught at the driver level only") { check_runtime_road("road_runtime_static", false); }
 
+TEST_CASE("expandable segments through the CUDA driver backend (virtual memory calls)") {
+  Run r = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=expandable_segments:True"});
+  REQUIRE(r.exit_code == 0);
+  const Stats& s = r.stats();
+  CHECK(get(s, "events.segment_map") > 0);
+  CHECK(get(s, "events.segment_alloc") == 3);  // only the forwarded managed, pitched, host memory
+  CHECK(get(s, "shim.cached_allocs") > 0);
+  no_call_after_exit(r);
+}
+
 TEST_CASE("reuse policies: stream_ordered never synchronises, none forwards everything") {
   Run o = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=reuse:stream_ordered", "ROAD_EXPECT=ordered"});
   REQUIRE(o.exit_code == 0);

@@ -60,6 +60,12 @@ struct State {
   std::vector<Context*> created;
   std::map<CUdeviceptr, Allocation> allocs;
   std::set<void*> host_allocs;
+  struct Handle {
+    size_t size = 0;
+    int device = 0;
+    Context* ctx = nullptr;
+  };
+  std::map<CUmemGenericAllocationHandle, Handle> handles;  // cuMemCreate
   std::set<CUstream> capturing;
   std::map<std::string, long> calls;
   long alloc_attempts = 0;
@@ -152,9 +158,17 @@ void destroy_context(Context* c) {
   State& s = st();
   for (auto it = s.allocs.begin(); it != s.allocs.end();) {
     if (ctx_of(it->second.ctx) == c && it->second.kind != Kind::async) {
-      s.used[c->device] -= round_up(it->second.size, 512);
+      if (it->second.kind != Kind::vmm_reserved) s.used[c->device] -= round_up(it->second.size, 512);
       free(it->second.host);
       it = s.allocs.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = s.handles.begin(); it != s.handles.end();) {  // physical memory dies too
+    if (it->second.ctx == c) {
+      s.used[it->second.device] -= it->second.size;
+      it = s.handles.erase(it);
     } else {
       ++it;
     }
@@ -388,6 +402,7 @@ FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t ali
   c->next = *p + size;
   Allocation a;
   a.size = size;
+  a.host = static_cast<char*>(calloc(1, size));  // lazily committed by the OS; lets tests copy into mapped pages
   a.ctx = reinterpret_cast<CUcontext>(c);
   a.kind = Kind::vmm_reserved;
   st().allocs[*p] = a;
@@ -397,6 +412,7 @@ FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
   COUNT();
   auto it = st().allocs.find(p);
   if (it == st().allocs.end() || it->second.kind != Kind::vmm_reserved) return CUDA_ERROR_INVALID_VALUE;
+  free(it->second.host);
   st().allocs.erase(it);
   return CUDA_SUCCESS;
 }
@@ -408,16 +424,15 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, c
   if (st().used[dev] + size > st().total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
   st().used[dev] += size;
   *h = (st().next_handle++ << 8) | static_cast<unsigned>(dev);
-  // remember the size in the call table for cuMemRelease
-  st().calls["#handle_size_" + std::to_string(*h)] = static_cast<long>(size);
+  st().handles[*h] = {size, dev, reinterpret_cast<Context*>(tl_current)};
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   COUNT();
-  auto it = st().calls.find("#handle_size_" + std::to_string(h));
-  if (it == st().calls.end()) return CUDA_ERROR_INVALID_VALUE;
-  st().used[h & 0xff] -= static_cast<size_t>(it->second);
-  st().calls.erase(it);
+  auto it = st().handles.find(h);
+  if (it == st().handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  st().used[it->second.device] -= it->second.size;
+  st().handles.erase(it);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
