@@ -2,7 +2,6 @@
 // docs/trace-format.md.
 #include "trace_format.h"
 
-#include <charconv>
 #include <cstring>
 
 namespace vramtrace::trace {
@@ -40,10 +39,58 @@ inline char* put_lit(char* p, const char (&s)[N]) noexcept {
   std::memcpy(p, s, N - 1);
   return p + N - 1;
 }
-template <class Int>
-inline char* put_int(char* p, Int v) noexcept {
-  return std::to_chars(p, p + 24, v).ptr;  // 20 digits and a sign at most
+// Decimal integers without 64-bit divisions where possible: the value is cut into 8-digit
+// pieces, each formatted with 32-bit arithmetic and a two-digit table. About twice as fast as
+// std::to_chars here, and integers are a quarter of the writer thread's time.
+constexpr char kDigitPairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+inline char* put2(char* p, std::uint32_t v) noexcept {  // exactly two digits, v < 100
+  std::memcpy(p, kDigitPairs + 2 * v, 2);
+  return p + 2;
 }
+inline char* put4(char* p, std::uint32_t v) noexcept {  // exactly four digits, v < 10^4
+  return put2(put2(p, v / 100), v % 100);
+}
+inline char* put8(char* p, std::uint32_t v) noexcept {  // exactly eight digits, v < 10^8
+  return put4(put4(p, v / 10000), v % 10000);
+}
+inline char* put_upto4(char* p, std::uint32_t v) noexcept {  // no leading zeros, v < 10^4
+  if (v < 10) {
+    *p = static_cast<char>('0' + v);
+    return p + 1;
+  }
+  if (v < 100) return put2(p, v);
+  if (v < 1000) {
+    *p = static_cast<char>('0' + v / 100);
+    return put2(p + 1, v % 100);
+  }
+  return put4(p, v);
+}
+inline char* put_upto8(char* p, std::uint32_t v) noexcept {  // no leading zeros, v < 10^8
+  if (v < 10000) return put_upto4(p, v);
+  return put4(put_upto4(p, v / 10000), v % 10000);
+}
+inline char* put_u64(char* p, std::uint64_t v) noexcept {
+  if (v < 100000000) return put_upto8(p, static_cast<std::uint32_t>(v));
+  if (v < 10000000000000000ull) {
+    return put8(put_upto8(p, static_cast<std::uint32_t>(v / 100000000)), static_cast<std::uint32_t>(v % 100000000));
+  }
+  const std::uint64_t low16 = v % 10000000000000000ull;
+  p = put_upto4(p, static_cast<std::uint32_t>(v / 10000000000000000ull));  // at most 1844
+  return put8(put8(p, static_cast<std::uint32_t>(low16 / 100000000)), static_cast<std::uint32_t>(low16 % 100000000));
+}
+inline char* put_int(char* p, std::uint64_t v) noexcept { return put_u64(p, v); }
+inline char* put_int(char* p, std::uint32_t v) noexcept { return put_u64(p, v); }
+inline char* put_int(char* p, std::uint16_t v) noexcept { return put_u64(p, v); }
+inline char* put_int(char* p, std::int64_t v) noexcept {
+  if (v >= 0) return put_u64(p, static_cast<std::uint64_t>(v));
+  *p = '-';
+  return put_u64(p + 1, ~static_cast<std::uint64_t>(v) + 1);
+}
+inline char* put_int(char* p, std::int32_t v) noexcept { return put_int(p, static_cast<std::int64_t>(v)); }
 
 void append_key_int(TextBuffer& out, std::string_view key, std::int64_t v, bool comma = true) {
   char* p = out.grow(key.size() + 32);

@@ -144,3 +144,34 @@ TEST_CASE("header and trailer are single JSON lines", "[trace][format]") {
   CHECK(k["devices"][0]["device"] == 1);
   CHECK(k["devices"][0]["stats"]["allocated_bytes.all.peak"] == 42);
 }
+
+TEST_CASE("integers are written exactly at every digit-count boundary", "[trace][format]") {
+  std::vector<std::uint64_t> values = {0, 18446744073709551615ull, 9223372036854775808ull};
+  for (std::uint64_t p = 1; p <= 10000000000000000000ull; p *= 10) {
+    values.push_back(p - 1);
+    values.push_back(p);
+    values.push_back(p + 1);
+    if (p > 1844674407370955161ull) break;
+  }
+  for (std::uint64_t v : values) {
+    Event e{};
+    e.action = Action::alloc;
+    e.addr = v;
+    e.size_bytes = v;
+    e.block_bytes = v / 3;
+    TextBuffer out;
+    encode_event(out, e, 0);
+    auto j = nlohmann::json::parse(out.view());
+    INFO(out.view());
+    CHECK(j["p"].get<std::uint64_t>() == v);
+    CHECK(j.value("b", j["r"].get<std::uint64_t>()) == v / 3);  // "b" absent when equal to "r"
+    CHECK(out.view().find("\"p\":" + std::to_string(v) + ",") != std::string_view::npos);
+  }
+  for (std::int64_t origin : {std::int64_t{1}, std::int64_t{100000000}, std::int64_t{9223372036854775807}}) {
+    Event e{};
+    e.time_ns = 0;
+    TextBuffer out;
+    encode_event(out, e, origin);
+    CHECK(nlohmann::json::parse(out.view())["t"].get<std::int64_t>() == -origin);
+  }
+}
