@@ -270,65 +270,139 @@ class Reader final : public VramtraceTraceReader {
   }
 
   // One line: an event (filled into `out`), the trailer, a skipped kind, or a cut last line.
-  int parse_line(std::string_view line, TraceRecord& out) {
-    if (padded_.size() < line.size() + simdjson::SIMDJSON_PADDING) padded_.resize(line.size() + simdjson::SIMDJSON_PADDING + 256);
-    std::memcpy(padded_.data(), line.data(), line.size());
-    simdjson::padded_string_view view(padded_.data(), line.size(), padded_.size());
-
-    std::string_view action_text;
+  struct LineFields {
+    std::string_view action;
     std::int64_t t = 0, d = 0;
     std::uint64_t s = 0, p = 0, r = 0, free_bytes = 0, th = 0, e = 0;
     std::optional<std::uint64_t> b;
     bool has_name = false;
-    simdjson::error_code err = simdjson::SUCCESS;
-    {
-      simdjson::ondemand::document doc;
-      err = parser_.iterate(view).get(doc);
-      simdjson::ondemand::object obj;
-      if (!err) err = doc.get_object().get(obj);
-      if (!err) {
-        for (auto field : obj) {
-          std::string_view key;
-          if ((err = field.unescaped_key().get(key))) break;
-          simdjson::ondemand::value value;
-          if ((err = field.value().get(value))) break;
-          if (key.size() == 1) {
-            switch (key[0]) {
-              case 'a': err = value.get_string().get(action_text); break;
-              case 't': err = value.get_int64().get(t); break;
-              case 'd': err = value.get_int64().get(d); break;
-              case 's': err = value.get_uint64().get(s); break;
-              case 'p': err = value.get_uint64().get(p); break;
-              case 'r': err = value.get_uint64().get(r); break;
-              case 'b': {
-                std::uint64_t v = 0;
-                err = value.get_uint64().get(v);
-                b = v;
-                break;
-              }
-              case 'e': err = value.get_uint64().get(e); break;
-              default: break;  // unknown one-letter keys: a newer minor version
-            }
-          } else if (key == "th") {
-            err = value.get_uint64().get(th);
-          } else if (key == "free") {
-            err = value.get_uint64().get(free_bytes);
-          } else if (key == "name") {
-            std::string_view name;
-            err = value.get_string().get(name);
-            if (!err) {
-              mark_name_.assign(name);
-              has_name = true;
-            }
-          }
-          if (err) break;
+  };
+
+  // The fast path, for lines exactly as our writer makes them: {"a":"<kind>" then ,"key":<integer>
+  // pairs, no spaces, no escapes, no other value types. Returns false for anything else, which
+  // then goes through simdjson (mark names, oom snapshots, other writers, malformed lines).
+  static bool parse_canonical(std::string_view line, LineFields& f) {
+    const char* p = line.data();
+    const char* const end = p + line.size();
+    if (line.size() < 8 || std::memcmp(p, "{\"a\":\"", 6) != 0) return false;
+    p += 6;
+    const char* a0 = p;
+    while (p < end && *p != '"') {
+      if (*p == '\\') return false;
+      ++p;
+    }
+    if (p == end) return false;
+    f.action = std::string_view(a0, static_cast<std::size_t>(p - a0));
+    ++p;
+    for (;;) {
+      if (p == end) return false;
+      if (*p == '}') return p + 1 == end;
+      if (*p != ',' || ++p == end || *p != '"') return false;
+      const char* k0 = ++p;
+      while (p < end && *p != '"') {
+        if (*p == '\\') return false;
+        ++p;
+      }
+      if (p == end) return false;
+      std::string_view key(k0, static_cast<std::size_t>(p - k0));
+      if (++p == end || *p != ':') return false;
+      ++p;
+      bool negative = false;
+      if (p < end && *p == '-') {
+        negative = true;
+        ++p;
+      }
+      const char* d0 = p;
+      std::uint64_t v = 0;
+      while (p < end && *p >= '0' && *p <= '9') {
+        v = v * 10 + static_cast<std::uint64_t>(*p - '0');
+        ++p;
+      }
+      const std::size_t digits = static_cast<std::size_t>(p - d0);
+      if (digits == 0 || digits > 18 || (digits > 1 && *d0 == '0')) return false;  // big or not JSON: slow path
+      if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return false;
+      if (negative && key != "t" && key != "d") return false;
+      const std::int64_t sv = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
+      if (key.size() == 1) {
+        switch (key[0]) {
+          case 't': f.t = sv; break;
+          case 'd': f.d = sv; break;
+          case 's': f.s = v; break;
+          case 'p': f.p = v; break;
+          case 'r': f.r = v; break;
+          case 'b': f.b = v; break;
+          case 'e': f.e = v; break;
+          default: break;
         }
+      } else if (key == "th") {
+        f.th = v;
+      } else if (key == "free") {
+        f.free_bytes = v;
       }
     }
-    if (err) {
-      if (is_last_cut_line()) return kCut;
-      fail(std::string("malformed event: ") + simdjson::error_message(err));
+  }
+
+  // Any valid JSON object line, with simdjson On-Demand. Returns the error (SUCCESS when parsed).
+  simdjson::error_code parse_general(std::string_view line, LineFields& f) {
+    if (padded_.size() < line.size() + simdjson::SIMDJSON_PADDING) padded_.resize(line.size() + simdjson::SIMDJSON_PADDING + 256);
+    std::memcpy(padded_.data(), line.data(), line.size());
+    simdjson::padded_string_view view(padded_.data(), line.size(), padded_.size());
+    simdjson::error_code err = simdjson::SUCCESS;
+    simdjson::ondemand::document doc;
+    err = parser_.iterate(view).get(doc);
+    simdjson::ondemand::object obj;
+    if (!err) err = doc.get_object().get(obj);
+    if (err) return err;
+    for (auto field : obj) {
+      std::string_view key;
+      if ((err = field.unescaped_key().get(key))) break;
+      simdjson::ondemand::value value;
+      if ((err = field.value().get(value))) break;
+      if (key.size() == 1) {
+        switch (key[0]) {
+          case 'a': err = value.get_string().get(f.action); break;
+          case 't': err = value.get_int64().get(f.t); break;
+          case 'd': err = value.get_int64().get(f.d); break;
+          case 's': err = value.get_uint64().get(f.s); break;
+          case 'p': err = value.get_uint64().get(f.p); break;
+          case 'r': err = value.get_uint64().get(f.r); break;
+          case 'b': {
+            std::uint64_t v = 0;
+            err = value.get_uint64().get(v);
+            f.b = v;
+            break;
+          }
+          case 'e': err = value.get_uint64().get(f.e); break;
+          default: break;  // unknown one-letter keys: a newer minor version
+        }
+      } else if (key == "th") {
+        err = value.get_uint64().get(f.th);
+      } else if (key == "free") {
+        err = value.get_uint64().get(f.free_bytes);
+      } else if (key == "name") {
+        std::string_view name;
+        err = value.get_string().get(name);
+        if (!err) {
+          mark_name_.assign(name);
+          f.has_name = true;
+        }
+      }
+      if (err) break;
     }
+    return err;
+  }
+
+  // One line: an event (filled into `out`), the trailer, a skipped kind, or a cut last line.
+  int parse_line(std::string_view line, TraceRecord& out) {
+    LineFields f;
+    if (!parse_canonical(line, f)) {
+      f = LineFields{};
+      if (simdjson::error_code err = parse_general(line, f)) {
+        if (is_last_cut_line()) return kCut;
+        fail(std::string("malformed event: ") + simdjson::error_message(err));
+      }
+    }
+    const std::string_view action_text = f.action;
     if (action_text.empty()) fail("a record without its kind \"a\"");
 
     if (action_text == "trailer") {
@@ -345,16 +419,16 @@ class Reader final : public VramtraceTraceReader {
     }
     out = TraceRecord{};
     out.action = *action;
-    out.addr = p;
-    out.size = r;
-    out.stream = s;
-    out.time_ns = details_.start_unix_ns + t;
-    out.device = static_cast<std::int32_t>(d);
-    out.device_free = free_bytes;
-    block_bytes_ = b ? *b : r;
-    thread_id_ = static_cast<std::uint32_t>(th);
-    entry_point_ = static_cast<std::uint32_t>(e);
-    if (!has_name) mark_name_.clear();
+    out.addr = f.p;
+    out.size = f.r;
+    out.stream = f.s;
+    out.time_ns = details_.start_unix_ns + f.t;
+    out.device = static_cast<std::int32_t>(f.d);
+    out.device_free = f.free_bytes;
+    block_bytes_ = f.b ? *f.b : f.r;
+    thread_id_ = static_cast<std::uint32_t>(f.th);
+    entry_point_ = static_cast<std::uint32_t>(f.e);
+    if (!f.has_name) mark_name_.clear();
     has_snapshot_ = false;
     if (*action == Action::oom) {
       json j = parse_json_line(line);
