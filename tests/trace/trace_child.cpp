@@ -4,6 +4,8 @@
 //
 //   trace_child family PATTERN   parent + fork child + exec'd child, each writes its own file
 //   trace_child leaf PATTERN     (exec'd by family) writes 200 events tagged 3
+//   trace_child exit CODE        exits with CODE through exit() (atexit handlers run)
+//   trace_child die-after MS     sleeps MS milliseconds, then SIGKILLs itself
 //   trace_child work PATTERN N [FSIZE_BYTES]
 //                                records N events while computing a checksum; prints
 //                                "work=<checksum>" and exits 0 whatever happens to the trace
@@ -116,6 +118,11 @@ int work(const char* pattern, long n, long fsize) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "exit") == 0) std::exit(std::atoi(argv[2]));
+  if (argc >= 3 && std::strcmp(argv[1], "die-after") == 0) {
+    usleep(static_cast<useconds_t>(std::atoi(argv[2])) * 1000);
+    raise(SIGKILL);
+  }
   if (argc >= 3 && std::strcmp(argv[1], "family") == 0) return family(argv[2], argv[0]);
   if (argc >= 3 && std::strcmp(argv[1], "leaf") == 0) return leaf(argv[2]);
   if (argc >= 4 && std::strcmp(argv[1], "work") == 0) {
