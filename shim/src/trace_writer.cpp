@@ -329,6 +329,11 @@ void TraceWriter::after_fork_child() noexcept {
   }
 }
 
+void TraceWriter::set_header_info(HeaderInfo info) noexcept {
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  options_.header = std::move(info);
+}
+
 // ---- recording (any thread) ------------------------------------------------------------------
 
 bool TraceWriter::push(const Event& e, std::uint64_t* pos, bool never_drop) noexcept {
@@ -354,8 +359,9 @@ void TraceWriter::record(const Event& e) noexcept {
 }
 
 void TraceWriter::record_slow(const Event& e) noexcept {
-  if (state_.load(std::memory_order_acquire) == kForkPending) {
-    start();  // a fork child's first event opens the child's own file
+  const int s = state_.load(std::memory_order_acquire);
+  if (s == kForkPending || (s == kIdle && options_.start_on_first_event)) {
+    start();  // the first event opens the file (a fork child's own file, or a lazy start)
   }
   if (state_.load(std::memory_order_acquire) != kRunning) return;
   std::uint64_t pos;
@@ -364,7 +370,8 @@ void TraceWriter::record_slow(const Event& e) noexcept {
 
 void TraceWriter::record_oom(const Event& e, const Snapshot& state) noexcept {
   if (state_.load(std::memory_order_acquire) != kRunning) {
-    if (state_.load(std::memory_order_acquire) == kForkPending) start();
+    const int s = state_.load(std::memory_order_acquire);
+    if (s == kForkPending || (s == kIdle && options_.start_on_first_event)) start();
     if (state_.load(std::memory_order_acquire) != kRunning) return;
   }
   Event copy = e;

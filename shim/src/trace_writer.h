@@ -58,6 +58,10 @@ struct TraceWriterOptions {
   bool drop_when_full = false;
   /// Upper bound in milliseconds on how long a recorded event stays in memory before write(2).
   std::uint32_t flush_interval_ms = 100;
+  /// true: the file is created by the first recorded event (or mark) instead of by start(), so
+  /// that processes that never allocate device memory (shells, launchers, DataLoader workers)
+  /// leave no file. The shim sets this and fills the header (set_header_info) once CUDA is up.
+  bool start_on_first_event = false;
   HeaderInfo header;
 
   /// Reads VRAMTRACE_OUTPUT (the output name), VRAMTRACE_TRACE_BUFFER (events),
@@ -88,9 +92,14 @@ class TraceWriter final : public EventSink {
   /// tracing is on afterwards. Call once; later calls return the current state.
   bool start() noexcept;
 
+  /// Replaces the header's CUDA and device information for the file not yet created (this
+  /// process's, or a fork child's). Thread-safe; no effect on a file already written.
+  void set_header_info(HeaderInfo info) noexcept;
+
   /// Appends one event (time_ns, thread_id etc. as the caller stamped them). Lock-free: a copy
   /// into the ring and a release store; waits only when the ring is full (or drops, by option).
-  /// No-op unless tracing is on. In a fork child, the first call starts the child's own file.
+  /// No-op unless tracing is on. With start_on_first_event, and in a fork child, the first call
+  /// creates the file (on the calling thread, once).
   void record(const Event& e) noexcept override;
 
   /// Appends the oom event with `state` formatted as PyTorch's snapshot and returns after the oom

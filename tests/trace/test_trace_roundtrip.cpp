@@ -261,3 +261,36 @@ TEST_CASE("a newer major format version is refused by name", "[trace][reader]") 
   std::ofstream(dir.file("other.jsonl")) << "{\"action\":\"alloc\"}\n";
   CHECK_THROWS_AS(open_vramtrace_trace(dir.file("other.jsonl")), TraceError);
 }
+
+TEST_CASE("start_on_first_event creates the file only when something is recorded", "[trace][roundtrip]") {
+  ScratchDir dir;
+  {
+    auto o = options_for(dir.file("never.jsonl"));
+    o.start_on_first_event = true;
+    TraceWriter w(o);
+    w.close();
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.file("never.jsonl")));
+  auto o = options_for(dir.file("lazy.jsonl"));
+  o.start_on_first_event = true;
+  TraceWriter w(o);
+  CHECK_FALSE(w.enabled());
+  HeaderInfo info = o.header;
+  info.devices = {{0, "Late GPU", 1ull << 30, "GPU-1234"}};
+  info.cuda_runtime_version = 12080;
+  w.set_header_info(info);
+  w.mark("first");
+  CHECK(w.enabled());
+  Event e{};
+  e.addr = 42;
+  e.time_ns = TraceWriter::now_ns();
+  w.record(e);
+  w.close();
+  ReadBack rb = test::read_all(dir.file("lazy.jsonl"));
+  REQUIRE(rb.records.size() == 2);
+  CHECK(rb.mark_names[0] == "first");
+  CHECK(rb.records[1].addr == 42);
+  CHECK(rb.details.devices.at(0).name == "Late GPU");
+  CHECK(rb.details.devices.at(0).uuid == "GPU-1234");
+  CHECK(rb.details.cuda_runtime_version == 12080);
+}
