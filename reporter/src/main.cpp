@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", VRAMTRACE_VERSION_STRING);
   vramtrace::cli::register_replay(app);
+  vramtrace::cli::register_explain(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
