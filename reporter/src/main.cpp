@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", VRAMTRACE_VERSION_STRING);
   vramtrace::cli::register_replay(app);
   vramtrace::cli::register_explain(app);
+  vramtrace::cli::register_summary(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
