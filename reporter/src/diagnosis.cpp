@@ -242,11 +242,12 @@ Diagnosis diagnose(const OomFigures& f) {
   }
 
   // --- 2. unexplained -----------------------------------------------------------------------
-  if (device_avail && *device_avail >= R + kDeviceSlackBytes) {
+  const u64 Rdev = std::max(R, f.device_request.value_or(R));
+  if (device_avail && *device_avail >= Rdev + kDeviceSlackBytes) {
     d.code = DiagnosisCode::unexplained;
     d.headline = "the device had room for the request, so this allocator's state does not explain the failure";
-    d.reasons.push_back(fmt::format("free on the device {} >= request {} + {} slack", fb(*device_avail), fb(R),
-                                    fb(kDeviceSlackBytes)));
+    d.reasons.push_back(fmt::format("free on the device {} >= {} {} + {} slack", fb(*device_avail),
+                                    Rdev != R ? "new segment" : "request", fb(Rdev), fb(kDeviceSlackBytes)));
     d.next_step = "Check for: another process allocating at the same moment (watch nvidia-smi); the program running on a "
                   "different GPU than the message names (CUDA_VISIBLE_DEVICES); a limit the message does not show (MIG "
                   "slice, container, set_per_process_memory_fraction); a different CUDA error reported as out of memory "
@@ -287,7 +288,7 @@ Diagnosis diagnose(const OomFigures& f) {
       d.code = DiagnosisCode::fragmentation;
       d.headline = "enough memory is free in total, but no free block is large enough";
       d.reasons.push_back(fmt::format("free in all {} >= request {}", fb(total_free), fb(R)));
-      d.reasons.push_back(fmt::format("free on the device {} < request {}: a new segment does not fit", fb(*device_avail), fb(R)));
+      d.reasons.push_back(fmt::format("free on the device {} < {}: a new segment does not fit", fb(*device_avail), fb(Rdev)));
       if (f.largest_free_block) {
         d.reasons.push_back(fmt::format("largest free block in the cache {} < request {}", fb(*f.largest_free_block), fb(R)));
         if (*f.largest_free_block >= R)

@@ -29,6 +29,9 @@ const char* diagnosis_code_name(DiagnosisCode c) noexcept;
 /// missing one with a guess, it derives only what arithmetic on known figures gives.
 struct OomFigures {
   std::optional<std::uint64_t> request;             ///< bytes asked of the device (segment size in PyTorch messages)
+  /// What a new device allocation for the request would take (PyTorch's segment size), when it
+  /// differs from `request` (traces record the rounded request). Used to judge device free memory.
+  std::optional<std::uint64_t> device_request;
   std::optional<std::uint64_t> device_total;
   std::optional<std::uint64_t> device_free;         ///< cudaMemGetInfo free at the failure
   std::optional<std::uint64_t> allocated;

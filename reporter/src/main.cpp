@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   vramtrace::cli::register_replay(app);
   vramtrace::cli::register_explain(app);
   vramtrace::cli::register_summary(app);
+  vramtrace::cli::register_oom(app);
+  vramtrace::cli::register_report(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

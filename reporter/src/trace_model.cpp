@@ -731,6 +731,7 @@ struct TraceModelBuilder::Impl {
                                           d.out.unknown_frees));
       if (d.out.ooms.size() > opt.max_oom_states)
         d.out.notes.push_back(fmt::format("{} OOMs; the layout is kept for the first {}", d.out.ooms.size(), opt.max_oom_states));
+      d.out.stats.max_split_size = rules.max_split_size_bytes == UINT64_MAX ? -1 : static_cast<i64>(rules.max_split_size_bytes);
       m.devices.push_back(std::move(d.out));
     }
     if (!has_segment_events && events > 0)
