@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "vramtrace/device_backend.h"
 
@@ -20,14 +23,22 @@ class SimulatedDevice final : public DeviceBackend {
     /// Memory held outside the allocator (CUDA context, other libraries), counted as used.
     std::uint64_t outside_bytes = 0;
     std::uint64_t page_bytes = 2 * kMiB;
-    /// First fake address; allocations are placed at increasing page-aligned addresses.
-    DevicePtr base_address = 0x7f0000000000ull;
+    /// First fake address; allocations are placed at increasing page-aligned addresses. The
+    /// default (2^52) stays clear of the addresses real CUDA hands out (below 2^48) so that a
+    /// replay's planned addresses never collide with fake ones, and below 2^53 so that
+    /// JavaScript reads them exactly.
+    DevicePtr base_address = 0x10000000000000ull;
     /// Fault injection: fail the Nth device allocation (allocate or map), 1-based; 0 = never.
     std::uint64_t fail_nth_allocation = 0;
     /// Fault injection: fail every device allocation after the Nth; 0 = never.
     std::uint64_t fail_after_allocations = 0;
     /// When false, recorded events stay pending until wait_event/synchronize/complete_events.
     bool events_complete_immediately = true;
+    /// Addresses to hand out, in order: while the k-th `allocate` asks for exactly
+    /// address_plan[k].first bytes and that range is free, it gets address_plan[k].second. The
+    /// first mismatch abandons the plan. Replay uses this to place segments where the recorded
+    /// program got them, because best fit breaks ties between equal sizes by address.
+    std::vector<std::pair<std::uint64_t, DevicePtr>> address_plan;
   };
 
   SimulatedDevice();
@@ -49,6 +60,10 @@ class SimulatedDevice final : public DeviceBackend {
   void wait_event(EventHandle ev) noexcept override;
   void destroy_event(EventHandle ev) noexcept override;
   void synchronize() noexcept override;
+
+  /// Appends to the address plan (see Options::address_plan); ignored once the plan was
+  /// abandoned. Lets a streaming replay plan each segment when it reads the trace's segment_alloc.
+  void plan_address(std::uint64_t bytes, DevicePtr addr);
 
   /// Completes every pending event (as if the GPU caught up).
   void complete_events() noexcept;
@@ -72,7 +87,11 @@ class SimulatedDevice final : public DeviceBackend {
   std::set<EventHandle> pending_events_;
   EventHandle next_event_ = 1;
 
+  std::deque<std::pair<std::uint64_t, DevicePtr>> plan_;
+  bool plan_abandoned_ = false;
+
   bool inject_failure_locked() noexcept;
+  bool range_free_locked(DevicePtr addr, std::uint64_t bytes) const noexcept;
 };
 
 }  // namespace vramtrace

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds vramtrace and runs the whole test suite: the normal build, then the address and
+# undefined-behaviour sanitizer build. Installs what it needs first (scripts/setup-deps.sh).
+# GPU tests (ctest label "gpu") skip themselves where no GPU is present.
+#
+# Usage: scripts/test.sh [--quick]   (--quick: normal build only, no sanitizer pass)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup-deps.sh --with-browser
+
+jobs=$(nproc)
+run_suite() {
+  local preset=$1
+  echo "== configure and build ($preset)"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j"$jobs"
+  echo "== test ($preset)"
+  ctest --preset "$preset" -j"$jobs"
+}
+
+run_suite default
+if [[ "${1:-}" != "--quick" ]]; then
+  # The sanitizer pass runs a shorter random sequence: the instrumented allocator is ~10x slower.
+  VRAMTRACE_RANDOM_STEPS=300000 run_suite asan
+fi
