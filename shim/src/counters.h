@@ -20,6 +20,7 @@ namespace vramtrace::shim {
   X(pools_created)       /* per-context caching allocators created */                             \
   X(pools_dropped)       /* dropped by a reset, release or destroy of their context */            \
   X(resolver_substitutions) /* cuGetProcAddress / cudaGetDriverEntryPoint results replaced */      \
+  X(resolver_unmapped)   /* a hooked family resolved to a pointer we could not map (bypasses us) */ \
   X(exit_frees)          /* frees after process exit began (forgotten, no driver call) */          \
   X(oom_fallbacks)       /* allocator OOMs served by forwarding the exact request (no spurious OOM) */
 

@@ -9,6 +9,10 @@
 // our two wrappers, so every later lookup of that cudart goes through us (without this a static
 // cudart escapes: seen on the H200). Empty names (the runtime's probe), unknown names, NULL
 // results, statuses and errors are passed back untouched.
+#include <dlfcn.h>
+
+#include <string_view>
+
 #include "config.h"
 #include "counters.h"
 #include "entry.h"
@@ -22,13 +26,51 @@ namespace {
 // count shows whether a cudart resolved through us at all. They do not set the entry point.
 void count_resolver_call(Hook h) noexcept { g_calls[static_cast<std::size_t>(h)].fetch_add(1, std::memory_order_relaxed); }
 
-void substitute(void** pfn) noexcept {
+// Base name of an ABI name: "cuMemAllocAsync_ptsz" -> "cuMemAllocAsync", "cuMemAlloc_v2" ->
+// "cuMemAlloc" (what a resolver is asked for).
+std::string_view base_name(std::string_view n) noexcept {
+  if (n.size() > 5 && n.substr(n.size() - 5) == "_ptsz") n.remove_suffix(5);
+  std::size_t u = n.rfind("_v");
+  if (u != std::string_view::npos && u + 2 < n.size() &&
+      n.substr(u + 2).find_first_not_of("0123456789") == std::string_view::npos)
+    n = n.substr(0, u);
+  return n;
+}
+
+// Whether `symbol` names a family we hook at the driver level.
+bool hooked_family(const char* symbol) noexcept {
+  if (!symbol || !*symbol) return false;
+  for (std::size_t i = 1; i < kHookCount; ++i) {
+    Hook h = static_cast<Hook>(i);
+    if (hook_level(h) == Level::driver && base_name(hook_name(static_cast<std::uint16_t>(i))) == symbol) return true;
+  }
+  return false;
+}
+
+void substitute(const char* symbol, void** pfn) noexcept {
   if (!pfn || !*pfn || !enabled()) return;
   const DriverTable* d = driver();
   if (!d) return;
-  if (void* w = d->wrapper_for(*pfn)) {
+  void* w = d->wrapper_for(*pfn);
+  bool exactly_named = false;
+  if (!w) {
+    // Second chance: dladdr names the pointer exactly when it is an exported symbol (e.g. a driver
+    // whose resolver returns addresses that dlsym on our handle did not). An exported variant we
+    // do not hook (cuMemAlloc's 32-bit ABI) is left alone.
+    Dl_info info{};
+    if (dladdr(*pfn, &info) && info.dli_saddr == *pfn && info.dli_sname) {
+      exactly_named = true;
+      Hook h = hook_by_name(info.dli_sname);
+      if (h != Hook::none && hook_level(h) == Level::driver) w = hook_wrapper(h);
+    }
+  }
+  if (w) {
     *pfn = w;
     bump(g_counters.resolver_substitutions);
+  } else if (!exactly_named && hooked_family(symbol)) {
+    // A family we hook came back as an internal pointer we cannot map to a variant: the program
+    // bypasses us for it. Counted so that the GPU run shows it (shim.resolver_unmapped).
+    bump(g_counters.resolver_unmapped);
   }
 }
 }  // namespace
@@ -38,7 +80,7 @@ extern "C" CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVer
   auto real = real_driver<CUresult (*)(const char*, void**, int, cuuint64_t)>(Hook::cuGetProcAddress);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, cudaVersion, flags);
-  if (r == CUDA_SUCCESS) substitute(pfn);
+  if (r == CUDA_SUCCESS) substitute(symbol, pfn);
   return r;
 }
 
@@ -49,7 +91,7 @@ extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda
       Hook::cuGetProcAddress_v2);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, cudaVersion, flags, status);
-  if (r == CUDA_SUCCESS) substitute(pfn);
+  if (r == CUDA_SUCCESS) substitute(symbol, pfn);
   return r;
 }
 
@@ -62,7 +104,7 @@ extern "C" cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPt
       real_runtime(Hook::cudaGetDriverEntryPoint));
   if (!real) return cudaErrorSharedObjectSymbolNotFound;
   cudaError_t r = real(symbol, funcPtr, flags, status);
-  if (r == cudaSuccess) substitute(funcPtr);
+  if (r == cudaSuccess) substitute(symbol, funcPtr);
   return r;
 }
 
@@ -75,6 +117,6 @@ extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void
       real_runtime(Hook::cudaGetDriverEntryPointByVersion));
   if (!real) return cudaErrorSharedObjectSymbolNotFound;
   cudaError_t r = real(symbol, funcPtr, cudaVersion, flags, status);
-  if (r == cudaSuccess) substitute(funcPtr);
+  if (r == cudaSuccess) substitute(symbol, funcPtr);
   return r;
 }

@@ -184,7 +184,9 @@ def nvcc_rows(R, bins, quick):
             intercepted=f"{seen[0]}/{seen[1]}/{seen[2]} of {prog[0]}/{prog[1]}/{prog[2]} (malloc/free/async)",
             timing=f"malloc+free 1 MiB: {p['program'].get('time.pair_us')} -> {s['program'].get('time.pair_us')} us",
             verdict="PASS" if good else "FAIL",
-            notes=f"errors {s['program'].get('check.errors')}, lazy syncs {st.get('shim.lazy_syncs')}" + why(p, s))
+            notes=f"errors {s['program'].get('check.errors')}, lazy syncs {st.get('shim.lazy_syncs')}, "
+                  f"resolver substitutions {st.get('shim.resolver_substitutions')}, "
+                  f"unmapped {st.get('shim.resolver_unmapped')}" + why(p, s))
     return results
 
 

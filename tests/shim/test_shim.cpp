@@ -211,6 +211,7 @@ static void check_runtime_road(const char* program, bool shared_cudart) {
   }
   CHECK(get(s, "calls.cuGetProcAddress_v2") > 0);
   CHECK(get(s, "shim.resolver_substitutions") > 0);
+  CHECK(get(s, "shim.resolver_unmapped") == 0);
   CHECK(get(s, "shim.cached_allocs") > 0);
   CHECK(get(s, "shim.double_frees") == 1);
   CHECK(get(s, "shim.unknown_frees") == 1);
@@ -311,6 +312,7 @@ TEST_CASE("dlopen + dlsym and cuGetProcAddress: exact ABI variants, self-lookup,
   CHECK(get(s, "calls.cuGetProcAddress_v2") == get(r.program, "gpa.cuGetProcAddress_v2"));
   CHECK(get(s, "calls.cuGetProcAddress") == get(r.program, "gpa.cuGetProcAddress"));
   CHECK(get(s, "shim.cached_allocs") == 4);
+  CHECK(get(s, "shim.resolver_unmapped") == 0);  // the 32-bit cuMemAlloc is exported, just not hooked
 }
 
 TEST_CASE("dlsym forwarding keeps the caller (RTLD_NEXT chain, RTLD_DEFAULT from a local scope)") {
@@ -380,6 +382,7 @@ TEST_CASE("NVIDIA's real cudart 13 resolves the driver only through our wrappers
     const Stats& s = r.stats();
     CHECK(get(s, "calls.cuGetProcAddress_v2") >= 300);  // 440 with cudart 13.0
     CHECK(get(s, "shim.resolver_substitutions") >= 20);  // every memory entry point is ours
+    CHECK(get(s, "shim.resolver_unmapped") == 0);
     CHECK(get(r.program, "error") != 0);                   // the fake has no export tables
     if (std::string(kind).find("shared") != std::string::npos) CHECK(get(s, "calls.cudaMalloc") == 1);
   }
