@@ -228,7 +228,8 @@ def torch_rows(R):
         good = ok(p) and ok(s) and same and seen > 0 and count_ok
         row(row=f"PyTorch, {label}", plain=fmt_rc(p), shim=fmt_rc(s), identical="yes" if same else "NO",
             intercepted=f"{'+'.join(hooks)} {seen} (torch num_device_alloc {prog})",
-            verdict="PASS" if good else "FAIL", notes=f"cached allocs {st.get('shim.cached_allocs')}" + why(p, s))
+            verdict="PASS" if good else "FAIL",
+            notes=f"cached allocs {st.get('shim.cached_allocs')}, unmapped {st.get('shim.resolver_unmapped')}" + why(p, s))
     cl = (control["result"] or {}).get("losses")
     cl2 = (R.run("torch_control2", argv, False)["result"] or {}).get("losses")
     row(row="PyTorch determinism control (two runs without the shim)",
@@ -250,7 +251,8 @@ def simple_rows(R):
         good = ok(p) and ok(s) and same and seen > 0
         row(row=label, plain=fmt_rc(p), shim=fmt_rc(s), identical="yes" if same else "NO",
             intercepted=f"cuMemAlloc_v2 {seen}, cuMemFree_v2 {calls(st, 'cuMemFree_v2')}",
-            verdict="PASS" if good else "FAIL", notes=f"cached allocs {st.get('shim.cached_allocs')}" + why(p, s))
+            verdict="PASS" if good else "FAIL",
+            notes=f"cached allocs {st.get('shim.cached_allocs')}, unmapped {st.get('shim.resolver_unmapped')}" + why(p, s))
 
 
 def gb(x):
