@@ -36,7 +36,9 @@ struct TraceHeader {
   std::string path;
   std::string format;            ///< "torchtrace", "snapshot" or "vramtrace"
   std::string workload;          ///< free text (torchtrace header "workload", command line, ...)
-  std::string settings;          ///< allocator settings string in force (PYTORCH_CUDA_ALLOC_CONF)
+  /// Allocator settings string in force (PYTORCH_CUDA_ALLOC_CONF). For snapshots it is known
+  /// only once next() returned false (`allocator_settings` follows `device_traces` in the pickle).
+  std::string settings;
   std::uint64_t device_total_bytes = 0;  ///< 0 when unknown
   /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any.
   std::vector<std::pair<std::string, std::int64_t>> recorded_stats;
