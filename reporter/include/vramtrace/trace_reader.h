@@ -80,10 +80,8 @@ using TraceOpener = std::unique_ptr<TraceReader> (*)(const std::string& path);
 /// A later registration of the same name replaces the earlier one. Thread-safe; call it before
 /// open_trace (e.g. at the start of main, or from the format's own initialisation).
 ///
-/// For "vramtrace", open_trace also falls back to open_vramtrace_trace when no opener is
-/// registered and that function is linked in (it is referenced weakly, so a build without it
-/// still links; note that a weak reference does not pull an object file out of a static
-/// library, so the object defining it must be linked for another reason or registered here).
+/// "vramtrace" needs no registration: open_trace calls open_vramtrace_trace (same library)
+/// unless another opener was registered under that name.
 void register_trace_format(const std::string& name, TraceOpener opener);
 
 /// vramtrace's own JSON Lines format (docs/trace-format.md); open_trace dispatches here when the
