@@ -6,12 +6,12 @@
 #include <fstream>
 #include <iterator>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "summary.h"
 #include "trace_model.h"
+#include "vramtrace_trace.h"
 #include "vramtrace/trace_reader.h"
 
 namespace vramtrace {
@@ -51,10 +51,17 @@ class EventFactsBuilder {
         d.facts.frees_before_largest = d.frees;
         d.facts.live_before_largest = d.live.size();
         d.facts.allocs_before_largest = d.allocs;
+        d.facts.live_bytes_before_largest = d.live_bytes;
       }
-      d.live.insert(r.addr);
+      if (auto [it, fresh] = d.live.try_emplace(r.addr, r.size); !fresh) {
+        d.live_bytes -= it->second;
+        it->second = r.size;
+      }
+      d.live_bytes += r.size;
       ++d.allocs;
-    } else if (d.live.erase(r.addr)) {
+    } else if (auto it = d.live.find(r.addr); it != d.live.end()) {
+      d.live_bytes -= it->second;
+      d.live.erase(it);
       ++d.frees;
     }
   }
@@ -71,7 +78,8 @@ class EventFactsBuilder {
  private:
   struct Device {
     DeviceEventFacts facts;
-    std::unordered_set<std::uint64_t> live;
+    std::unordered_map<std::uint64_t, std::uint64_t> live;  // addr -> requested bytes
+    std::uint64_t live_bytes = 0;
     std::uint64_t allocs = 0;
     std::uint64_t frees = 0;
   };
@@ -96,11 +104,12 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   TraceModelBuilder model(reader->header());
   StepSeriesBuilder steps;
   EventFactsBuilder facts;
+  const auto* named = dynamic_cast<const VramtraceTraceReader*>(reader.get());  // marks with names
   TraceRecord r;
   try {
     while (reader->next(r)) {
       model.add(r);
-      steps.add(r);
+      steps.add(r, named && r.action == Action::mark ? std::string_view(named->mark_name()) : std::string_view{});
       facts.add(r);
     }
   } catch (const TraceError&) {
@@ -115,6 +124,19 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   in.measures = measures_from_summary(in.summary, path);
   in.steps = steps.finish();
   in.facts = facts.finish();
+  for (const auto& d : models.front().devices) {
+    if (d.ooms.empty()) continue;
+    for (auto& f : in.facts) {
+      if (f.device != d.device) continue;
+      const OomRecord& o = d.ooms.front();
+      f.has_oom = true;
+      f.oom_request_bytes = o.request_bytes;
+      f.oom_device_free_bytes = o.device_free_bytes;
+      f.oom_allocated_bytes = o.state.stats.allocated_bytes[kStatAll].current;
+      f.oom_reserved_bytes = o.state.stats.reserved_bytes[kStatAll].current;
+      f.oom_largest_free_block_bytes = o.state.largest_free_block;
+    }
+  }
   for (auto& m : in.measures) {
     m.trace_index = trace_index;
     m.growth_source = "none";

@@ -25,6 +25,14 @@ struct DeviceEventFacts {
   std::uint64_t frees_before_largest = 0;
   std::uint64_t live_before_largest = 0;
   std::uint64_t allocs_before_largest = 0;
+  std::uint64_t live_bytes_before_largest = 0;  ///< requested bytes live when it came
+  /// The first OOM, from the trace model (absent without one).
+  bool has_oom = false;
+  std::uint64_t oom_request_bytes = 0;
+  std::uint64_t oom_device_free_bytes = 0;
+  std::int64_t oom_allocated_bytes = 0;
+  std::int64_t oom_reserved_bytes = 0;
+  std::uint64_t oom_largest_free_block_bytes = 0;
 };
 
 /// One loaded input.

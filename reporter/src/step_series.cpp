@@ -14,7 +14,7 @@ std::uint64_t StepSeriesBuilder::block_size(std::uint64_t requested) noexcept {
   return (requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
 }
 
-void StepSeriesBuilder::add(const TraceRecord& r) {
+void StepSeriesBuilder::add(const TraceRecord& r, std::string_view mark_name) {
   switch (r.action) {
     case Action::alloc: {
       Device& d = dev(r.device);
@@ -47,6 +47,11 @@ void StepSeriesBuilder::add(const TraceRecord& r) {
       dev(r.device);  // a mark names a device that may have no allocation yet
       for (auto& [id, d] : devices_) d.marks.push_back({marks_seen_, d.allocated});
       ++marks_seen_;
+      bool step_start = mark_name.starts_with("step ") && !mark_name.ends_with(" end");
+      if (step_start) {
+        for (auto& [id, d] : devices_) d.step_marks.push_back({step_marks_seen_, d.allocated});
+        ++step_marks_seen_;
+      }
       break;
     }
     default:
@@ -59,7 +64,10 @@ std::vector<DeviceSteps> StepSeriesBuilder::finish() {
   for (auto& [id, d] : devices_) {
     DeviceSteps s;
     s.device = id;
-    if (d.marks.size() >= 2) {
+    if (d.step_marks.size() >= 2) {
+      s.source = "marks";
+      s.samples = std::move(d.step_marks);
+    } else if (d.marks.size() >= 2) {
       s.source = "marks";
       s.samples = std::move(d.marks);
     } else {

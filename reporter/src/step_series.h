@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -31,8 +32,10 @@ struct DeviceSteps {
 /// roundup_power2_divisions (below 512 B: 512 B; otherwise up to a multiple of 512 B); the
 /// rounding only offsets every sample by about the same amount, so slopes are unaffected.
 ///
-/// Step boundaries: every `mark` event is a boundary on every device, and the sample is the
-/// allocated bytes when the mark was written. A trace with fewer than two marks falls back to the
+/// Step boundaries: a `mark` event is a boundary on every device, and the sample is the
+/// allocated bytes when the mark was written. When marks carry names (vramtrace traces) and at
+/// least two are named "step <i>" (scripts/vramtrace_mark.py's step(), which also writes
+/// "step <i> end"), only those are boundaries; otherwise every mark is. A trace with fewer than two marks falls back to the
 /// pattern: the curve of allocated bytes just before each alloc (plus the value at the end of the
 /// trace) goes to detect_period and track_step_troughs; the samples are the troughs. To bound
 /// memory the curve keeps at most `max_curve_points` recent points per device (older halves are
@@ -40,7 +43,8 @@ struct DeviceSteps {
 class StepSeriesBuilder {
  public:
   explicit StepSeriesBuilder(std::size_t max_curve_points = std::size_t{1} << 22);
-  void add(const TraceRecord& r);
+  /// `mark_name`: for a mark, its name when the format has one (empty otherwise).
+  void add(const TraceRecord& r, std::string_view mark_name = {});
   /// Per device, sorted by device id.
   std::vector<DeviceSteps> finish();
 
@@ -52,12 +56,15 @@ class StepSeriesBuilder {
     std::int64_t allocated = 0;
     std::unordered_map<std::uint64_t, std::uint64_t> live;  // addr -> block bytes
     std::vector<StepSample> marks;
+    std::vector<StepSample> step_marks;  // marks named "step <i>"
+
     std::vector<std::int64_t> curve;
     std::uint64_t dropped_points = 0;
   };
   Device& dev(std::int32_t id) { return devices_[id]; }
   std::map<std::int32_t, Device> devices_;
   std::int64_t marks_seen_ = 0;
+  std::int64_t step_marks_seen_ = 0;
   std::size_t max_curve_points_;
 };
 

@@ -212,3 +212,23 @@ TEST_CASE("block_size follows PyTorch's round_size without power-of-two division
   CHECK(StepSeriesBuilder::block_size(513) == 1024);
   CHECK(StepSeriesBuilder::block_size(3 * kMiB + 1) == 3 * kMiB + 512);
 }
+
+TEST_CASE("named marks: only \"step <i>\" marks are boundaries when there are some", "[growth][steps]") {
+  StepSeriesBuilder b;
+  std::int64_t t = 0;
+  std::uint64_t addr = 0x1000000;
+  for (int step = 0; step < 8; ++step) {
+    std::string name = "step " + std::to_string(step);
+    b.add({Action::mark, 0, 0, 0, ++t, 0, 0}, name);
+    b.add({Action::alloc, addr++ << 24, 2 * kMiB, 0, ++t, 0, 0});  // a leak, live at the end mark too
+    b.add({Action::alloc, 0xdead0000, 64 * kMiB, 0, ++t, 0, 0});   // still live at "step i end"
+    b.add({Action::mark, 0, 0, 0, ++t, 0, 0}, name + " end");
+    b.add({Action::free_requested, 0xdead0000, 64 * kMiB, 0, ++t, 0, 0});
+  }
+  auto s = b.finish();
+  REQUIRE(s[0].samples.size() == 8);
+  CHECK(s[0].samples[3].allocated_bytes == static_cast<std::int64_t>(3 * 2 * kMiB));
+  auto g = fit_growth(s[0].samples);
+  CHECK(g.r_squared == Approx(1.0));
+  CHECK(g.slope_bytes_per_step == Approx(2.0 * kMiB));
+}
