@@ -1,0 +1,29 @@
+// Helpers shared by the fuzz targets (tests/fuzz/*.cpp).
+//
+// A fuzz target checks properties, not only "does not crash": FUZZ_CHECK prints what broke and
+// aborts, which libFuzzer (and the replay driver, replay_main.cpp) reports as a finding.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#define FUZZ_CHECK(cond, ...)                                                         \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      std::fprintf(stderr, "FUZZ_CHECK failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, "  " __VA_ARGS__);                                         \
+      std::fprintf(stderr, "\n");                                                     \
+      std::abort();                                                                   \
+    }                                                                                 \
+  } while (0)
+
+namespace vramtrace::fuzz {
+
+inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+}  // namespace vramtrace::fuzz
