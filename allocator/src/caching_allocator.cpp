@@ -47,7 +47,10 @@ std::uint32_t current_thread_id() noexcept {
 struct BlockPool;
 struct ExpandableSegment;
 
-struct Block {
+// One block: 64 bytes, one cache line, because with 100,000 live blocks the cost of an
+// operation is the cache lines it touches. Rare data lives beside it: the streams a block was
+// used on (Impl::stream_uses) and its expandable segment (Impl::segment_of).
+struct alignas(64) Block {
   DevicePtr ptr = 0;
   std::uint64_t size = 0;
   std::uint64_t requested_size = 0;
@@ -55,16 +58,17 @@ struct Block {
   BlockPool* pool = nullptr;
   Block* prev = nullptr;
   Block* next = nullptr;
-  ExpandableSegment* expandable = nullptr;
-  std::vector<StreamId> stream_uses;  // streams other than `stream` that used the block
-  std::uint64_t gc_count_base = 0;
-  int event_count = 0;                // outstanding events (and deferred replay frees)
-  bool allocated = false;
-  bool mapped = true;
-  bool deferred = false;              // freed by deallocate_deferred, waiting for complete_deferred_free
+  std::uint32_t gc_count_base = 0;  // pool's get_free_block count (mod 2^32) when cached
+  std::uint16_t event_count = 0;    // outstanding events (and a deferred replay free)
+  bool allocated : 1 = false;
+  bool mapped : 1 = true;
+  bool deferred : 1 = false;        // freed by deallocate_deferred, waiting for complete_deferred_free
+  bool expandable : 1 = false;      // part of an expandable segment
+  bool has_stream_uses : 1 = false; // other streams used it (record_stream)
 
   bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
 };
+static_assert(sizeof(Block) == 64, "Block must stay one cache line");
 
 // Free mapped blocks in best-fit order: same stream first, then smallest size, then lowest
 // address (PyTorch's BlockComparatorSize). The key is copied into the tree node so that a search
@@ -137,7 +141,7 @@ struct BlockPool {
   std::uint64_t get_free_blocks_call_count = 0;  // "age" clock for garbage collection
 
   void insert_into_blocks(Block* b) {
-    b->gc_count_base = get_free_blocks_call_count;
+    b->gc_count_base = static_cast<std::uint32_t>(get_free_blocks_call_count);
     blocks.insert(b);
   }
 };
@@ -205,6 +209,7 @@ struct CachingAllocator::Impl {
 
   std::deque<Block> block_arena;  // stable addresses; freed Blocks are recycled through free_list
   std::vector<Block*> free_list;
+  std::unordered_map<const Block*, std::vector<StreamId>> stream_uses;  // record_stream, rare
 
   Impl(DeviceBackend& b, const AllocatorSettings& s, DeviceId d, EventSink* k)
       : backend(b), settings(s), device(d), sink(k) {
@@ -236,8 +241,19 @@ struct CachingAllocator::Impl {
     return b;
   }
   void delete_block(Block* b) {
-    b->stream_uses.clear();
+    if (b->has_stream_uses) stream_uses.erase(b);
     free_list.push_back(b);
+  }
+
+  ExpandableSegment* segment_of(const Block* b) const noexcept {
+    for (ExpandableSegment* es : expandable_segments)
+      if (b->ptr >= es->base && b->ptr < es->base + es->size) return es;
+    return nullptr;
+  }
+
+  // Blocks of a segment age as their pool searches; the age survives 2^32 searches wrapping.
+  static std::uint32_t age_of(const BlockPool& pool, const Block* b) noexcept {
+    return static_cast<std::uint32_t>(pool.get_free_blocks_call_count) - b->gc_count_base;
   }
 
   static int pool_stat(const BlockPool& pool) { return pool.is_small ? kStatSmall : kStatLarge; }
@@ -341,7 +357,12 @@ struct CachingAllocator::Impl {
 
   void insert_events(Block* block) {
     std::vector<StreamId> uses;
-    uses.swap(block->stream_uses);
+    if (block->has_stream_uses) {
+      auto it = stream_uses.find(block);
+      uses.swap(it->second);
+      stream_uses.erase(it);
+      block->has_stream_uses = false;
+    }
     for (StreamId s : uses) {
       EventHandle ev = backend.record_event(s);
       if (ev == 0) continue;  // backend without events: the use cannot be tracked
@@ -359,7 +380,7 @@ struct CachingAllocator::Impl {
     auto it = pool.blocks.lower_bound(p.stream, p.size);
     if (it == pool.blocks.end() || (*it)->stream != p.stream) return false;
 
-    if ((*it)->expandable != nullptr) {
+    if ((*it)->expandable) {
       if (settings.expandable_segments) {
         // For best fit, a block followed by unmapped space counts as the size it can grow to.
         auto expandable_size = [](const Block* b) {
@@ -367,14 +388,14 @@ struct CachingAllocator::Impl {
         };
         auto next = it;
         ++next;
-        while ((*it)->expandable != nullptr && next != pool.blocks.end() && (*next)->stream == p.stream &&
+        while ((*it)->expandable && next != pool.blocks.end() && (*next)->stream == p.stream &&
                expandable_size(*next) < expandable_size(*it)) {
           it = next++;
         }
       } else {
         do {
           ++it;
-        } while (it != pool.blocks.end() && (*it)->expandable != nullptr && (*it)->stream == p.stream);
+        } while (it != pool.blocks.end() && (*it)->expandable && (*it)->stream == p.stream);
         if (it == pool.blocks.end() || (*it)->stream != p.stream) return false;
       }
     }
@@ -436,7 +457,7 @@ struct CachingAllocator::Impl {
     BlockPool& pool = *p.pool;
     const std::uint64_t key_size = std::max(p.size, max_split);
     auto it = pool.blocks.lower_bound(p.stream, key_size);
-    if (it == pool.blocks.end() || (*it)->stream != p.stream || (*it)->expandable != nullptr) {
+    if (it == pool.blocks.end() || (*it)->stream != p.stream || (*it)->expandable) {
       if (it == pool.blocks.begin()) return false;
       std::uint64_t released = 0;
       --it;  // the largest block on this stream below the key
@@ -445,7 +466,7 @@ struct CachingAllocator::Impl {
         const bool is_first = cur == pool.blocks.begin();
         if (!is_first) --it;
         Block* b = *cur;
-        if (b->expandable == nullptr && !b->is_split()) {
+        if (!b->expandable && !b->is_split()) {
           released += b->size;
           release_block(b);
         }
@@ -466,7 +487,7 @@ struct CachingAllocator::Impl {
     for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
       Block* b = *it;
       ++it;
-      if (b->expandable != nullptr) {
+      if (b->expandable) {
         to_unmap.push_back(b);
       } else if (!b->is_split()) {
         release_block(b);
@@ -497,8 +518,8 @@ struct CachingAllocator::Impl {
     std::uint64_t total_age = 0;
     std::int64_t freeable = 0;
     for (Block* b : large_pool.blocks) {
-      if (!b->is_split() && b->expandable == nullptr) {
-        total_age += large_pool.get_free_blocks_call_count - b->gc_count_base;
+      if (!b->is_split() && !b->expandable) {
+        total_age += age_of(large_pool, b);
         ++freeable;
       }
     }
@@ -510,8 +531,8 @@ struct CachingAllocator::Impl {
       for (auto it = large_pool.blocks.begin(); it != large_pool.blocks.end();) {
         Block* b = *it;
         ++it;
-        const std::uint64_t age = large_pool.get_free_blocks_call_count - b->gc_count_base;
-        if (!b->is_split() && b->expandable == nullptr && static_cast<double>(age) >= age_threshold) {
+        const std::uint64_t age = age_of(large_pool, b);
+        if (!b->is_split() && !b->expandable && static_cast<double>(age) >= age_threshold) {
           freed = true;
           reclaimed += b->size;
           total_age -= age;
@@ -541,7 +562,7 @@ struct CachingAllocator::Impl {
 
   Block* find_expandable_block(StreamId stream, BlockPool& pool, std::uint64_t size) {
     auto allocatable = [](const Block* b) {
-      return b != nullptr && !b->allocated && b->event_count == 0 && b->stream_uses.empty();
+      return b != nullptr && !b->allocated && b->event_count == 0 && !b->has_stream_uses;
     };
     auto has_room = [&](const Block* b) {
       std::uint64_t bytes = 0;
@@ -570,14 +591,14 @@ struct CachingAllocator::Impl {
     expandable_segments.push_back(es);
     Block* c = new_block(base, va_size, stream, &pool);
     c->mapped = false;
-    c->expandable = es;
+    c->expandable = true;
     pool.unmapped.insert(c);
     return c;
   }
 
   // Maps the pages covering [to_map->ptr, +size) and merges them with free neighbours (map_block).
   bool map_block(Block* to_map, std::uint64_t size) {
-    ExpandableSegment& es = *to_map->expandable;
+    ExpandableSegment& es = *segment_of(to_map);
     const std::uint64_t first = (to_map->ptr - es.base) / es.segment_size;
     const std::uint64_t last = (to_map->ptr + size - es.base + es.segment_size - 1) / es.segment_size;
     const DevicePtr range_ptr = es.base + first * es.segment_size;
@@ -615,7 +636,7 @@ struct CachingAllocator::Impl {
   // Note [sync before unmap]: unlike cudaFree, unmapping does not synchronise, so the device is
   // synchronised first (PyTorch synchronises the segment's stream).
   Block* unmap_block(Block* block) {
-    ExpandableSegment& es = *block->expandable;
+    ExpandableSegment& es = *segment_of(block);
     const std::uint64_t first = (block->ptr - es.base + es.segment_size - 1) / es.segment_size;
     const std::uint64_t last = (block->ptr + block->size - es.base) / es.segment_size;
     if (first >= last) return nullptr;
@@ -662,7 +683,7 @@ struct CachingAllocator::Impl {
   }
 
   void release_expandable_segment(Block* block) {
-    ExpandableSegment* es = block->expandable;
+    ExpandableSegment* es = segment_of(block);
     backend.release_address(es->base, es->size);
     expandable_segments.erase(std::find(expandable_segments.begin(), expandable_segments.end(), es));
     block->pool->unmapped.erase(block);
@@ -681,7 +702,7 @@ struct CachingAllocator::Impl {
   // Merges `src` into `dst` if src is free, idle and in the same mapped state. Returns the bytes
   // subsumed (try_merge_blocks).
   std::uint64_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
-    if (src == nullptr || src->allocated || src->event_count > 0 || !src->stream_uses.empty() ||
+    if (src == nullptr || src->allocated || src->event_count > 0 || src->has_stream_uses ||
         dst->mapped != src->mapped)
       return 0;
     if (dst->prev == src) {  // [src dst]
@@ -716,15 +737,15 @@ struct CachingAllocator::Impl {
       remaining->ptr += p.size;
       remaining->size -= p.size;
       pool.insert_into_blocks(remaining);
-      if (already_split && block->expandable == nullptr) {
+      if (already_split && !block->expandable) {
         // An inactive split block shrinks by the bytes handed out.
         decrease(stats.inactive_split_bytes, ps, static_cast<std::int64_t>(block->size));
-      } else if (block->expandable == nullptr) {
+      } else if (!block->expandable) {
         // A new inactive split block is created from an unsplit one.
         increase(stats.inactive_split_bytes, ps, static_cast<std::int64_t>(remaining->size));
         increase(stats.inactive_split, ps, 1);
       }
-    } else if (already_split && block->expandable == nullptr) {
+    } else if (already_split && !block->expandable) {
       decrease(stats.inactive_split_bytes, ps, static_cast<std::int64_t>(block->size));
       decrease(stats.inactive_split, ps, 1);
     }
@@ -775,7 +796,7 @@ struct CachingAllocator::Impl {
     }
     const int ps = pool_stat(pool);
     // Expandable blocks are left out of inactive_split: their free pages can always be released.
-    if (block->expandable == nullptr) {
+    if (!block->expandable) {
       if (net_split_blocks > 0) increase(stats.inactive_split, ps, net_split_blocks);
       else if (net_split_blocks < 0) decrease(stats.inactive_split, ps, -net_split_blocks);
       if (net_split_bytes > 0) increase(stats.inactive_split_bytes, ps, net_split_bytes);
@@ -878,7 +899,7 @@ struct CachingAllocator::Impl {
         open = false;
       };
       for (const Block* b = head; b != nullptr; b = b->next) {
-        if (head->expandable != nullptr && !b->mapped) {  // one snapshot segment per mapped range
+        if (head->expandable && !b->mapped) {  // one snapshot segment per mapped range
           close();
           continue;
         }
@@ -887,7 +908,7 @@ struct CachingAllocator::Impl {
           seg.address = b->ptr;
           seg.stream = b->stream.value;
           seg.is_large = !b->pool->is_small;
-          seg.is_expandable = b->expandable != nullptr;
+          seg.is_expandable = b->expandable;
           open = true;
         }
         BlockSnapshot bs{b->ptr, b->size, b->allocated || b->event_count > 0 ? b->requested_size : 0, state_of(b),
@@ -920,7 +941,7 @@ struct CachingAllocator::Impl {
     for (const Block* head : heads) {
       if (head->ptr < previous_end) return fail("segments overlap at address " + std::to_string(head->ptr));
       const int ps = pool_stat(*head->pool);
-      const bool expandable = head->expandable != nullptr;
+      const bool expandable = head->expandable;
       std::uint64_t seg_bytes = 0;
       std::size_t nblocks = 0;
       for (const Block* b = head; b != nullptr; b = b->next) {
@@ -964,7 +985,8 @@ struct CachingAllocator::Impl {
       }
       if (expandable) {
         ++expandable_heads;
-        if (seg_bytes != head->expandable->size) return fail("expandable segment blocks do not cover its reservation");
+        const ExpandableSegment* es = segment_of(head);
+        if (es == nullptr || head->ptr != es->base || seg_bytes != es->size) return fail("expandable segment blocks do not cover its reservation");
       } else {
         increase(recount.segment, ps, 1);
         if (seg_bytes >= settings.max_split_size_bytes) recount.oversize_segments.increase(1);
@@ -1028,7 +1050,7 @@ Status CachingAllocator::deallocate(DevicePtr ptr, std::uint16_t entry_point) no
   if (b == nullptr || !b->allocated) return Status::invalid_value;
   try {
     impl_->release_ownership(b, entry_point);
-    if (!b->stream_uses.empty()) impl_->insert_events(b);
+    if (!!b->has_stream_uses) impl_->insert_events(b);
     else impl_->free_block(b);
   } catch (const std::bad_alloc&) {
     return Status::device_error;
@@ -1041,7 +1063,10 @@ Status CachingAllocator::deallocate_deferred(DevicePtr ptr) noexcept {
   Block* b = ptr != 0 ? impl_->active.find(ptr) : nullptr;
   if (b == nullptr || !b->allocated) return Status::invalid_value;
   impl_->release_ownership(b, 0);
-  b->stream_uses.clear();  // the trace's free_completed stands for every other stream's use
+  if (b->has_stream_uses) {  // the trace's free_completed stands for every other stream's use
+    impl_->stream_uses.erase(b);
+    b->has_stream_uses = false;
+  }
   b->deferred = true;
   b->event_count += 1;
   return Status::ok;
@@ -1061,8 +1086,13 @@ Status CachingAllocator::record_stream(DevicePtr ptr, StreamId stream) noexcept 
   Block* b = ptr != 0 ? impl_->active.find(ptr) : nullptr;
   if (b == nullptr || !b->allocated) return Status::invalid_value;
   if (stream == b->stream) return Status::ok;  // uses on the allocation stream need no event
-  if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
-    b->stream_uses.push_back(stream);
+  try {
+    auto& uses = impl_->stream_uses[b];
+    if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+    b->has_stream_uses = true;
+  } catch (const std::bad_alloc&) {
+    return Status::device_error;
+  }
   return Status::ok;
 }
 

@@ -155,6 +155,45 @@ void BM_LiveBlocks(benchmark::State& state) {
 }
 BENCHMARK(BM_LiveBlocks)->Arg(1000)->Arg(100000);
 
+// N live blocks stay allocated and untouched (weights, caches); a working set of 64 slots is freed
+// and reallocated at random (activations). Measures whether the allocator's own structures (free
+// tree, address table) slow down as the live set grows, apart from the cache misses of touching
+// N random blocks, which BM_LiveBlocks includes.
+void BM_LiveBlocksWorkingSet(benchmark::State& state) {
+  const auto live_count = static_cast<std::size_t>(state.range(0));
+  SimulatedDevice::Options o;
+  o.capacity_bytes = 1024 * kGiB;
+  SimulatedDevice dev(o);
+  CachingAllocator a(dev, AllocatorSettings{});
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  auto random_size = [&] { return static_cast<std::uint64_t>(512.0 * std::exp(unit(rng) * std::log(512.0))); };
+  std::vector<DevicePtr> held(live_count);
+  constexpr std::size_t kWorking = 64;
+  std::vector<DevicePtr> working(kWorking);
+  // Interleave so that held and working blocks share segments, as weights and activations do.
+  for (std::size_t i = 0; i < live_count; ++i) {
+    a.allocate(random_size(), {}, &held[i]);
+    if (i % (live_count / kWorking) == 0) a.allocate(random_size(), {}, &working[(i / (live_count / kWorking)) % kWorking]);
+  }
+  constexpr std::size_t kDraws = 1 << 16;
+  std::vector<std::uint32_t> victims(kDraws);
+  std::vector<std::uint64_t> sizes(kDraws);
+  for (std::size_t i = 0; i < kDraws; ++i) {
+    victims[i] = static_cast<std::uint32_t>(rng() % kWorking);
+    sizes[i] = random_size();
+  }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const std::size_t k = i++ & (kDraws - 1);
+    DevicePtr& p = working[victims[k]];
+    a.deallocate(p);
+    a.allocate(sizes[k], {}, &p);
+  }
+  state.SetItemsProcessed(state.iterations() * 2);
+}
+BENCHMARK(BM_LiveBlocksWorkingSet)->Arg(1000)->Arg(100000);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -55,11 +55,34 @@ class TraceReader {
   virtual const Snapshot* final_state() const { return nullptr; }
   /// True when the input ended early (cut last line, missing trailer).
   virtual bool incomplete() const { return false; }
+  /// Input bytes consumed so far and the input's size (compressed, as on disk; total 0 when
+  /// unknown), for progress lines.
+  virtual std::uint64_t bytes_read() const { return 0; }
+  virtual std::uint64_t bytes_total() const { return 0; }
 };
 
 /// Opens a trace, detecting compression by magic bytes (gzip, zstd, none) and the format by
-/// content. Throws TraceError if the file cannot be opened or is of no known format.
+/// content (after decompression):
+///  - first byte 0x80 (pickle PROTO): a PyTorch snapshot (torch.cuda.memory._dump_snapshot);
+///  - a first line that is a JSON object with "format": NAME: the format registered as NAME;
+///  - a first line that is a JSON object with "kind": "header", or with "action" (an entry):
+///    PyTorch's allocator history as JSON lines ("torchtrace", ../shared/traces/README.md).
+/// Throws TraceError if the file cannot be opened or is of no known format.
 std::unique_ptr<TraceReader> open_trace(const std::string& path);
+
+/// Opens one trace format. Throws TraceError.
+using TraceOpener = std::unique_ptr<TraceReader> (*)(const std::string& path);
+
+/// Registers the opener of a JSON Lines format whose first line is a header object with
+/// "format": `name` (e.g. "vramtrace"). open_trace looks the name up when it sees such a line.
+/// A later registration of the same name replaces the earlier one. Thread-safe; call it before
+/// open_trace (e.g. at the start of main, or from the format's own initialisation).
+///
+/// For "vramtrace", open_trace also falls back to open_vramtrace_trace when no opener is
+/// registered and that function is linked in (it is referenced weakly, so a build without it
+/// still links; note that a weak reference does not pull an object file out of a static
+/// library, so the object defining it must be linked for another reason or registered here).
+void register_trace_format(const std::string& name, TraceOpener opener);
 
 /// vramtrace's own JSON Lines format (docs/trace-format.md); open_trace dispatches here when the
 /// first line is a header with "format": "vramtrace". Throws TraceError.

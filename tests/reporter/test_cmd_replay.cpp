@@ -1,0 +1,130 @@
+// `vramtrace replay` run as a process: output formats, exit codes, messages (Done-when 6).
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using vramtrace::test::write_file;
+namespace test = vramtrace::test;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Run run_cli(const std::string& args) {
+  std::string out = test::temp_path("out"), err = test::temp_path("err");
+  std::string cmd = std::string(VRAMTRACE_BIN) + " " + args + " >" + quote(out) + " 2>" + quote(err);
+  int status = std::system(cmd.c_str());
+  Run r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = test::read_file(out);
+  r.err = test::read_file(err);
+  return r;
+}
+
+std::string gpt2() { return quote(test::data_path("torch-h200/gpt2_train.torchtrace.jsonl.gz")); }
+
+const std::string kHeader = R"({"kind": "header", "workload": "w", "total": 1073741824})";
+
+}  // namespace
+
+TEST_CASE("vramtrace replay --json prints the documented object", "[cli]") {
+  Run r = run_cli("replay " + gpt2() + " --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["trace"] == test::data_path("torch-h200/gpt2_train.torchtrace.jsonl.gz"));
+  CHECK(j["events"] == 17797);
+  REQUIRE(j["results"].size() == 1);
+  const auto& res = j["results"][0];
+  std::vector<std::string> keys;
+  for (auto it = res.begin(); it != res.end(); ++it) keys.push_back(it.key());
+  CHECK(keys == std::vector<std::string>{"capacity_bytes", "first_oom", "settings", "stats"});  // nlohmann sorts
+  CHECK(res["settings"] == "");
+  CHECK(res["capacity_bytes"] == 150109880320ull);  // the trace's device total
+  CHECK(res["first_oom"].is_null());
+  CHECK(res["stats"]["requested_bytes.all.peak"] == 13594206920ll);
+  CHECK(res["stats"].contains("num_alloc_retries"));
+  CHECK(res["stats"].contains("inactive_split_bytes.all.peak"));
+}
+
+TEST_CASE("vramtrace replay: an OOM with --capacity, several --conf side by side", "[cli]") {
+  Run r = run_cli("replay " + gpt2() + " --capacity 4GiB --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  const auto& oom = j["results"][0]["first_oom"];
+  REQUIRE(oom.is_object());
+  CHECK(oom["alloc_index"].get<std::uint64_t>() > 0);
+  CHECK(oom["requested_bytes"].get<std::uint64_t>() > 0);
+  CHECK(oom["reserved_bytes"].get<std::uint64_t>() <= 4ull << 30);
+  CHECK(j["results"][0]["capacity_bytes"] == 4ull << 30);
+  CHECK(j["results"][0]["stats"]["num_ooms"].get<int>() >= 1);
+
+  r = run_cli("replay " + gpt2() + " --capacity 4GiB");
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("the program would have stopped at allocation #"));
+
+  r = run_cli("replay " + gpt2() + " --conf '' --conf expandable_segments:True --conf max_split_size_mb:128");
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("(defaults)") && Catch::Contains("expandable_segments:True") &&
+                        Catch::Contains("max_split_size_mb:128") && Catch::Contains("largest free block at peak") &&
+                        Catch::Contains("reserved / requested"));
+}
+
+TEST_CASE("vramtrace replay: unusable input exits 2 with a message naming the file and place", "[cli]") {
+  std::string full = test::read_file(test::data_path("torch-h200/gpt2_train.torchtrace.jsonl.gz"));
+  auto cut = write_file("cut.jsonl.gz", full.substr(0, full.size() / 2));
+  Run r = run_cli("replay " + quote(cut));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("cut.jsonl.gz") && Catch::Contains("line ") && Catch::Contains("cut off"));
+
+  auto notjson = write_file("notjson.jsonl", kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 512, "stream": 0})" +
+                                                 "\nhello\n");
+  r = run_cli("replay " + quote(notjson));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("notjson.jsonl: line 3: not a JSON object"));
+
+  auto unknown = write_file("unknown.jsonl", kHeader + "\n" + R"({"action": "free_requested", "addr": 4096, "size": 512, "stream": 0})" + "\n");
+  r = run_cli("replay " + quote(unknown));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("unknown.jsonl: line 2") && Catch::Contains("no earlier alloc"));
+
+  auto absurd = write_file("absurd.jsonl", kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 99999999999999999999, "stream": 0})" + "\n");
+  r = run_cli("replay " + quote(absurd));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("absurd.jsonl: line 2"));
+
+  auto evil = write_file("evil.pickle", std::string("\x80\x02\x63\x70\x6f\x73\x69\x78\x0a\x73\x79\x73\x74\x65\x6d\x0a\x71\x00\x58"
+                                                    "\x02\x00\x00\x00\x6c\x73\x71\x01\x85\x71\x02\x52\x71\x03\x2e",
+                                                    34));
+  r = run_cli("replay " + quote(evil));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("evil.pickle: offset 2: opcode GLOBAL") && Catch::Contains("refused"));
+
+  r = run_cli("replay " + gpt2() + " --conf max_split_size_mb:nope");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("max_split_size_mb"));
+  r = run_cli("replay " + gpt2() + " --conf bogus_key:1");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("bogus_key"));
+  r = run_cli("replay " + gpt2() + " --capacity 12parsecs");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--capacity 12parsecs"));
+  r = run_cli("replay /nonexistent.jsonl");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("/nonexistent.jsonl: cannot open"));
+  r = run_cli("replay");
+  CHECK(r.code == 2);
+}
