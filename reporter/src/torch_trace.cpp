@@ -14,6 +14,13 @@
 namespace vramtrace {
 namespace {
 
+/// Microseconds to nanoseconds, saturating (time stamps out of range are not an error).
+std::int64_t us_to_ns(std::int64_t us) {
+  if (us > INT64_MAX / 1000) return INT64_MAX;
+  if (us < INT64_MIN / 1000) return INT64_MIN;
+  return us * 1000;
+}
+
 namespace od = simdjson::ondemand;
 
 class TorchTraceReader final : public TraceReader {
@@ -267,7 +274,7 @@ class TorchTraceReader final : public TraceReader {
       } else if (key == "time_us") {
         std::int64_t t = 0;
         if ((err = v.get_int64().get(t))) fail("field \"time_us\": expected an integer");
-        out.time_ns = t * 1000;
+        out.time_ns = us_to_ns(t);
       } else if (key == "device_free") {
         out.device_free = get_u64(v, key);
       } else if (key == "device") {

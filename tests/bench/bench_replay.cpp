@@ -23,8 +23,17 @@ namespace {
 
 constexpr int kRepeats = 100;
 
+/// The generated file, removed when the program ends.
+struct TempFile {
+  std::string path;
+  ~TempFile() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
 const std::string& long_trace() {
-  static const std::string path = [] {
+  static const TempFile file{[] {
     std::string src = std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/gpt2_train.torchtrace.jsonl.gz";
     auto lines = LineSource::open(src);
     std::string_view line;
@@ -56,10 +65,9 @@ const std::string& long_trace() {
         gzwrite(f, "\n", 1);
       }
     gzclose(f);
-    std::atexit([] { std::filesystem::remove(long_trace()); });
     return out;
-  }();
-  return path;
+  }()};
+  return file.path;
 }
 
 ReplayConfig defaults() {
