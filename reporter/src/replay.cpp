@@ -113,12 +113,14 @@ class Engine {
           on_free_completed(r);
           break;
         case Action::segment_alloc:
+          if (r.memory_kind != 0) break;  // passed through by the shim: not the allocator's
           report_.trace_segment_allocs.push_back(SegmentAlloc{r.size, report_.alloc_requests, r.device});
           // Place our segment where the program got its own: best fit breaks ties between
           // equal sizes by address, so the order of segment addresses matters.
           for (std::size_t c = 0; c < configs_.size(); ++c) lane(c, r.device).device.plan_address(r.size, r.addr);
           break;
         case Action::segment_map:
+          if (r.memory_kind != 0) break;
           ++report_.trace_segment_maps;
           break;
         default:

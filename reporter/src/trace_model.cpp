@@ -354,6 +354,11 @@ struct TraceModelBuilder::Impl {
   }
 
   // --- events --------------------------------------------------------------------------------
+  // Memory the shim passed through (TraceRecord::memory_kind) counts as a segment when it is
+  // device memory with an address and a size (device, managed, pitched, pool); pinned host
+  // memory, arrays and VMM handles are not device segments.
+  static bool lays_out_as_segment(const TraceRecord& r) { return r.memory_kind <= 4; }
+
   void on_segment_alloc(DeviceState& d, const TraceRecord& r, bool mapped_range) {
     has_segment_events = true;
     if (r.size == 0) return;
@@ -678,9 +683,15 @@ struct TraceModelBuilder::Impl {
       case Action::alloc: on_alloc(d, r); break;
       case Action::free_requested: on_free_requested(d, r); break;
       case Action::free_completed: on_free_completed(d, r); break;
-      case Action::segment_alloc: on_segment_alloc(d, r, false); break;
+      case Action::segment_alloc:
+        if (!lays_out_as_segment(r)) break;
+        on_segment_alloc(d, r, false);
+        break;
       case Action::segment_map: on_segment_alloc(d, r, true); break;
-      case Action::segment_free: on_segment_free(d, r, false); break;
+      case Action::segment_free:
+        if (!lays_out_as_segment(r)) break;
+        on_segment_free(d, r, false);
+        break;
       case Action::segment_unmap: on_segment_free(d, r, true); break;
       case Action::oom: {
         ++d.out.stats.num_ooms;

@@ -432,6 +432,7 @@ class Reader final : public VramtraceTraceReader {
     thread_id_ = static_cast<std::uint32_t>(f.th);
     entry_point_ = static_cast<std::uint32_t>(f.e);
     memory_kind_ = static_cast<std::uint32_t>(f.k);
+    out.memory_kind = static_cast<std::uint8_t>(f.k);
     if (!f.has_name) mark_name_.clear();
     has_snapshot_ = false;
     if (*action == Action::oom) {

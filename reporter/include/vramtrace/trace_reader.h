@@ -29,6 +29,12 @@ struct TraceRecord {
   std::int64_t time_ns = 0;     ///< as recorded (PyTorch: time_us * 1000, Unix epoch); 0 if absent
   std::int32_t device = 0;
   std::uint64_t device_free = 0;  ///< oom only
+  /// For segment_* records of vramtrace traces: 0 when the segment is the caching allocator's
+  /// own, otherwise the kind of memory the shim passed through untouched ("k" in
+  /// docs/trace-format.md: 1 device, 2 managed, 3 pitched, 4 pool, 5 pinned host, 6 array,
+  /// 7 VMM). Passed-through memory is outside the allocator: replay never drives the allocator
+  /// with it, and pinned host memory (5) is not device memory. Always 0 for PyTorch's traces.
+  std::uint8_t memory_kind = 0;
 };
 
 /// What a trace says about itself before its events.
