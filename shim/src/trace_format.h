@@ -1,0 +1,154 @@
+// Encoding of vramtrace's JSON Lines trace (docs/trace-format.md is the normative schema).
+//
+// One JSON object per line; every record has "a", its kind:
+//
+//   {"a":"header","format":"vramtrace","version":"1.0",...}          first line, once
+//   {"a":"alloc","t":81234,"p":139637976727552,"r":1000,"b":1024,"th":4711,"e":1}
+//   {"a":"free_requested",...} {"a":"free_completed",...}           same fields as alloc
+//   {"a":"segment_alloc","t":80001,"p":139637976727552,"r":2097152,"th":4711,"e":1}
+//   {"a":"oom","t":...,"r":...,"b":...,"free":...,"snapshot":{"segments":[...]}}
+//   {"a":"mark","t":...,"name":"step 3","th":4711}
+//   {"a":"trailer","t":...,"events":N,"dropped":0,"counts":{...},"devices":[...]}   last line
+//
+// Event fields (absent means 0, except "b", which is absent when equal to "r"):
+//   t  nanoseconds since the header's origin_monotonic_ns (CLOCK_MONOTONIC), may be negative
+//   d  device ordinal          s  stream (cudaStream_t value; 0 = legacy default stream)
+//   p  address (decimal)       r  requested bytes (alloc/free_*) or range bytes (segment_*)
+//   b  block bytes (rounded)   th kernel thread id     e entry point id (header "entry_points")
+//   k  segment_* only: memory that bypassed the caching allocator, the shim's kind (Event::aux)
+// Numbers are plain decimal integers, so that every JSON reader can take them (addresses stay
+// below 2^53 on every CUDA platform we know; readers must still parse them as 64-bit integers).
+//
+// These functions are pure: no I/O, no global state. Only the writer's background thread and
+// tests call them.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "vramtrace/event.h"
+#include "vramtrace/snapshot.h"
+
+namespace vramtrace::trace {
+
+inline constexpr std::string_view kFormatName = "vramtrace";
+/// Major.minor. A reader refuses a newer major version; a newer minor only adds fields or record
+/// kinds, which older readers skip.
+inline constexpr std::string_view kFormatVersion = "1.0";
+inline constexpr int kFormatMajor = 1;
+
+/// One CUDA device as the header lists it.
+struct DeviceInfo {
+  std::int32_t id = 0;             ///< CUDA ordinal
+  std::string name;                ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
+  std::uint64_t total_bytes = 0;   ///< total device memory (cudaMemGetInfo total)
+  std::string uuid;                ///< "GPU-..." when known, else empty
+};
+
+/// What the shim knows about the process's CUDA setup; the writer adds pid, host, command line
+/// and clocks itself.
+struct HeaderInfo {
+  std::string tool_version;             ///< vramtrace version, e.g. "0.1.0"
+  int cuda_driver_version = 0;          ///< cudaDriverGetVersion, e.g. 13000; 0 = unknown
+  int cuda_runtime_version = 0;         ///< cudaRuntimeGetVersion of the program; 0 = unknown
+  std::vector<DeviceInfo> devices;
+  /// Effective allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax ("" = defaults).
+  std::string allocator_settings;
+  /// Other effective settings, written as string values under "settings" (e.g. {"reuse","lazy_sync"}).
+  std::vector<std::pair<std::string, std::string>> settings;
+  /// Names of the entry point ids used in events' "e" (index = id; index 0 = not from the shim).
+  std::vector<std::string> entry_points;
+};
+
+/// Per-device final statistics for the trailer: PyTorch's flat names (flatten_stats), indexed by
+/// device ordinal; an empty vector for a device leaves it out.
+using FlatStats = std::vector<std::pair<std::string, std::int64_t>>;
+
+/// Everything the header line holds.
+struct HeaderFields {
+  HeaderInfo info;
+  std::int64_t pid = 0;
+  std::int64_t ppid = 0;
+  std::string host;
+  std::string rank;                      ///< from the launcher variables, "" if none
+  std::vector<std::string> command_line; ///< argv of the process (/proc/self/cmdline)
+  std::int64_t start_unix_ns = 0;        ///< CLOCK_REALTIME at the origin
+  std::int64_t origin_monotonic_ns = 0;  ///< CLOCK_MONOTONIC at the origin: events' "t" counts from here
+  // The writer's own settings, echoed so that a reader knows what "dropped" can mean.
+  std::uint64_t buffer_events = 0;
+  bool drop_when_full = false;
+  std::uint32_t flush_interval_ms = 0;
+  std::string compression;               ///< "none" or "zstd"
+};
+
+/// Everything the trailer line holds.
+struct TrailerFields {
+  std::int64_t time_ns = 0;                    ///< relative to the origin, as events' "t"
+  std::uint64_t events = 0;                    ///< event lines written (header and trailer excluded)
+  std::uint64_t dropped = 0;                   ///< events lost because the buffer was full (drop mode)
+  std::uint64_t counts[16] = {};               ///< event lines per Action (index = Action value)
+  std::vector<FlatStats> device_stats;         ///< index = device ordinal
+};
+
+/// A growable output buffer that hands out raw space for encoders (no per-field reallocation).
+class TextBuffer {
+ public:
+  TextBuffer() = default;
+  explicit TextBuffer(std::size_t capacity) { reserve(capacity); }
+  /// Returns a pointer to at least `n` writable bytes at the end; commit what was written with
+  /// advance(). Throws std::bad_alloc.
+  char* grow(std::size_t n) {
+    if (size_ + n > capacity_) reserve(std::max(capacity_ * 2, size_ + n));
+    return data_.get() + size_;
+  }
+  void advance(std::size_t n) noexcept { size_ += n; }
+  void append(std::string_view s) {
+    char* p = grow(s.size());
+    if (!s.empty()) __builtin_memcpy(p, s.data(), s.size());
+    size_ += s.size();
+  }
+  void push_back(char c) { *grow(1) = c; ++size_; }
+  const char* data() const noexcept { return data_.get(); }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  void clear() noexcept { size_ = 0; }
+  std::string_view view() const noexcept { return {data_.get(), size_}; }
+  void reserve(std::size_t capacity);
+
+ private:
+  std::unique_ptr<char[]> data_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
+
+/// Longest line encode_event can produce for an event that is not a mark or an oom.
+inline constexpr std::size_t kMaxPlainEventLine = 256;
+
+/// Appends one event line (with its '\n'). `origin_ns` is the header's origin_monotonic_ns.
+/// For a mark, `text` is its name; for an oom, `text` is the snapshot object produced by
+/// encode_snapshot (may be empty, then no "snapshot" key); ignored otherwise.
+void encode_event(TextBuffer& out, const Event& e, std::int64_t origin_ns, std::string_view text = {});
+
+/// Appends the allocator state as PyTorch's snapshot shape: {"segments":[{...,"blocks":[...]}]}
+/// with PyTorch's key names (address, total_size, allocated_size, active_size, requested_size,
+/// stream, segment_type, is_expandable, blocks[address,size,requested_size,state]). No newline.
+void encode_snapshot(TextBuffer& out, const Snapshot& s);
+
+/// Appends the header line (with its '\n').
+void encode_header(TextBuffer& out, const HeaderFields& h);
+
+/// Appends the trailer line (with its '\n').
+void encode_trailer(TextBuffer& out, const TrailerFields& t);
+
+/// Appends `s` as a JSON string (quotes included). Control characters and '"' '\\' are escaped;
+/// valid UTF-8 passes through; bytes that are not valid UTF-8 are written as \u00XX (Latin-1), so
+/// that the line stays valid JSON whatever the program's arguments or mark names hold.
+void append_json_string(TextBuffer& out, std::string_view s);
+
+}  // namespace vramtrace::trace

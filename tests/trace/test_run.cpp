@@ -1,0 +1,178 @@
+// `vramtrace run` end to end, with a stand-in preload library (test_preload.cpp) in place of the
+// CUDA shim: environment, exit codes, signals, the end screen, and the Python mark helper.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "trace_test_util.h"
+
+using namespace vramtrace;
+using vramtrace::test::ScratchDir;
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string err;
+};
+
+pid_t spawn_vramtrace(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+                      const std::string& err_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(e, 2);
+    int null = ::open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    setenv("VRAMTRACE_LIB", TEST_PRELOAD_LIB, 1);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<std::string> copy = args;
+    std::vector<char*> argv{const_cast<char*>(VRAMTRACE_EXE)};
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(VRAMTRACE_EXE, argv.data());
+    _exit(126);
+  }
+  return pid;
+}
+
+RunResult run_vramtrace(const std::vector<std::string>& args, const ScratchDir& dir,
+                        const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  pid_t pid = spawn_vramtrace(args, env, dir.file("run.err"));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.err = test::read_file(dir.file("run.err"));
+  return r;
+}
+
+std::string only_trace(const ScratchDir& dir, const std::string& prefix) {
+  std::string found;
+  for (const auto& f : test::files_in(dir.path())) {
+    if (std::filesystem::path(f).filename().string().rfind(prefix, 0) == 0) {
+      REQUIRE(found.empty());
+      found = f;
+    }
+  }
+  REQUIRE(!found.empty());
+  return found;
+}
+
+// The real interpreter: launcher scripts (pyenv shims) would spawn shells that load the
+// preload library too.
+std::string python3_executable() {
+  std::FILE* p = popen("python3 -c 'import ctypes, sys; print(sys.executable)' 2>/dev/null", "r");
+  if (p == nullptr) return {};
+  char buf[4096] = {};
+  std::string out = std::fgets(buf, sizeof(buf), p) ? buf : "";
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("run returns the command's exit code and prints the end screen", "[run]") {
+  ScratchDir dir;
+  RunResult r = run_vramtrace({"run", "-o", dir.file("t.%p.jsonl"), "--", TRACE_CHILD_PATH, "exit", "3"}, dir);
+  INFO(r.err);
+  CHECK(r.exit_code == 3);
+  std::string trace = only_trace(dir, "t.");
+  CHECK(r.err.find("exited with code 3") != std::string::npos);
+  CHECK(r.err.find(trace) != std::string::npos);
+  CHECK(r.err.find("peak allocated 3.00 MiB") != std::string::npos);
+  CHECK(r.err.find("peak reserved 20.00 MiB") != std::string::npos);
+  CHECK(r.err.find("OOMs: none") != std::string::npos);
+  CHECK(r.err.find("vramtrace summary " + trace) != std::string::npos);
+  CHECK(r.err.find("vramtrace report " + trace + " -o report.html") != std::string::npos);
+  CHECK(r.err.find("vramtrace oom " + trace) != std::string::npos);
+  test::ReadBack rb = test::read_all(trace);
+  CHECK(rb.records.size() == 4);
+  CHECK_FALSE(rb.incomplete);
+}
+
+TEST_CASE("run reports a command killed by a signal as 128 + signal", "[run]") {
+  ScratchDir dir;
+  RunResult r = run_vramtrace({"run", "-o", dir.file("k.%p.jsonl"), "--", TRACE_CHILD_PATH, "die-after", "300"}, dir);
+  INFO(r.err);
+  CHECK(r.exit_code == 128 + SIGKILL);
+  CHECK(r.err.find("killed by signal 9") != std::string::npos);
+  // The trace has no trailer: peaks come from replaying its events.
+  CHECK(r.err.find("incomplete") != std::string::npos);
+  CHECK(r.err.find("peak allocated 3.00 MiB") != std::string::npos);
+}
+
+TEST_CASE("run forwards SIGTERM to the command", "[run]") {
+  ScratchDir dir;
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = spawn_vramtrace({"run", "-o", dir.file("s.%p.jsonl"), "--", "/bin/sh", "-c", "sleep 30"}, {},
+                              dir.file("run.err"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(test::read_file(dir.file("run.err")));
+  REQUIRE(WIFEXITED(status));  // vramtrace itself survives and reports
+  CHECK(WEXITSTATUS(status) == 128 + SIGTERM);
+  CHECK(seconds < 20);
+}
+
+TEST_CASE("run sets the preload and settings variables", "[run]") {
+  ScratchDir dir;
+  const std::string check =
+      "test \"$PYTORCH_NO_CUDA_MEMORY_CACHING\" = 1 || exit 11; "
+      "test \"$VRAMTRACE_CONF\" = 'max_split_size_mb:128,limit:1.5GiB' || exit 12; "
+      "case \"$VRAMTRACE_OUTPUT\" in */e.%p.jsonl) ;; *) exit 13;; esac; "
+      "case \"$LD_PRELOAD\" in *vramtrace_test_preload*:/keep/me.so) exit 0;; esac; exit 14";
+  RunResult r = run_vramtrace({"run", "--tensors", "--conf", "max_split_size_mb:128", "--limit", "1.5GiB", "-o",
+                               dir.file("e.%p.jsonl"), "--", "/bin/sh", "-c", check},
+                              dir, {{"LD_PRELOAD", "/keep/me.so"}});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("PYTORCH_NO_CUDA_MEMORY_CACHING=1") != std::string::npos);
+}
+
+TEST_CASE("run refuses what it cannot do with exit code 2 or 127", "[run]") {
+  ScratchDir dir;
+  RunResult no_lib = run_vramtrace({"run", "--", "/bin/true"}, dir, {{"VRAMTRACE_LIB", dir.file("missing.so")}});
+  CHECK(no_lib.exit_code == 2);
+  CHECK(no_lib.err.find("cannot find libvramtrace.so") != std::string::npos);
+  RunResult bad_limit = run_vramtrace({"run", "--limit", "lots", "--", "/bin/true"}, dir);
+  CHECK(bad_limit.exit_code == 2);
+  CHECK(bad_limit.err.find("--limit 'lots'") != std::string::npos);
+  RunResult no_cmd = run_vramtrace({"run", "-o", dir.file("n.%p.jsonl"), "--", dir.file("no-such-program")}, dir);
+  CHECK(no_cmd.exit_code == 127);
+  CHECK(no_cmd.err.find("cannot run") != std::string::npos);
+}
+
+TEST_CASE("the Python helper's marks reach the trace", "[run][python]") {
+  const std::string python = python3_executable();
+  if (python.empty()) {
+    WARN("python3 not found: the mark helper is not tested");
+    return;
+  }
+  ScratchDir dir;
+  const std::string code = std::string("import sys; sys.path.insert(0, '") + VRAMTRACE_SCRIPTS_DIR +
+                           "'); import vramtrace_mark as vt; assert vt.enabled(); vt.mark('hello'); "
+                           "exec('with vt.step(7):\\n    vt.mark(b\\'inside\\')')";
+  RunResult r = run_vramtrace({"run", "-o", dir.file("py.%p.jsonl"), "--", python, "-c", code}, dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  test::ReadBack rb = test::read_all(only_trace(dir, "py."));
+  std::vector<std::string> marks;
+  for (std::size_t i = 0; i < rb.records.size(); ++i)
+    if (rb.records[i].action == Action::mark) marks.push_back(rb.mark_names[i]);
+  CHECK(marks == std::vector<std::string>{"hello", "step 7", "inside", "step 7 end"});
+
+  // Without the library the helper does nothing and says so.
+  std::string off = python + " -c \"import sys; sys.path.insert(0, '" + VRAMTRACE_SCRIPTS_DIR +
+                    "'); import vramtrace_mark as vt; vt.mark('x'); sys.exit(0 if not vt.enabled() else 1)\"";
+  CHECK(std::system(off.c_str()) == 0);
+}
