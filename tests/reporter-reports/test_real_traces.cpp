@@ -77,3 +77,22 @@ TEST_CASE("a deferred peak layout is filled by a second pass and equals the dire
   REQUIRE(a.layout.segments.size() == b.layout.segments.size());
   for (std::size_t i = 0; i < a.layout.segments.size(); ++i) CHECK(a.layout.segments[i].blocks.size() == b.layout.segments[i].blocks.size());
 }
+
+TEST_CASE("a vramtrace trace written by the shim (killed: no trailer) is modelled", "[model][vramtrace]") {
+  auto models = load_models({std::string(VRAMTRACE_REPORTS_TEST_DIR) + "/data/small.vramtrace.jsonl"});
+  REQUIRE(models.size() == 1);
+  const auto& m = models[0];
+  CHECK(m.header.format == "vramtrace");
+  CHECK(m.incomplete);  // no trailer
+  REQUIRE(m.devices.size() == 1);
+  const auto& d = m.devices[0];
+  // block sizes from the layout equal the "b" the shim recorded: 1024 + 5.5 MiB + 14.5 MiB (not split)
+  CHECK(d.stats.allocated_bytes[kStatAll].peak == 1024 + 5767168 + 15204352);
+  CHECK(d.stats.allocated_bytes[kStatAll].current == 5767168 + 15204352);
+  CHECK(d.stats.reserved_bytes[kStatAll].current == 22 << 20);
+  CHECK(m.header.device_total_bytes == 1024u << 20);
+  bool mark = false;
+  for (const auto& mk : d.markers) mark |= mk.kind == "mark";
+  CHECK(mark);
+  CHECK(d.layout_conflicts == 0);
+}
