@@ -121,7 +121,7 @@ function valuesAt(dev,t){var tl=dev.tl,i=bucketAt(tl,t);if(i<0)return null;var o
  SERIES.concat([['requested','q']]).forEach(function(s){o[s[0]]={min:tl[s[1]+'min'][i],max:tl[s[1]+'max'][i],last:tl[s[1]+'last'][i]};});return o;}
 function legend(){var L=document.getElementById('legend');[['allocated','allocated'],['active','active (allocated + pending free)'],['reserved','reserved (segments)'],['cap','capacity']].forEach(function(p){
  var s=el('span');s.appendChild(el('i',{'class':'sw',style:'background:'+COLORS[p[0]]}));s.appendChild(document.createTextNode(p[1]));L.appendChild(s);});
- var s=el('span',null,'\u25BC OOM   | mark   drag to zoom, double-click to reset');L.appendChild(s);}
+ L.appendChild(el('span',null,'\u25BC OOM'));L.appendChild(el('span',null,'\u2758 mark'));L.appendChild(el('span',{'class':'sub'},'drag to zoom, double-click to reset'));}
 
 function Timeline(dev,host){
  var self=this;this.dev=dev;var W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),H=320,ml=78,mr=12,mt=10,mb=28;

@@ -345,7 +345,23 @@ struct TraceModelBuilder::Impl {
     i64 peak = d.out.stats.allocated_bytes[kStatAll].current;
     if (peak <= d.captured_peak) return;
     d.captured_peak = peak;
-    capture(d, d.out.at_peak, d.out.last_time_ns, events ? events - 1 : 0);
+    const u64 index = events ? events - 1 : 0;
+    if (!opt.capture_peak_after_event.empty()) return;  // second pass: only the given event
+    if (d.snapshot_cost > opt.peak_copy_budget_per_event * events + opt.peak_copy_budget_base) {
+      // Too many new peaks to copy the layout at each: keep the exact figures, defer the layout.
+      StateAt& st = d.out.at_peak;
+      st.captured = true;
+      st.event_index = index;
+      st.time_ns = d.out.last_time_ns;
+      st.stats = d.out.stats;
+      st.largest_free_block = d.free_sizes.empty() ? 0 : *d.free_sizes.rbegin();
+      st.layout.segments.clear();
+      st.biggest.clear();
+      d.out.peak_layout_deferred = true;
+      return;
+    }
+    d.out.peak_layout_deferred = false;
+    capture(d, d.out.at_peak, d.out.last_time_ns, index);
   }
 
   void note_peak(DeviceState& d) {
@@ -716,6 +732,10 @@ struct TraceModelBuilder::Impl {
       case Action::snapshot: break;
     }
     if (raises) note_peak(d);
+    if (!opt.capture_peak_after_event.empty()) {
+      auto it = opt.capture_peak_after_event.find(r.device);
+      if (it != opt.capture_peak_after_event.end() && it->second == events) capture(d, d.out.at_peak, d.out.last_time_ns, events);
+    }
     sample(d, r.time_ns);
     ++d.out.events;
     ++events;

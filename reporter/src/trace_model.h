@@ -103,6 +103,10 @@ struct DeviceModel {
   std::uint64_t orphan_allocs = 0;    ///< allocs at an address in no known segment
   std::uint64_t unknown_frees = 0;    ///< frees of an address never allocated in the trace
   std::uint64_t layout_conflicts = 0; ///< events the layout could not place (described in notes)
+  /// The peak's layout and biggest allocations were not copied in the pass (the trace set new
+  /// peaks too often to copy the layout each time); load_models fills them by a second pass.
+  /// at_peak's statistics, time and largest free block are always exact.
+  bool peak_layout_deferred = false;
   std::vector<std::string> notes;
 };
 
@@ -122,6 +126,12 @@ struct ModelOptions {
   std::size_t max_oom_states = 64;      ///< OOMs beyond this keep figures, not the layout
   /// Settings override (else the trace header's settings are used).
   std::optional<std::string> settings;
+  /// Layout copies allowed for peak states, in blocks per event read so far (plus a base); beyond
+  /// it the peak's layout is deferred (DeviceModel::peak_layout_deferred).
+  std::uint64_t peak_copy_budget_per_event = 8;
+  std::uint64_t peak_copy_budget_base = 1u << 20;
+  /// Second pass: for these devices, capture at_peak's layout right after this global event index.
+  std::map<std::int32_t, std::uint64_t> capture_peak_after_event;
 };
 
 /// Incremental builder: feed records in trace order, then finish(). Not thread-safe.

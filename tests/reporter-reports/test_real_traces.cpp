@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "load_models.h"
 #include "vramtrace/trace_reader.h"
 #include "trace_model.h"
 
@@ -53,4 +54,45 @@ TEST_CASE("snapshot pickle: the model reaches PyTorch's recorded peaks", "[model
   CHECK(st.allocated_bytes[kStatAll].peak == 1598815744);
   CHECK(st.reserved_bytes[kStatAll].peak == 2000683008);
   CHECK(m.devices[0].layout_conflicts == 0);
+}
+
+TEST_CASE("a deferred peak layout is filled by a second pass and equals the direct one", "[model][real][peak]") {
+  const std::string path = std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/gpt2_train.torchtrace.jsonl.gz";
+  auto direct = load_models({path});
+  ModelOptions tight;
+  tight.peak_copy_budget_per_event = 0;
+  tight.peak_copy_budget_base = 0;
+  auto reader = open_trace(path);
+  auto first = build_trace_model(*reader, tight);
+  REQUIRE(first.devices[0].peak_layout_deferred);  // the budget forbids copies after the first
+  CHECK(first.devices[0].at_peak.stats.allocated_bytes[kStatAll].current ==
+        direct[0].devices[0].stats.allocated_bytes[kStatAll].peak);
+  auto twice = load_models({path}, tight);
+  const auto& a = direct[0].devices[0].at_peak;
+  const auto& b = twice[0].devices[0].at_peak;
+  CHECK_FALSE(twice[0].devices[0].peak_layout_deferred);
+  CHECK(a.event_index == b.event_index);
+  REQUIRE(a.biggest.size() == b.biggest.size());
+  for (std::size_t i = 0; i < a.biggest.size(); ++i) CHECK(a.biggest[i].address == b.biggest[i].address);
+  REQUIRE(a.layout.segments.size() == b.layout.segments.size());
+  for (std::size_t i = 0; i < a.layout.segments.size(); ++i) CHECK(a.layout.segments[i].blocks.size() == b.layout.segments[i].blocks.size());
+}
+
+TEST_CASE("a vramtrace trace written by the shim (killed: no trailer) is modelled", "[model][vramtrace]") {
+  auto models = load_models({std::string(VRAMTRACE_REPORTS_TEST_DIR) + "/data/small.vramtrace.jsonl"});
+  REQUIRE(models.size() == 1);
+  const auto& m = models[0];
+  CHECK(m.header.format == "vramtrace");
+  CHECK(m.incomplete);  // no trailer
+  REQUIRE(m.devices.size() == 1);
+  const auto& d = m.devices[0];
+  // block sizes from the layout equal the "b" the shim recorded: 1024 + 5.5 MiB + 14.5 MiB (not split)
+  CHECK(d.stats.allocated_bytes[kStatAll].peak == 1024 + 5767168 + 15204352);
+  CHECK(d.stats.allocated_bytes[kStatAll].current == 5767168 + 15204352);
+  CHECK(d.stats.reserved_bytes[kStatAll].current == 22 << 20);
+  CHECK(m.header.device_total_bytes == 1024u << 20);
+  bool mark = false;
+  for (const auto& mk : d.markers) mark |= mk.kind == "mark";
+  CHECK(mark);
+  CHECK(d.layout_conflicts == 0);
 }
