@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 scripts/setup-deps.sh
 cmake --preset release >/dev/null
-cmake --build --preset release -j"$(nproc)" >/dev/null
+cmake --build --preset release -j"$(nproc)" --target vramtrace >/dev/null
 vt=build-release/bin/vramtrace
 trace=tests/data/torch-h200/gpt2_train.torchtrace.jsonl.gz
 
@@ -30,12 +30,13 @@ if $vt --help 2>/dev/null | grep -q explain; then
   $vt explain "CUDA out of memory. Tried to allocate 44.00 MiB. GPU 0 has a total capacity of 139.81 GiB of which 123.93 GiB is free. Including non-PyTorch memory, this process has 15.31 GiB memory in use. 14.58 GiB allowed; Of the allocated memory 14.56 GiB is allocated by PyTorch, and 12.76 MiB is reserved by PyTorch but unallocated."
 fi
 
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [[ -x build-release/tests/gpu/cuda_sample ]]; then
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo
-  echo "== 3. a real CUDA program under the shim"
+  echo "== 3. a real CUDA program (nvcc, static cudart) under the shim"
+  cmake --build --preset release -j"$(nproc)" --target vramtrace_shim vramtrace_gpu_programs >/dev/null
   out=$(mktemp -d)/sample.%p.jsonl
-  $vt run -o "$out" -- build-release/tests/gpu/cuda_sample
+  VRAMTRACE_LIB=$PWD/build-release/shim/libvramtrace.so $vt run -o "$out" -- build-release/gpu/alloc_check_static
 else
   echo
-  echo "(no GPU here: skipping the live run; on a GPU machine this step runs a CUDA sample under 'vramtrace run')"
+  echo "(no GPU here: skipping the live run; on a GPU machine this step runs a CUDA program under 'vramtrace run')"
 fi
