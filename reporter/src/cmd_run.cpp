@@ -151,14 +151,15 @@ std::vector<std::string> find_traces(const std::string& pattern, std::time_t sta
   }
   // A fork child of a pattern without %p adds "-<pid>" before the first dot of the name.
   std::size_t dot = re.find("\\.", 1);
-  std::string with_child = dot == std::string::npos ? re + "(-[0-9]+)?" : re.substr(0, dot) + "(-[0-9]+)?" + re.substr(dot);
+  std::string with_child =
+      dot == std::string::npos ? re + "(-[0-9]+)?" : re.substr(0, dot) + "(-[0-9]+)?" + re.substr(dot);
   std::regex matcher(with_child);
   std::vector<std::string> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (!entry.is_regular_file(ec)) continue;
     if (!std::regex_match(entry.path().filename().string(), matcher)) continue;
-    struct stat st{};
+    struct stat st {};
     if (stat(entry.path().c_str(), &st) != 0 || st.st_mtime + 1 < start) continue;
     out.push_back((dir == "." && !p.has_parent_path()) ? entry.path().filename().string() : entry.path().string());
   }
@@ -193,8 +194,12 @@ void describe_trace(const std::string& path, bool tensors) {
         ++events;
         DevicePeaks& d = peaks[r.device];
         switch (r.action) {
-          case Action::alloc: d.allocated += static_cast<std::int64_t>(reader->block_bytes()); break;
-          case Action::free_completed: d.allocated -= static_cast<std::int64_t>(reader->block_bytes()); break;
+          case Action::alloc:
+            d.allocated += static_cast<std::int64_t>(reader->block_bytes());
+            break;
+          case Action::free_completed:
+            d.allocated -= static_cast<std::int64_t>(reader->block_bytes());
+            break;
           // Pinned host memory (memory kind 5) is traced too but is not device memory.
           case Action::segment_alloc:
           case Action::segment_map:
@@ -204,8 +209,11 @@ void describe_trace(const std::string& path, bool tensors) {
           case Action::segment_unmap:
             if (reader->memory_kind() != 5) d.reserved -= static_cast<std::int64_t>(r.size);
             break;
-          case Action::oom: ++ooms; break;
-          default: break;
+          case Action::oom:
+            ++ooms;
+            break;
+          default:
+            break;
         }
         d.allocated_peak = std::max(d.allocated_peak, d.allocated);
         d.reserved_peak = std::max(d.reserved_peak, d.reserved);
@@ -228,7 +236,10 @@ void describe_trace(const std::string& path, bool tensors) {
     }
   }
   std::fprintf(stderr, "  trace  %s  (pid %lld, %s events%s%s)\n", path.c_str(), static_cast<long long>(h.pid),
-               with_commas(events).c_str(), reader->incomplete() || (scanned && !reader->trailer().present) ? ", incomplete: the process did not finish tracing" : "",
+               with_commas(events).c_str(),
+               reader->incomplete() || (scanned && !reader->trailer().present)
+                   ? ", incomplete: the process did not finish tracing"
+                   : "",
                trailer.dropped ? (", " + with_commas(trailer.dropped) + " dropped").c_str() : "");
   if (peaks.empty()) std::fprintf(stderr, "    no device memory was allocated\n");
   for (const auto& [device, d] : peaks) {
@@ -273,15 +284,16 @@ int run_command(const RunOptions& o) {
   std::string conf = o.conf;
   if (!o.limit.empty()) conf += (conf.empty() ? "" : ",") + std::string("limit:") + o.limit;
 
-  struct timespec t0{};
+  struct timespec t0 {};
   clock_gettime(CLOCK_MONOTONIC, &t0);
 
   // Install forwarding before the fork, so that no signal slips between fork and handler.
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_sigaction = forward_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{}, old_hup{};
+  struct sigaction old_int {
+  }, old_term{}, old_hup{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGHUP, &sa, &old_hup);
@@ -314,9 +326,10 @@ int run_command(const RunOptions& o) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGHUP, &old_hup, nullptr);
-  struct timespec t1{};
+  struct timespec t1 {};
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  const double seconds = static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  const double seconds =
+      static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
 
   int rc;
   std::string how;
@@ -325,7 +338,8 @@ int run_command(const RunOptions& o) {
     how = "exited with code " + std::to_string(rc);
   } else if (WIFSIGNALED(status)) {
     rc = 128 + WTERMSIG(status);
-    how = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+    how = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
+          ")";
   } else {
     rc = 1;
     how = "ended";
@@ -342,9 +356,10 @@ int run_command(const RunOptions& o) {
     return rc;
   }
   for (const std::string& t : traces) describe_trace(t, o.tensors);
-  std::fprintf(stderr, "  level  %s\n",
-               o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
-                         : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
+  std::fprintf(
+      stderr, "  level  %s\n",
+      o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
+                : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
   const std::string& first = traces.front();
   std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",
                first.c_str(), first.c_str(), first.c_str());
@@ -356,11 +371,13 @@ int run_command(const RunOptions& o) {
 void register_run(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a command with vramtrace preloaded and trace its GPU memory");
-  cmd->add_option("-o,--output", opts->output,
-                  "Trace file name; %p pid, %h host, %r rank, %t start time (default vramtrace.%t.%p.jsonl; .zst compresses)");
+  cmd->add_option(
+      "-o,--output", opts->output,
+      "Trace file name; %p pid, %h host, %r rank, %t start time (default vramtrace.%t.%p.jsonl; .zst compresses)");
   cmd->add_option("--conf", opts->conf, "Allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax (sets VRAMTRACE_CONF)");
-  cmd->add_flag("--tensors", opts->tensors,
-                "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that every PyTorch tensor reaches vramtrace (docs/tensor-mode.md)");
+  cmd->add_flag(
+      "--tensors", opts->tensors,
+      "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that every PyTorch tensor reaches vramtrace (docs/tensor-mode.md)");
   cmd->add_option("--limit", opts->limit, "Cap on reserved memory, e.g. 14.58GiB (adds limit:SIZE to the settings)");
   cmd->add_option("command", opts->command, "The command to run, after --")->required();
   cmd->positionals_at_end();

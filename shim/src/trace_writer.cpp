@@ -270,9 +270,7 @@ void TraceWriter::fail(const std::string& message) noexcept {
     }
   }
   // Release anyone waiting for the file.
-  {
-    std::lock_guard<std::mutex> lock(progress_mu_);
-  }
+  { std::lock_guard<std::mutex> lock(progress_mu_); }
   progress_cv_.notify_all();
 }
 

@@ -196,7 +196,8 @@ TEST_CASE("drop mode counts what a full buffer loses", "[trace][threads]") {
   CHECK(rb.trailer.dropped == w.dropped());
   // What was kept is in order.
   bool increasing = true;
-  for (std::size_t i = 1; i < rb.records.size(); ++i) increasing = increasing && rb.records[i].addr > rb.records[i - 1].addr;
+  for (std::size_t i = 1; i < rb.records.size(); ++i)
+    increasing = increasing && rb.records[i].addr > rb.records[i - 1].addr;
   CHECK(increasing);
 }
 
