@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "vramtrace/settings.h"
 #include "vramtrace_trace.h"
 
 namespace vramtrace::cli {
@@ -43,33 +44,10 @@ void forward_signal(int sig, siginfo_t* info, void*) {
   if (g_child > 0 && (info == nullptr || info->si_code <= 0)) kill(static_cast<pid_t>(g_child), sig);
 }
 
-std::string human_bytes(std::int64_t bytes) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (std::abs(v) >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0) {
-    std::snprintf(buf, sizeof(buf), "%lld bytes", static_cast<long long>(bytes));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.2f %s", v, units[u]);
-  }
-  return buf;
-}
-
 std::string with_commas(std::uint64_t n) {
   std::string s = std::to_string(n);
   for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
   return s;
-}
-
-// A plausible size for --limit ("14.58GiB", "16GB", "1048576"); the shim checks it exactly.
-bool looks_like_size(const std::string& s) {
-  static const std::regex re(R"(^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]i?[bB]|[bB])?\s*$)");
-  return std::regex_match(s, re);
 }
 
 std::string self_dir() {
@@ -247,7 +225,8 @@ void describe_trace(const std::string& path, bool tensors) {
     for (const auto& dev : h.devices)
       if (dev.id == device) name = dev.name;
     std::fprintf(stderr, "    cuda:%d %-22s peak allocated %-12s peak reserved %s\n", device, name.c_str(),
-                 human_bytes(d.allocated_peak).c_str(), human_bytes(d.reserved_peak).c_str());
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.allocated_peak))).c_str(),
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.reserved_peak))).c_str());
   }
   if (ooms == 0) {
     std::fprintf(stderr, "    OOMs: none\n");
@@ -265,9 +244,24 @@ int run_command(const RunOptions& o) {
                  looked.c_str());
     return 2;
   }
-  if (!o.limit.empty() && !looks_like_size(o.limit)) {
-    std::fprintf(stderr, "vramtrace run: --limit '%s' is not a size (e.g. 14.58GiB, 16GB, 1048576)\n", o.limit.c_str());
-    return 2;
+  std::string conf = o.conf;
+  if (!o.limit.empty()) {
+    std::uint64_t bytes = 0;
+    std::string error;
+    if (!parse_size(o.limit, bytes, error)) {
+      std::fprintf(stderr, "vramtrace run: --limit '%s': %s\n", o.limit.c_str(), error.c_str());
+      return 2;
+    }
+    conf += (conf.empty() ? "" : ",") + std::string("limit:") + o.limit;
+  }
+  {
+    // The shim reads the same string from VRAMTRACE_CONF; refuse a bad one here, before the run.
+    AllocatorSettings settings;
+    std::string error;
+    if (!AllocatorSettings::parse(conf, settings, error)) {
+      std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
+      return 2;
+    }
   }
   const std::time_t start = std::time(nullptr);
   const std::string pattern = fix_start_time(o.output.empty() ? "vramtrace.%t.%p.jsonl" : o.output, start);
@@ -281,8 +275,6 @@ int run_command(const RunOptions& o) {
 
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
-  std::string conf = o.conf;
-  if (!o.limit.empty()) conf += (conf.empty() ? "" : ",") + std::string("limit:") + o.limit;
 
   struct timespec t0 {};
   clock_gettime(CLOCK_MONOTONIC, &t0);
