@@ -116,7 +116,7 @@ TraceWriterOptions bench_options(const std::string& path) {
 }
 
 // Median ns per append on the calling thread. Each iteration times one batch of 4096 appends
-// (the ring holds 65536, so a batch never waits for the writer), then waits untimed until the
+// (the ring holds 16384, so a batch never waits for the writer), then waits untimed until the
 // writer has drained the ring.
 void BM_AppendCallingThread(benchmark::State& state) {
   constexpr int kBatch = 4096;
