@@ -11,6 +11,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", VRAMTRACE_VERSION_STRING);
   vramtrace::cli::register_replay(app);
   vramtrace::cli::register_run(app);
+  vramtrace::cli::register_explain(app);
+  vramtrace::cli::register_summary(app);
+  vramtrace::cli::register_oom(app);
+  vramtrace::cli::register_report(app);
+  vramtrace::cli::register_check(app);
+  vramtrace::cli::register_diff(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,56 @@
+// The model on the real H200 traces: its figures must equal the memory_stats() PyTorch recorded.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "vramtrace/trace_reader.h"
+#include "trace_model.h"
+
+using namespace vramtrace;
+
+namespace {
+std::map<std::string, std::int64_t> recorded(const TraceModel& m) {
+  std::map<std::string, std::int64_t> out;
+  for (const auto& [k, v] : m.header.recorded_stats) out[k] = v;
+  return out;
+}
+}  // namespace
+
+TEST_CASE("gpt2 and resnet50 traces: figures equal PyTorch's memory_stats()", "[model][real]") {
+  for (const char* name : {"gpt2_train", "resnet50_train"}) {
+    INFO(name);
+    auto reader = open_trace(std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/" + name + ".torchtrace.jsonl.gz");
+    auto m = build_trace_model(*reader);
+    REQUIRE(m.devices.size() == 1);
+    const auto& st = m.devices[0].stats;
+    auto rec = recorded(m);
+    REQUIRE(rec.count("allocated_bytes.all.peak"));
+    CHECK(st.allocated_bytes[kStatAll].peak == rec["allocated_bytes.all.peak"]);
+    CHECK(st.reserved_bytes[kStatAll].peak == rec["reserved_bytes.all.peak"]);
+    CHECK(st.requested_bytes[kStatAll].peak == rec["requested_bytes.all.peak"]);
+    CHECK(st.active_bytes[kStatAll].peak == rec["active_bytes.all.peak"]);
+    CHECK(st.allocation[kStatAll].allocated == rec["allocation.all.allocated"]);
+    CHECK(st.num_device_alloc == rec["num_device_alloc"]);
+    CHECK(st.segment[kStatAll].peak == rec["segment.all.peak"]);
+    if (rec.count("inactive_split_bytes.all.peak")) CHECK(st.inactive_split_bytes[kStatAll].peak == rec["inactive_split_bytes.all.peak"]);
+    CHECK(st.allocated_bytes[kStatAll].current == rec["allocated_bytes.all.current"]);
+    CHECK(st.reserved_bytes[kStatAll].current == rec["reserved_bytes.all.current"]);
+    CHECK(m.devices[0].layout_conflicts == 0);
+    CHECK(m.devices[0].orphan_allocs == 0);
+    const auto& peak = m.devices[0].at_peak;
+    REQUIRE(peak.captured);
+    CHECK(peak.stats.allocated_bytes[kStatAll].current == rec["allocated_bytes.all.peak"]);
+    CHECK(peak.biggest.size() == 10);
+  }
+}
+
+TEST_CASE("snapshot pickle: the model reaches PyTorch's recorded peaks", "[model][real][snapshot]") {
+  auto reader = open_trace(std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/encoder_varlen.snapshot.pickle");
+  auto m = build_trace_model(*reader);
+  REQUIRE(m.devices.size() >= 1);
+  const auto& st = m.devices[0].stats;
+  // ../shared/traces/README.md: peak allocated 1598815744 B, peak reserved 2000683008 B.
+  CHECK(st.allocated_bytes[kStatAll].peak == 1598815744);
+  CHECK(st.reserved_bytes[kStatAll].peak == 2000683008);
+  CHECK(m.devices[0].layout_conflicts == 0);
+}
