@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "vramtrace/settings.h"
 #include "vramtrace_trace.h"
 
 namespace vramtrace::cli {
@@ -43,33 +44,10 @@ void forward_signal(int sig, siginfo_t* info, void*) {
   if (g_child > 0 && (info == nullptr || info->si_code <= 0)) kill(static_cast<pid_t>(g_child), sig);
 }
 
-std::string human_bytes(std::int64_t bytes) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (std::abs(v) >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0) {
-    std::snprintf(buf, sizeof(buf), "%lld bytes", static_cast<long long>(bytes));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.2f %s", v, units[u]);
-  }
-  return buf;
-}
-
 std::string with_commas(std::uint64_t n) {
   std::string s = std::to_string(n);
   for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
   return s;
-}
-
-// A plausible size for --limit ("14.58GiB", "16GB", "1048576"); the shim checks it exactly.
-bool looks_like_size(const std::string& s) {
-  static const std::regex re(R"(^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]i?[bB]|[bB])?\s*$)");
-  return std::regex_match(s, re);
 }
 
 std::string self_dir() {
@@ -151,14 +129,15 @@ std::vector<std::string> find_traces(const std::string& pattern, std::time_t sta
   }
   // A fork child of a pattern without %p adds "-<pid>" before the first dot of the name.
   std::size_t dot = re.find("\\.", 1);
-  std::string with_child = dot == std::string::npos ? re + "(-[0-9]+)?" : re.substr(0, dot) + "(-[0-9]+)?" + re.substr(dot);
+  std::string with_child =
+      dot == std::string::npos ? re + "(-[0-9]+)?" : re.substr(0, dot) + "(-[0-9]+)?" + re.substr(dot);
   std::regex matcher(with_child);
   std::vector<std::string> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (!entry.is_regular_file(ec)) continue;
     if (!std::regex_match(entry.path().filename().string(), matcher)) continue;
-    struct stat st{};
+    struct stat st {};
     if (stat(entry.path().c_str(), &st) != 0 || st.st_mtime + 1 < start) continue;
     out.push_back((dir == "." && !p.has_parent_path()) ? entry.path().filename().string() : entry.path().string());
   }
@@ -193,8 +172,12 @@ void describe_trace(const std::string& path, bool tensors) {
         ++events;
         DevicePeaks& d = peaks[r.device];
         switch (r.action) {
-          case Action::alloc: d.allocated += static_cast<std::int64_t>(reader->block_bytes()); break;
-          case Action::free_completed: d.allocated -= static_cast<std::int64_t>(reader->block_bytes()); break;
+          case Action::alloc:
+            d.allocated += static_cast<std::int64_t>(reader->block_bytes());
+            break;
+          case Action::free_completed:
+            d.allocated -= static_cast<std::int64_t>(reader->block_bytes());
+            break;
           // Pinned host memory (memory kind 5) is traced too but is not device memory.
           case Action::segment_alloc:
           case Action::segment_map:
@@ -204,8 +187,11 @@ void describe_trace(const std::string& path, bool tensors) {
           case Action::segment_unmap:
             if (reader->memory_kind() != 5) d.reserved -= static_cast<std::int64_t>(r.size);
             break;
-          case Action::oom: ++ooms; break;
-          default: break;
+          case Action::oom:
+            ++ooms;
+            break;
+          default:
+            break;
         }
         d.allocated_peak = std::max(d.allocated_peak, d.allocated);
         d.reserved_peak = std::max(d.reserved_peak, d.reserved);
@@ -228,7 +214,10 @@ void describe_trace(const std::string& path, bool tensors) {
     }
   }
   std::fprintf(stderr, "  trace  %s  (pid %lld, %s events%s%s)\n", path.c_str(), static_cast<long long>(h.pid),
-               with_commas(events).c_str(), reader->incomplete() || (scanned && !reader->trailer().present) ? ", incomplete: the process did not finish tracing" : "",
+               with_commas(events).c_str(),
+               reader->incomplete() || (scanned && !reader->trailer().present)
+                   ? ", incomplete: the process did not finish tracing"
+                   : "",
                trailer.dropped ? (", " + with_commas(trailer.dropped) + " dropped").c_str() : "");
   if (peaks.empty()) std::fprintf(stderr, "    no device memory was allocated\n");
   for (const auto& [device, d] : peaks) {
@@ -236,7 +225,8 @@ void describe_trace(const std::string& path, bool tensors) {
     for (const auto& dev : h.devices)
       if (dev.id == device) name = dev.name;
     std::fprintf(stderr, "    cuda:%d %-22s peak allocated %-12s peak reserved %s\n", device, name.c_str(),
-                 human_bytes(d.allocated_peak).c_str(), human_bytes(d.reserved_peak).c_str());
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.allocated_peak))).c_str(),
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.reserved_peak))).c_str());
   }
   if (ooms == 0) {
     std::fprintf(stderr, "    OOMs: none\n");
@@ -254,9 +244,24 @@ int run_command(const RunOptions& o) {
                  looked.c_str());
     return 2;
   }
-  if (!o.limit.empty() && !looks_like_size(o.limit)) {
-    std::fprintf(stderr, "vramtrace run: --limit '%s' is not a size (e.g. 14.58GiB, 16GB, 1048576)\n", o.limit.c_str());
-    return 2;
+  std::string conf = o.conf;
+  if (!o.limit.empty()) {
+    std::uint64_t bytes = 0;
+    std::string error;
+    if (!parse_size(o.limit, bytes, error)) {
+      std::fprintf(stderr, "vramtrace run: --limit '%s': %s\n", o.limit.c_str(), error.c_str());
+      return 2;
+    }
+    conf += (conf.empty() ? "" : ",") + std::string("limit:") + o.limit;
+  }
+  {
+    // The shim reads the same string from VRAMTRACE_CONF; refuse a bad one here, before the run.
+    AllocatorSettings settings;
+    std::string error;
+    if (!AllocatorSettings::parse(conf, settings, error)) {
+      std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
+      return 2;
+    }
   }
   const std::time_t start = std::time(nullptr);
   const std::string pattern = fix_start_time(o.output.empty() ? "vramtrace.%t.%p.jsonl" : o.output, start);
@@ -270,18 +275,17 @@ int run_command(const RunOptions& o) {
 
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
-  std::string conf = o.conf;
-  if (!o.limit.empty()) conf += (conf.empty() ? "" : ",") + std::string("limit:") + o.limit;
 
-  struct timespec t0{};
+  struct timespec t0 {};
   clock_gettime(CLOCK_MONOTONIC, &t0);
 
   // Install forwarding before the fork, so that no signal slips between fork and handler.
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_sigaction = forward_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{}, old_hup{};
+  struct sigaction old_int {
+  }, old_term{}, old_hup{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGHUP, &sa, &old_hup);
@@ -314,9 +318,10 @@ int run_command(const RunOptions& o) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGHUP, &old_hup, nullptr);
-  struct timespec t1{};
+  struct timespec t1 {};
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  const double seconds = static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  const double seconds =
+      static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
 
   int rc;
   std::string how;
@@ -325,7 +330,8 @@ int run_command(const RunOptions& o) {
     how = "exited with code " + std::to_string(rc);
   } else if (WIFSIGNALED(status)) {
     rc = 128 + WTERMSIG(status);
-    how = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+    how = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
+          ")";
   } else {
     rc = 1;
     how = "ended";
@@ -342,9 +348,10 @@ int run_command(const RunOptions& o) {
     return rc;
   }
   for (const std::string& t : traces) describe_trace(t, o.tensors);
-  std::fprintf(stderr, "  level  %s\n",
-               o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
-                         : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
+  std::fprintf(
+      stderr, "  level  %s\n",
+      o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
+                : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
   const std::string& first = traces.front();
   std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",
                first.c_str(), first.c_str(), first.c_str());
@@ -356,11 +363,13 @@ int run_command(const RunOptions& o) {
 void register_run(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a command with vramtrace preloaded and trace its GPU memory");
-  cmd->add_option("-o,--output", opts->output,
-                  "Trace file name; %p pid, %h host, %r rank, %t start time (default vramtrace.%t.%p.jsonl; .zst compresses)");
+  cmd->add_option(
+      "-o,--output", opts->output,
+      "Trace file name; %p pid, %h host, %r rank, %t start time (default vramtrace.%t.%p.jsonl; .zst compresses)");
   cmd->add_option("--conf", opts->conf, "Allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax (sets VRAMTRACE_CONF)");
-  cmd->add_flag("--tensors", opts->tensors,
-                "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that every PyTorch tensor reaches vramtrace (docs/tensor-mode.md)");
+  cmd->add_flag(
+      "--tensors", opts->tensors,
+      "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that every PyTorch tensor reaches vramtrace (docs/tensor-mode.md)");
   cmd->add_option("--limit", opts->limit, "Cap on reserved memory, e.g. 14.58GiB (adds limit:SIZE to the settings)");
   cmd->add_option("command", opts->command, "The command to run, after --")->required();
   cmd->positionals_at_end();

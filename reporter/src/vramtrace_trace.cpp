@@ -106,7 +106,8 @@ std::optional<VramtraceTrailer> peek_trailer(const std::string& path) {
   if (!in) return std::nullopt;
   unsigned char magic[4] = {};
   in.read(reinterpret_cast<char*>(magic), 4);
-  if ((magic[0] == 0x1f && magic[1] == 0x8b) || (magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd)) {
+  if ((magic[0] == 0x1f && magic[1] == 0x8b) ||
+      (magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd)) {
     return std::nullopt;
   }
   in.clear();
@@ -201,7 +202,8 @@ class Reader final : public VramtraceTraceReader {
     }
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object() || json_string(j, "format") != "vramtrace") {
-      throw TraceError(header_.path + ":1: not a vramtrace trace: the first line must be a header with \"format\":\"vramtrace\"");
+      throw TraceError(header_.path +
+                       ":1: not a vramtrace trace: the first line must be a header with \"format\":\"vramtrace\"");
     }
     details_.version = json_string(j, "version");
     int major = 0;
@@ -211,8 +213,9 @@ class Reader final : public VramtraceTraceReader {
       throw TraceError(header_.path + ":1: vramtrace trace with an unreadable version \"" + v + "\"");
     }
     if (major > kReadableMajor) {
-      throw TraceError(header_.path + ":1: vramtrace trace format version " + v + " is newer than this vramtrace reads (" +
-                       std::to_string(kReadableMajor) + ".x); use a newer vramtrace");
+      throw TraceError(header_.path + ":1: vramtrace trace format version " + v +
+                       " is newer than this vramtrace reads (" + std::to_string(kReadableMajor) +
+                       ".x); use a newer vramtrace");
     }
     details_.tool_version = json_string(j, "tool_version");
     details_.pid = json_int(j, "pid");
@@ -326,15 +329,32 @@ class Reader final : public VramtraceTraceReader {
       const std::int64_t sv = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
       if (key.size() == 1) {
         switch (key[0]) {
-          case 't': f.t = sv; break;
-          case 'd': f.d = sv; break;
-          case 's': f.s = v; break;
-          case 'p': f.p = v; break;
-          case 'r': f.r = v; break;
-          case 'b': f.b = v; break;
-          case 'e': f.e = v; break;
-          case 'k': f.k = v; break;
-          default: break;
+          case 't':
+            f.t = sv;
+            break;
+          case 'd':
+            f.d = sv;
+            break;
+          case 's':
+            f.s = v;
+            break;
+          case 'p':
+            f.p = v;
+            break;
+          case 'r':
+            f.r = v;
+            break;
+          case 'b':
+            f.b = v;
+            break;
+          case 'e':
+            f.e = v;
+            break;
+          case 'k':
+            f.k = v;
+            break;
+          default:
+            break;
         }
       } else if (key == "th") {
         f.th = v;
@@ -346,7 +366,8 @@ class Reader final : public VramtraceTraceReader {
 
   // Any valid JSON object line, with simdjson On-Demand. Returns the error (SUCCESS when parsed).
   simdjson::error_code parse_general(std::string_view line, LineFields& f) {
-    if (padded_.size() < line.size() + simdjson::SIMDJSON_PADDING) padded_.resize(line.size() + simdjson::SIMDJSON_PADDING + 256);
+    if (padded_.size() < line.size() + simdjson::SIMDJSON_PADDING)
+      padded_.resize(line.size() + simdjson::SIMDJSON_PADDING + 256);
     std::memcpy(padded_.data(), line.data(), line.size());
     simdjson::padded_string_view view(padded_.data(), line.size(), padded_.size());
     simdjson::error_code err = simdjson::SUCCESS;
@@ -362,21 +383,38 @@ class Reader final : public VramtraceTraceReader {
       if ((err = field.value().get(value))) break;
       if (key.size() == 1) {
         switch (key[0]) {
-          case 'a': err = value.get_string().get(f.action); break;
-          case 't': err = value.get_int64().get(f.t); break;
-          case 'd': err = value.get_int64().get(f.d); break;
-          case 's': err = value.get_uint64().get(f.s); break;
-          case 'p': err = value.get_uint64().get(f.p); break;
-          case 'r': err = value.get_uint64().get(f.r); break;
+          case 'a':
+            err = value.get_string().get(f.action);
+            break;
+          case 't':
+            err = value.get_int64().get(f.t);
+            break;
+          case 'd':
+            err = value.get_int64().get(f.d);
+            break;
+          case 's':
+            err = value.get_uint64().get(f.s);
+            break;
+          case 'p':
+            err = value.get_uint64().get(f.p);
+            break;
+          case 'r':
+            err = value.get_uint64().get(f.r);
+            break;
           case 'b': {
             std::uint64_t v = 0;
             err = value.get_uint64().get(v);
             f.b = v;
             break;
           }
-          case 'e': err = value.get_uint64().get(f.e); break;
-          case 'k': err = value.get_uint64().get(f.k); break;
-          default: break;  // unknown one-letter keys: a newer minor version
+          case 'e':
+            err = value.get_uint64().get(f.e);
+            break;
+          case 'k':
+            err = value.get_uint64().get(f.k);
+            break;
+          default:
+            break;  // unknown one-letter keys: a newer minor version
         }
       } else if (key == "th") {
         err = value.get_uint64().get(f.th);
@@ -474,6 +512,8 @@ std::unique_ptr<VramtraceTraceReader> open_vramtrace_trace_details(const std::st
   return std::make_unique<Reader>(path);
 }
 
-std::unique_ptr<TraceReader> open_vramtrace_trace(const std::string& path) { return open_vramtrace_trace_details(path); }
+std::unique_ptr<TraceReader> open_vramtrace_trace(const std::string& path) {
+  return open_vramtrace_trace_details(path);
+}
 
 }  // namespace vramtrace

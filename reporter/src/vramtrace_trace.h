@@ -16,7 +16,7 @@ namespace vramtrace {
 
 /// The header line, field for field (docs/trace-format.md, "header").
 struct VramtraceHeaderDetails {
-  std::string version;              ///< "1.0"
+  std::string version;  ///< "1.0"
   std::string tool_version;
   std::int64_t pid = 0;
   std::int64_t ppid = 0;
@@ -37,7 +37,7 @@ struct VramtraceHeaderDetails {
   std::string allocator_settings;
   std::vector<std::pair<std::string, std::string>> settings;
   std::vector<std::string> entry_points;
-  std::string on_full;              ///< "wait" or "drop"
+  std::string on_full;  ///< "wait" or "drop"
 };
 
 /// The trailer line. `present` is false until the reader has reached it (or when it is missing).

@@ -156,9 +156,12 @@ std::size_t utf8_sequence(const unsigned char* s, std::size_t n) noexcept {
 
 const char* block_state_text(BlockState s) noexcept {
   switch (s) {
-    case BlockState::active_allocated: return "active_allocated";
-    case BlockState::active_pending_free: return "active_pending_free";
-    case BlockState::inactive: return "inactive";
+    case BlockState::active_allocated:
+      return "active_allocated";
+    case BlockState::active_pending_free:
+      return "active_pending_free";
+    case BlockState::inactive:
+      return "inactive";
   }
   return "inactive";
 }

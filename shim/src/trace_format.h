@@ -45,18 +45,18 @@ inline constexpr int kFormatMajor = 1;
 
 /// One CUDA device as the header lists it.
 struct DeviceInfo {
-  std::int32_t id = 0;             ///< CUDA ordinal
-  std::string name;                ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
-  std::uint64_t total_bytes = 0;   ///< total device memory (cudaMemGetInfo total)
-  std::string uuid;                ///< "GPU-..." when known, else empty
+  std::int32_t id = 0;            ///< CUDA ordinal
+  std::string name;               ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
+  std::uint64_t total_bytes = 0;  ///< total device memory (cudaMemGetInfo total)
+  std::string uuid;               ///< "GPU-..." when known, else empty
 };
 
 /// What the shim knows about the process's CUDA setup; the writer adds pid, host, command line
 /// and clocks itself.
 struct HeaderInfo {
-  std::string tool_version;             ///< vramtrace version, e.g. "0.1.0"
-  int cuda_driver_version = 0;          ///< cudaDriverGetVersion, e.g. 13000; 0 = unknown
-  int cuda_runtime_version = 0;         ///< cudaRuntimeGetVersion of the program; 0 = unknown
+  std::string tool_version;      ///< vramtrace version, e.g. "0.1.0"
+  int cuda_driver_version = 0;   ///< cudaDriverGetVersion, e.g. 13000; 0 = unknown
+  int cuda_runtime_version = 0;  ///< cudaRuntimeGetVersion of the program; 0 = unknown
   std::vector<DeviceInfo> devices;
   /// Effective allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax ("" = defaults).
   std::string allocator_settings;
@@ -76,24 +76,24 @@ struct HeaderFields {
   std::int64_t pid = 0;
   std::int64_t ppid = 0;
   std::string host;
-  std::string rank;                      ///< from the launcher variables, "" if none
-  std::vector<std::string> command_line; ///< argv of the process (/proc/self/cmdline)
-  std::int64_t start_unix_ns = 0;        ///< CLOCK_REALTIME at the origin
-  std::int64_t origin_monotonic_ns = 0;  ///< CLOCK_MONOTONIC at the origin: events' "t" counts from here
+  std::string rank;                       ///< from the launcher variables, "" if none
+  std::vector<std::string> command_line;  ///< argv of the process (/proc/self/cmdline)
+  std::int64_t start_unix_ns = 0;         ///< CLOCK_REALTIME at the origin
+  std::int64_t origin_monotonic_ns = 0;   ///< CLOCK_MONOTONIC at the origin: events' "t" counts from here
   // The writer's own settings, echoed so that a reader knows what "dropped" can mean.
   std::uint64_t buffer_events = 0;
   bool drop_when_full = false;
   std::uint32_t flush_interval_ms = 0;
-  std::string compression;               ///< "none" or "zstd"
+  std::string compression;  ///< "none" or "zstd"
 };
 
 /// Everything the trailer line holds.
 struct TrailerFields {
-  std::int64_t time_ns = 0;                    ///< relative to the origin, as events' "t"
-  std::uint64_t events = 0;                    ///< event lines written (header and trailer excluded)
-  std::uint64_t dropped = 0;                   ///< events lost because the buffer was full (drop mode)
-  std::uint64_t counts[16] = {};               ///< event lines per Action (index = Action value)
-  std::vector<FlatStats> device_stats;         ///< index = device ordinal
+  std::int64_t time_ns = 0;             ///< relative to the origin, as events' "t"
+  std::uint64_t events = 0;             ///< event lines written (header and trailer excluded)
+  std::uint64_t dropped = 0;            ///< events lost because the buffer was full (drop mode)
+  std::uint64_t counts[16] = {};        ///< event lines per Action (index = Action value)
+  std::vector<FlatStats> device_stats;  ///< index = device ordinal
 };
 
 /// A growable output buffer that hands out raw space for encoders (no per-field reallocation).
@@ -113,7 +113,10 @@ class TextBuffer {
     if (!s.empty()) __builtin_memcpy(p, s.data(), s.size());
     size_ += s.size();
   }
-  void push_back(char c) { *grow(1) = c; ++size_; }
+  void push_back(char c) {
+    *grow(1) = c;
+    ++size_;
+  }
   const char* data() const noexcept { return data_.get(); }
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }

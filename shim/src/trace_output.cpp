@@ -33,9 +33,15 @@ std::string expand_output_path(std::string_view pattern, const PathFields& f) {
     }
     char k = pattern[++i];
     switch (k) {
-      case 'p': out += std::to_string(f.pid); break;
-      case 'h': out += f.host.empty() ? std::string("localhost") : f.host; break;
-      case 'r': out += f.rank.empty() ? std::string("0") : f.rank; break;
+      case 'p':
+        out += std::to_string(f.pid);
+        break;
+      case 'h':
+        out += f.host.empty() ? std::string("localhost") : f.host;
+        break;
+      case 'r':
+        out += f.rank.empty() ? std::string("0") : f.rank;
+        break;
       case 't': {
         std::tm tm{};
         gmtime_r(&f.start_time, &tm);
@@ -44,7 +50,9 @@ std::string expand_output_path(std::string_view pattern, const PathFields& f) {
         out.append(buf, n);
         break;
       }
-      case '%': out.push_back('%'); break;
+      case '%':
+        out.push_back('%');
+        break;
       default:
         out.push_back('%');
         out.push_back(k);
@@ -85,7 +93,8 @@ bool TraceFile::create(const std::string& path, bool zstd, int level, std::strin
   if (fd < 0) {
     int err = errno;
     error = "cannot create the trace file '" + path + "': " + errno_text(err);
-    if (err == EEXIST) error += " (vramtrace never overwrites a file or follows a link; remove it or choose another name, e.g. with %p)";
+    if (err == EEXIST)
+      error += " (vramtrace never overwrites a file or follows a link; remove it or choose another name, e.g. with %p)";
     return false;
   }
   if (zstd) {

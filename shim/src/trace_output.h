@@ -15,7 +15,7 @@ namespace vramtrace::trace {
 struct PathFields {
   std::int64_t pid = 0;
   std::string host;
-  std::string rank;         ///< "" when no launcher variable is set (then %r expands to "0")
+  std::string rank;            ///< "" when no launcher variable is set (then %r expands to "0")
   std::time_t start_time = 0;  ///< seconds since the Unix epoch; %t is its UTC "YYYYMMDD-HHMMSS"
 };
 

@@ -20,7 +20,7 @@ namespace vramtrace::trace {
 
 namespace {
 
-constexpr std::size_t kWriteChunkBytes = std::size_t{1} << 20;  // write(2) at least this much when busy
+constexpr std::size_t kWriteChunkBytes = std::size_t{256} << 10;  // write(2) at least this much when busy
 constexpr std::size_t kPopBatch = 256;
 constexpr std::uint32_t kMaxMarkNames = std::uint32_t{1} << 20;
 constexpr std::int64_t kWaitLimitNs = 10'000'000'000;  // flush / OOM waits give up after 10 s
@@ -270,9 +270,7 @@ void TraceWriter::fail(const std::string& message) noexcept {
     }
   }
   // Release anyone waiting for the file.
-  {
-    std::lock_guard<std::mutex> lock(progress_mu_);
-  }
+  { std::lock_guard<std::mutex> lock(progress_mu_); }
   progress_cv_.notify_all();
 }
 
@@ -505,6 +503,8 @@ void TraceWriter::format(const Event& e) {
 void TraceWriter::run() noexcept {
   Event batch[kPopBatch];
   const std::int64_t idle_sleep_ns = std::int64_t{options_.flush_interval_ms} * 1'000'000 / 4;
+  std::int64_t last_write_ns = clock_ns(CLOCK_MONOTONIC);
+  unsigned batches_since_write = 0;
   for (;;) {
     const std::uint32_t word = wake_word_.load(std::memory_order_acquire);
     std::size_t n = ring_.pop(batch, kPopBatch);
@@ -517,11 +517,20 @@ void TraceWriter::run() noexcept {
         fail("formatting the trace failed: out of host memory");
         return;
       }
-      if (text_.size() >= kWriteChunkBytes && !write_pending()) return;
+      // Write when enough text is pending, or when the oldest pending line has waited a quarter
+      // of the flush interval (a writer that never finds the ring empty still writes in time).
+      if (text_.size() >= kWriteChunkBytes ||
+          ((++batches_since_write & 15) == 0 && clock_ns(CLOCK_MONOTONIC) - last_write_ns >= idle_sleep_ns)) {
+        if (!write_pending()) return;
+        last_write_ns = clock_ns(CLOCK_MONOTONIC);
+        batches_since_write = 0;
+      }
       continue;
     }
     // The ring is empty (or its next record is still being copied in): write what we have.
     if (!write_pending()) return;
+    last_write_ns = clock_ns(CLOCK_MONOTONIC);
+    batches_since_write = 0;
     if (stop_.load(std::memory_order_acquire)) {
       // A producer that claimed a position before close may still be copying its record:
       // give it a moment, then stop (close ignores it otherwise).

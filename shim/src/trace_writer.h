@@ -5,7 +5,8 @@
 //   ----------------------------           --------------------------------
 //   record(e): copy 64 bytes into  ----->  pop records in order, format lines into a
 //   the MPSC ring (ring_buffer.h)          TextBuffer, write(2) them (zstd-flushed) whenever the
-//                                          ring runs empty or 1 MiB is pending; sleeps at most
+//                                          ring runs empty, 256 KiB is pending or a line has
+//                                          waited flush_interval/4; sleeps at most
 //                                          flush_interval/4 when idle
 //
 // Note [trace durability]: a line reaches the kernel (write(2)) within flush_interval of being
@@ -52,8 +53,10 @@ struct TraceWriterOptions {
   Compression compression = Compression::automatic;
   /// zstd level (1..19) when compressing; 1 keeps the writer thread fastest.
   int zstd_level = 1;
-  /// Ring capacity in events (64 bytes each), rounded up to a power of two.
-  std::size_t buffer_events = std::size_t{1} << 16;
+  /// Ring capacity in events (64 bytes each), rounded up to a power of two. The default (1 MiB)
+  /// absorbs a burst of 16,384 events without waiting, yet is drained within a few milliseconds
+  /// even by a writer thread that gets a fraction of a core (Note [trace durability]).
+  std::size_t buffer_events = std::size_t{1} << 14;
   /// false (default): a full ring makes the recording thread wait, nothing is lost.
   /// true: an event that finds the ring full is dropped and counted (trailer "dropped").
   bool drop_when_full = false;

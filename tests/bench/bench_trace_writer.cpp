@@ -49,7 +49,7 @@ double cpu_seconds(clockid_t clock) {
 }
 
 std::uint64_t file_size(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
 }
 
@@ -92,9 +92,10 @@ std::vector<Event> shared_mix() {
       e.action = *action;
       e.addr = j.value("addr", std::uint64_t{0});
       e.size_bytes = j.value("size", std::uint64_t{0});
-      e.block_bytes = (e.action == Action::alloc || e.action == Action::free_requested || e.action == Action::free_completed)
-                          ? std::max<std::uint64_t>(512, (e.size_bytes + 511) / 512 * 512)
-                          : e.size_bytes;
+      e.block_bytes =
+          (e.action == Action::alloc || e.action == Action::free_requested || e.action == Action::free_completed)
+              ? std::max<std::uint64_t>(512, (e.size_bytes + 511) / 512 * 512)
+              : e.size_bytes;
       e.stream = j.value("stream", std::uint64_t{0});
       std::uint64_t us = j.value("time_us", std::uint64_t{0});
       if (first_us == 0) first_us = us;
@@ -115,7 +116,7 @@ TraceWriterOptions bench_options(const std::string& path) {
 }
 
 // Median ns per append on the calling thread. Each iteration times one batch of 4096 appends
-// (the ring holds 65536, so a batch never waits for the writer), then waits untimed until the
+// (the ring holds 16384, so a batch never waits for the writer), then waits untimed until the
 // writer has drained the ring.
 void BM_AppendCallingThread(benchmark::State& state) {
   constexpr int kBatch = 4096;

@@ -29,7 +29,8 @@ __attribute__((constructor)) void start_tracing() {
   o.header.tool_version = "test-preload";
   o.header.devices.push_back({0, "Test GPU", 80ull << 30, ""});
   if (const char* conf = std::getenv("VRAMTRACE_CONF")) o.header.allocator_settings = conf;
-  if (const char* nc = std::getenv("PYTORCH_NO_CUDA_MEMORY_CACHING")) o.header.settings.push_back({"PYTORCH_NO_CUDA_MEMORY_CACHING", nc});
+  if (const char* nc = std::getenv("PYTORCH_NO_CUDA_MEMORY_CACHING"))
+    o.header.settings.push_back({"PYTORCH_NO_CUDA_MEMORY_CACHING", nc});
   g_writer = new TraceWriter(o);
   pthread_atfork([] { g_writer->before_fork(); }, [] { g_writer->after_fork_parent(); },
                  [] { g_writer->after_fork_child(); });

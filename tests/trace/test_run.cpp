@@ -147,6 +147,9 @@ TEST_CASE("run refuses what it cannot do with exit code 2 or 127", "[run]") {
   RunResult bad_limit = run_vramtrace({"run", "--limit", "lots", "--", "/bin/true"}, dir);
   CHECK(bad_limit.exit_code == 2);
   CHECK(bad_limit.err.find("--limit 'lots'") != std::string::npos);
+  RunResult bad_conf = run_vramtrace({"run", "--conf", "max_split_size_mb:1", "--", "/bin/true"}, dir);
+  CHECK(bad_conf.exit_code == 2);
+  CHECK(bad_conf.err.find("max_split_size_mb") != std::string::npos);
   RunResult no_cmd = run_vramtrace({"run", "-o", dir.file("n.%p.jsonl"), "--", dir.file("no-such-program")}, dir);
   CHECK(no_cmd.exit_code == 127);
   CHECK(no_cmd.err.find("cannot run") != std::string::npos);

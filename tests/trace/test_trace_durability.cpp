@@ -196,7 +196,8 @@ TEST_CASE("drop mode counts what a full buffer loses", "[trace][threads]") {
   CHECK(rb.trailer.dropped == w.dropped());
   // What was kept is in order.
   bool increasing = true;
-  for (std::size_t i = 1; i < rb.records.size(); ++i) increasing = increasing && rb.records[i].addr > rb.records[i - 1].addr;
+  for (std::size_t i = 1; i < rb.records.size(); ++i)
+    increasing = increasing && rb.records[i].addr > rb.records[i - 1].addr;
   CHECK(increasing);
 }
 
@@ -336,4 +337,35 @@ TEST_CASE("a full disk: one message, work untouched, the trace readable up to th
     CHECK(rb.records.size() > 100);
     umount(mnt.c_str());
   }
+}
+
+TEST_CASE("a zstd trace of a killed process decodes up to its last flush", "[trace][durability]") {
+  ScratchDir dir;
+  const std::string path = dir.file("killed.jsonl.zst");
+  pid_t pid = fork();
+  if (pid == 0) {
+    TraceWriterOptions o;
+    o.output_pattern = path;
+    TraceWriter w(o);
+    if (!w.start()) _exit(3);
+    for (std::uint64_t id = 1;; ++id) {
+      Event e{};
+      e.time_ns = TraceWriter::now_ns();
+      e.addr = id;
+      e.size_bytes = 512;
+      w.record(e);
+      if (id % 1000 == 0) usleep(1000);  // about a million events a second at most
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  ReadBack rb = test::read_all(path);  // an unfinished zstd frame is an incomplete trace, not an error
+  CHECK(rb.incomplete);
+  REQUIRE(rb.records.size() > 1000);
+  bool contiguous = true;
+  for (std::size_t i = 0; i < rb.records.size(); ++i) contiguous = contiguous && rb.records[i].addr == i + 1;
+  CHECK(contiguous);
 }

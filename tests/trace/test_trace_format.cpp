@@ -40,7 +40,8 @@ TEST_CASE("rank comes from the first launcher variable set", "[trace][format]") 
 }
 
 TEST_CASE("JSON strings stay valid JSON for any bytes", "[trace][format]") {
-  const std::string nasty = std::string("a\"b\\c\n\t\x01") + "\xc3\xa9" + "\xff\xfe" + "\xe2\x82" + std::string(1, '\0') + "z";
+  const std::string nasty =
+      std::string("a\"b\\c\n\t\x01") + "\xc3\xa9" + "\xff\xfe" + "\xe2\x82" + std::string(1, '\0') + "z";
   TextBuffer out;
   append_json_string(out, nasty);
   auto j = nlohmann::json::parse(out.view());

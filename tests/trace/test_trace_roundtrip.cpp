@@ -93,7 +93,8 @@ TEST_CASE("random event sequences survive writer -> reader unchanged", "[trace][
     };
     std::vector<Expect> expect;
     std::vector<std::uint32_t> ids;
-    for (int i = 0; i < 5; ++i) ids.push_back(w.intern_mark("mark " + std::to_string(i) + (i == 3 ? " \"quoted\" é" : "")));
+    for (int i = 0; i < 5; ++i)
+      ids.push_back(w.intern_mark("mark " + std::to_string(i) + (i == 3 ? " \"quoted\" é" : "")));
     const int n = 2000 + static_cast<int>(rng() % 3000);
     for (int i = 0; i < n; ++i) {
       std::uint64_t pick = rng() % 100;
