@@ -159,8 +159,12 @@ void sink_close(const std::vector<std::pair<int, std::vector<std::pair<std::stri
   }
 }
 
-std::uint32_t writer_intern_mark(const char* name) noexcept {
-  return g_writer ? g_writer->intern_mark(name ? name : "") : 0;
+// Returns false when there is no writer. With a writer, *id is the writer's id, 0 included
+// (0 = the writer's table is full): a local id would name the wrong string in the trace.
+bool writer_intern_mark(const char* name, std::uint32_t* id) noexcept {
+  if (!g_writer) return false;
+  *id = g_writer->intern_mark(name ? name : "");
+  return true;
 }
 #else
 EventSink* make_trace_sink() noexcept { return nullptr; }
@@ -169,7 +173,7 @@ void sink_note_device(int, int, const char*, std::uint64_t) noexcept {}
 void sink_before_fork() noexcept {}
 void sink_after_fork_parent() noexcept {}
 void sink_close(const std::vector<std::pair<int, std::vector<std::pair<std::string, std::int64_t>>>>&) noexcept {}
-std::uint32_t writer_intern_mark(const char*) noexcept { return 0; }
+bool writer_intern_mark(const char*, std::uint32_t*) noexcept { return false; }
 #endif
 
 void sink_after_fork_child() noexcept {
@@ -212,7 +216,7 @@ void emit_mark(std::uint32_t name_id) noexcept {
 // The writer's string table when there is a writer; otherwise a local one (marks are still
 // counted for the stats file).
 std::uint32_t intern_mark_name(const char* name) noexcept {
-  if (std::uint32_t id = writer_intern_mark(name)) return id;
+  if (std::uint32_t id = 0; writer_intern_mark(name, &id)) return id;
   static std::mutex mu;
   static auto* table = new std::unordered_map<std::string, std::uint32_t>;
   try {
