@@ -232,3 +232,17 @@ TEST_CASE("named marks: only \"step <i>\" marks are boundaries when there are so
   CHECK(g.r_squared == Approx(1.0));
   CHECK(g.slope_bytes_per_step == Approx(2.0 * kMiB));
 }
+
+TEST_CASE("a loading loop repeats but never gives memory back: not taken for training steps", "[growth][steps]") {
+  StepSeriesBuilder b;
+  std::int64_t t = 0;
+  for (int i = 0; i < 10; ++i) {  // case C11's resumed load: buffer, free it, keep the parameter
+    DevicePtr a = 0x100000000ull * static_cast<DevicePtr>(i + 1);
+    b.add({Action::alloc, a, 3 * kGiB, 0, ++t, 0, 0});
+    b.add({Action::free_requested, a, 3 * kGiB, 0, ++t, 0, 0});
+    b.add({Action::alloc, a, 2 * kGiB, 0, ++t, 0, 0});
+  }
+  auto s = b.finish();
+  CHECK(s[0].source == "none");
+  CHECK(s[0].note.find("not given back") != std::string::npos);
+}
