@@ -301,10 +301,18 @@ bool parse_size(std::string_view text, std::uint64_t& out_bytes, std::string& er
     return false;
   }
   if (unit.empty()) {
-    if (!parse_u64(number, out_bytes)) {
+    std::uint64_t whole = 0;
+    if (!parse_u64(number, whole)) {
       error = "'" + std::string(text) + "' is not a whole number of bytes";
       return false;
     }
+    // The double check above cannot see 2^60 + 1 (it rounds to 2^60): check the integer too.
+    // Found by tests/fuzz/fuzz_size.cpp (regressions/size/above-2pow60-integer).
+    if (whole > (std::uint64_t{1} << 60)) {
+      error = "'" + std::string(text) + "' is absurdly large (more than 1 EiB)";
+      return false;
+    }
+    out_bytes = whole;
     return true;
   }
   out_bytes = static_cast<std::uint64_t>(std::floor(bytes));

@@ -14,6 +14,13 @@
 namespace vramtrace {
 namespace {
 
+/// Microseconds to nanoseconds, saturating (time stamps out of range are not an error).
+std::int64_t us_to_ns(std::int64_t us) {
+  if (us > INT64_MAX / 1000) return INT64_MAX;
+  if (us < INT64_MIN / 1000) return INT64_MIN;
+  return us * 1000;
+}
+
 using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
@@ -81,7 +88,7 @@ class SnapshotReader final : public TraceReader {
     r.size = u64_field(e, "size", &has_size);
     r.stream = u64_field(e, "stream");
     std::int64_t t = 0;
-    if (const Value* tv = e.find("time_us"); tv && tv->to_i64(t)) r.time_ns = t * 1000;
+    if (const Value* tv = e.find("time_us"); tv && tv->to_i64(t)) r.time_ns = us_to_ns(t);
     r.device_free = u64_field(e, "device_free");
     if (!has_size) fail(fmt::format("\"{}\" trace entry without an integer \"size\"", action->text));
     if (!has_addr && r.action != Action::oom && r.action != Action::snapshot)

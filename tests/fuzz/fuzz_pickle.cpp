@@ -1,0 +1,102 @@
+// Fuzz target: the pickle reader (reporter/src/pickle.cpp) over raw bytes, with and without the
+// snapshot reader's streaming rule, and once with tight limits.
+//
+// Properties checked on every input:
+//  - malformed or refused input raises PickleError (never another exception, never a crash);
+//  - (nothing is executed: the reader has no code path that could; pickles that name callables
+//    are tested one by one in tests/reliability/test_untrusted.cpp);
+//  - the tight limits hold: no value nests deeper than max_depth, the stack and memo stay within
+//    their bounds;
+//  - a result exists after STOP.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "byte_source.h"
+#include "fuzz_check.h"
+#include "pickle.h"
+
+using namespace vramtrace;
+using namespace vramtrace::pickle;
+
+namespace {
+
+// The input as a ByteSource, without files.
+class MemorySource final : public ByteSource {
+ public:
+  MemorySource(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  std::size_t read(char* buf, std::size_t n) override {
+    const std::size_t k = std::min(n, size_ - pos_);
+    if (k) std::memcpy(buf, data_ + pos_, k);
+    pos_ += k;
+    return k;
+  }
+  bool truncated() const override { return false; }
+  std::uint64_t bytes_read() const override { return pos_; }
+  std::uint64_t bytes_total() const override { return size_; }
+  Compression compression() const override { return Compression::none; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+  std::string path_ = "fuzz-input";
+};
+
+std::uint32_t max_depth(const Value& v, std::uint32_t limit) {
+  // Iterative: the reader promises nesting cannot overflow our stack either.
+  std::vector<std::pair<const Value*, std::uint32_t>> todo{{&v, 0}};
+  std::uint32_t deepest = 0;
+  std::size_t visited = 0;
+  while (!todo.empty() && visited < 1000000) {
+    auto [p, d] = todo.back();
+    todo.pop_back();
+    ++visited;
+    deepest = std::max(deepest, d);
+    if (d > limit + 1) continue;  // cycles through the memo are possible; stop below them
+    for (const auto& c : p->items)
+      if (c) todo.push_back({c.get(), d + 1});
+    for (const auto& [k, val] : p->entries) {
+      if (k) todo.push_back({k.get(), d + 1});
+      if (val) todo.push_back({val.get(), d + 1});
+    }
+  }
+  return deepest;
+}
+
+void run(const std::uint8_t* data, std::size_t size, bool stream, const Limits& limits, bool check_limits) {
+  MemorySource src(data, size);
+  Unpickler u(src, "fuzz-input", limits);
+  std::uint64_t items = 0;
+  if (stream) u.stream_key("device_traces", [&](std::int32_t, ValuePtr item) { ++items; });
+  try {
+    while (u.run()) {
+      if (check_limits)
+        FUZZ_CHECK(u.stack_size() <= limits.max_stack && u.memo_size() <= limits.max_memo, "stack %zu memo %zu",
+                   u.stack_size(), u.memo_size());
+    }
+    FUZZ_CHECK(u.result() != nullptr, "STOP without a result");
+    if (check_limits) {
+      const std::uint32_t d = max_depth(*u.result(), limits.max_depth);
+      FUZZ_CHECK(d <= limits.max_depth + 1, "result nests %u deep, limit %u", d, limits.max_depth);
+    }
+  } catch (const PickleError& e) {
+    FUZZ_CHECK(e.what()[0] != '\0', "PickleError without a message");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  run(data, size, false, Limits{}, false);
+  run(data, size, true, Limits{}, false);
+  Limits tight;
+  tight.max_string_bytes = 256;
+  tight.max_int_bytes = 16;
+  tight.max_stack = 64;
+  tight.max_memo = 64;
+  tight.max_depth = 8;
+  run(data, size, true, tight, true);
+  return 0;
+}

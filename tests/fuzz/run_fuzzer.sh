@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Fuzzes one libFuzzer target for a while (ctest "fuzz: <name>", scripts/fuzz.sh).
+#
+# Usage: run_fuzzer.sh BINARY NAME WORKDIR MAX_LEN DICT_ARG CORPUS_DIR...
+# Seconds: $VRAMTRACE_FUZZ_SECONDS (default 20). New inputs go to WORKDIR/corpus (never into the
+# source tree; `scripts/fuzz.sh --merge` folds useful ones into tests/fuzz/corpus/NAME). A finding
+# is saved under WORKDIR/artifacts/ and makes this script fail: copy it to
+# tests/fuzz/regressions/NAME/, fix the bug, and the replay test keeps it fixed.
+set -euo pipefail
+bin=$1 name=$2 work=$3 max_len=$4 dict=$5
+shift 5
+seconds=${VRAMTRACE_FUZZ_SECONDS:-20}
+rm -rf "$work/artifacts"
+mkdir -p "$work/corpus" "$work/artifacts"
+args=(-max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+      -artifact_prefix="$work/artifacts/")
+[[ -n "$dict" ]] && args+=("$dict")
+status=0
+"$bin" "${args[@]}" "$work/corpus" "$@" >"$work/log.txt" 2>&1 || status=$?
+grep -E '^stat::|^#[0-9]+.*(DONE|cov:)' "$work/log.txt" | tail -n 12
+if ((status != 0)); then
+  echo "fuzz: $name: FINDING (exit $status); last lines of $work/log.txt:"
+  tail -n 60 "$work/log.txt"
+  echo "fuzz: $name: inputs in $work/artifacts/: copy them to tests/fuzz/regressions/$name/"
+  exit 1
+fi
+echo "fuzz: $name: no finding in ${seconds}s"
