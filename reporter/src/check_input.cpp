@@ -42,6 +42,15 @@ std::optional<nlohmann::json> read_summary(const std::string& path) {
 class EventFactsBuilder {
  public:
   void add(const TraceRecord& r) {
+    if (r.action == Action::oom) {
+      auto& d = devices_[r.device];
+      if (!d.seen_oom) {
+        d.seen_oom = true;
+        d.facts.live_bytes_at_oom = d.live_bytes;
+        d.facts.frees_before_oom = d.frees;
+      }
+      return;
+    }
     if (r.action != Action::alloc && r.action != Action::free_requested && r.action != Action::free_completed) return;
     auto& d = devices_[r.device];
     if (r.action == Action::alloc) {
@@ -82,6 +91,7 @@ class EventFactsBuilder {
     std::uint64_t live_bytes = 0;
     std::uint64_t allocs = 0;
     std::uint64_t frees = 0;
+    bool seen_oom = false;
   };
   std::unordered_map<std::int32_t, Device> devices_;
 };

@@ -26,8 +26,11 @@ struct DeviceEventFacts {
   std::uint64_t live_before_largest = 0;
   std::uint64_t allocs_before_largest = 0;
   std::uint64_t live_bytes_before_largest = 0;  ///< requested bytes live when it came
-  /// The first OOM, from the trace model (absent without one).
+  /// The first OOM: requested bytes live and frees seen before it (from the events), and the
+  /// allocator's state (from the trace model). has_oom false without one.
   bool has_oom = false;
+  std::uint64_t live_bytes_at_oom = 0;
+  std::uint64_t frees_before_oom = 0;
   std::uint64_t oom_request_bytes = 0;
   std::uint64_t oom_device_free_bytes = 0;
   std::int64_t oom_allocated_bytes = 0;

@@ -76,10 +76,12 @@ std::string oom_sentence(const char* who, const char* other, const DeviceEventFa
   const std::uint64_t cache_free =
       f.oom_reserved_bytes > f.oom_allocated_bytes ? static_cast<std::uint64_t>(f.oom_reserved_bytes - f.oom_allocated_bytes) : 0;
   std::string head = fmt::format("{} ran out of memory asking for {}", who, format_bytes(static_cast<double>(req)));
-  if (!of) return head + fmt::format(" with {} allocated; {} has no event detail to compare", format_bytes(live), other);
-  // The other run's live bytes when its own largest request came (the request NEW failed).
-  auto other_live = static_cast<std::int64_t>(of->live_bytes_before_largest);
-  auto own_live = static_cast<std::int64_t>(f.live_bytes_before_largest);
+  if (!of)
+    return head + fmt::format(" with {} allocated; {} has no event detail to compare.", format_bytes(static_cast<double>(live)), other);
+  // Live (requested) bytes at the failed request, against the other run's when its own largest
+  // request came (in a run that did not fail, that is the request the other one failed).
+  auto other_live = static_cast<std::int64_t>(of->has_oom ? of->live_bytes_at_oom : of->live_bytes_before_largest);
+  auto own_live = static_cast<std::int64_t>(f.live_bytes_at_oom);
   bool same_live = same_bytes(own_live, other_live, margin);
   bool fragmented = f.oom_largest_free_block_bytes < req && cache_free + f.oom_device_free_bytes >= req;
   if (same_live && fragmented) {
@@ -89,10 +91,11 @@ std::string oom_sentence(const char* who, const char* other, const DeviceEventFa
         head, other, format_bytes(static_cast<double>(own_live)), format_bytes(static_cast<double>(other_live)),
         format_bytes(static_cast<double>(f.oom_largest_free_block_bytes)), format_bytes(static_cast<double>(cache_free)),
         format_bytes(static_cast<double>(f.oom_device_free_bytes)));
-    if (f.frees_before_largest > of->frees_before_largest)
+    std::uint64_t other_frees = of->has_oom ? of->frees_before_oom : of->frees_before_largest;
+    if (f.frees_before_oom > other_frees)
       s += fmt::format(" from load order: {} allocated and freed {} temporary blocks among its long-lived allocations "
                        "before that request, {} {}",
-                       who, f.frees_before_largest, other, of->frees_before_largest);
+                       who, f.frees_before_oom, other, other_frees);
     return s + ".";
   }
   if (same_live)

@@ -2,8 +2,33 @@
 #include "step_series.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace vramtrace {
+
+namespace {
+
+// A training step allocates (activations) and gives back within the step: the median swing above
+// a step's first trough must be at least twice the median change between troughs. A loading loop
+// or an allocation-only staircase repeats too, but only grows.
+bool releases_within_steps(const std::vector<std::int64_t>& curve, const std::vector<std::size_t>& troughs) {
+  if (troughs.size() < 3) return false;
+  std::vector<std::int64_t> swing, growth;
+  for (std::size_t k = 0; k + 1 < troughs.size(); ++k) {
+    auto lo = troughs[k], hi = troughs[k + 1];
+    std::int64_t top = *std::max_element(curve.begin() + static_cast<std::ptrdiff_t>(lo),
+                                         curve.begin() + static_cast<std::ptrdiff_t>(hi));
+    swing.push_back(top - curve[lo]);
+    growth.push_back(std::abs(curve[hi] - curve[lo]));
+  }
+  auto median = [](std::vector<std::int64_t> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  return median(swing) > 0 && median(swing) >= 2 * median(growth);
+}
+
+}  // namespace
 
 StepSeriesBuilder::StepSeriesBuilder(std::size_t max_curve_points)
     : max_curve_points_(std::max<std::size_t>(max_curve_points, 64)) {}
@@ -77,13 +102,18 @@ std::vector<DeviceSteps> StepSeriesBuilder::finish() {
         s.note = d.marks.empty() ? "no marks in the trace and no repeating step pattern in its allocations"
                                  : "one mark only, and no repeating step pattern in its allocations";
       } else {
-        s.source = "pattern";
-        s.period_allocs = *period;
         auto troughs = track_step_troughs(d.curve, *period);
-        std::int64_t k = 0;
-        for (auto idx : troughs) s.samples.push_back({k++, d.curve[idx]});
-        if (d.dropped_points > 0)
-          s.note = "the first " + std::to_string(d.dropped_points) + " allocations were left out of the step search";
+        if (!releases_within_steps(d.curve, troughs)) {
+          s.note = "the allocations repeat, but memory is not given back within a repetition (loading, or growth "
+                   "only), so they are not training steps";
+        } else {
+          s.source = "pattern";
+          s.period_allocs = *period;
+          std::int64_t k = 0;
+          for (auto idx : troughs) s.samples.push_back({k++, d.curve[idx]});
+          if (d.dropped_points > 0)
+            s.note = "the first " + std::to_string(d.dropped_points) + " allocations were left out of the step search";
+        }
       }
     }
     out.push_back(std::move(s));

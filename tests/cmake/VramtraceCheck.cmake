@@ -16,7 +16,7 @@
 #
 # The test fails when the program fails, when no trace is written, or when `vramtrace check`
 # exits non-zero (1: a budget exceeded, 2: unusable input). The trace and a JUnit report are left
-# in the build tree as <NAME>.vramtrace.jsonl and <NAME>.junit.xml for CI to collect.
+# in the build tree as <NAME>.vramtrace.jsonl and <NAME>.junit.xml (NAME made a C identifier) for CI to collect.
 # Arguments must not contain the two-character sequence "@@" (used to pass lists to the runner).
 set(_VRAMTRACE_CHECK_DIR ${CMAKE_CURRENT_LIST_DIR})
 
@@ -39,8 +39,9 @@ function(vramtrace_add_memory_test)
   if(NOT VT_WORKING_DIRECTORY)
     set(VT_WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   endif()
-  set(trace ${CMAKE_CURRENT_BINARY_DIR}/${VT_NAME}.vramtrace.jsonl)
-  set(junit ${CMAKE_CURRENT_BINARY_DIR}/${VT_NAME}.junit.xml)
+  string(MAKE_C_IDENTIFIER "${VT_NAME}" file_name)  # test names may hold spaces and colons
+  set(trace ${CMAKE_CURRENT_BINARY_DIR}/${file_name}.vramtrace.jsonl)
+  set(junit ${CMAKE_CURRENT_BINARY_DIR}/${file_name}.junit.xml)
   string(REPLACE ";" "@@" cmd "${VT_COMMAND}")
   string(REPLACE ";" "@@" check_args "${VT_CHECK_ARGS}")
   string(REPLACE ";" "@@" run_args "${VT_RUN_ARGS}")

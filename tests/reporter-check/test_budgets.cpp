@@ -45,7 +45,7 @@ GrowthFit fit_of(double slope_mib) {
 
 }  // namespace
 
-TEST_CASE("parse_size: binary and SI units, fractions, junk rejected", "[budgets]") {
+TEST_CASE("parse_size: binary and SI units fractions junk rejected", "[budgets]") {
   CHECK(parse_size("1024") == 1024u);
   CHECK(parse_size("20GiB") == 20 * kGiB);
   CHECK(parse_size("1.5 GiB") == 3 * kGiB / 2);
@@ -68,7 +68,7 @@ TEST_CASE("format_bytes uses binary units", "[budgets]") {
   CHECK(format_bytes(1.5 * kGiB) == "1.50 GiB");
 }
 
-TEST_CASE("max-peak-reserved and max-peak-allocated, both ways", "[budgets]") {
+TEST_CASE("max-peak-reserved and max-peak-allocated both ways", "[budgets]") {
   Budgets b;
   b.max_peak_reserved = 1 * kGiB;
   auto pass = only(b, measures(1 * kGiB, 512 * kMiB));
@@ -90,7 +90,7 @@ TEST_CASE("max-peak-reserved and max-peak-allocated, both ways", "[budgets]") {
   CHECK(af.allowed_text == "600.00 MiB");
 }
 
-TEST_CASE("max-reserved-ratio, both ways, and with nothing allocated", "[budgets]") {
+TEST_CASE("max-reserved-ratio both ways and with nothing allocated", "[budgets]") {
   Budgets b;
   b.max_reserved_ratio = 1.25;
   CHECK(only(b, measures(1200 * kMiB, 1000 * kMiB)).verdict == Verdict::pass);
@@ -101,7 +101,7 @@ TEST_CASE("max-reserved-ratio, both ways, and with nothing allocated", "[budgets
   CHECK(only(b, measures(20 * kMiB, 0)).verdict == Verdict::unknown);
 }
 
-TEST_CASE("max-ooms and max-retries, both ways; retries unknown when not recorded", "[budgets]") {
+TEST_CASE("max-ooms and max-retries both ways - retries unknown when not recorded", "[budgets]") {
   Budgets o;
   o.max_ooms = 0;
   CHECK(only(o, measures(1, 1, 0)).verdict == Verdict::pass);
@@ -119,7 +119,7 @@ TEST_CASE("max-ooms and max-retries, both ways; retries unknown when not recorde
   CHECK(u.message.find("does not record") != std::string::npos);
 }
 
-TEST_CASE("no-leaks and max-growth, both ways; unknown without step boundaries", "[budgets]") {
+TEST_CASE("no-leaks and max-growth both ways - unknown without step boundaries", "[budgets]") {
   Budgets nl;
   nl.no_leaks = true;
   auto leak = measures(1, 1);
@@ -147,7 +147,7 @@ TEST_CASE("no-leaks and max-growth, both ways; unknown without step boundaries",
   CHECK(only(mg, leak).verdict == Verdict::fail);
 }
 
-TEST_CASE("baseline: increase within percent + noise margin passes, beyond fails", "[budgets][baseline]") {
+TEST_CASE("baseline: increase within percent + noise margin passes beyond fails", "[budgets][baseline]") {
   std::vector<DeviceMeasures> base{measures(1000 * kMiB, 800 * kMiB)};
   Budgets b;
   b.baseline = "base.json";
@@ -174,7 +174,7 @@ TEST_CASE("baseline: increase within percent + noise margin passes, beyond fails
   CHECK(evaluate_budgets(z, {measures(1000 * kMiB + 1, 800 * kMiB)}, &base)[1].verdict == Verdict::fail);
 }
 
-TEST_CASE("baseline without the device is unknown; --max-increase without baseline is a usage error", "[budgets]") {
+TEST_CASE("baseline without the device is unknown - --max-increase without baseline is a usage error", "[budgets]") {
   std::vector<DeviceMeasures> base{measures(1, 1)};
   base[0].device = 3;
   Budgets b;
@@ -186,7 +186,7 @@ TEST_CASE("baseline without the device is unknown; --max-increase without baseli
   CHECK_THROWS_AS(evaluate_budgets(b, {measures(1, 1)}, nullptr), BudgetError);
 }
 
-TEST_CASE("--device selects one device; an absent one is an error", "[budgets]") {
+TEST_CASE("--device selects one device - an absent one is an error", "[budgets]") {
   auto d0 = measures(10 * kGiB, 1);
   auto d1 = measures(1 * kGiB, 1);
   d1.device = 1;
@@ -204,7 +204,7 @@ TEST_CASE("--device selects one device; an absent one is an error", "[budgets]")
   CHECK_THROWS_WITH(evaluate_budgets(b, {d0, d1}, nullptr), Catch::Contains("--device 7"));
 }
 
-TEST_CASE("exit codes: fail wins over unknown, unknown over pass", "[budgets]") {
+TEST_CASE("exit codes: fail wins over unknown unknown over pass", "[budgets]") {
   BudgetResult p, f, u;
   p.verdict = Verdict::pass;
   f.verdict = Verdict::fail;
@@ -214,7 +214,7 @@ TEST_CASE("exit codes: fail wins over unknown, unknown over pass", "[budgets]") 
   CHECK(check_exit_code({u, f, p}) == 1);
 }
 
-TEST_CASE("budget file: keys, comments, quotes, relative baseline", "[budgets][file]") {
+TEST_CASE("budget file: keys comments quotes relative baseline", "[budgets][file]") {
   auto path = write_temp("ok.budget",
                          "# memory budget for the training test\n"
                          "max-peak-reserved = 20GiB\n"

@@ -48,7 +48,7 @@ const std::string kXsd = std::string(VRAMTRACE_TEST_DATA_DIR) + "/junit-10.xsd";
 
 }  // namespace
 
-TEST_CASE("junit report validates against the JUnit schema; a broken one does not", "[report][junit]") {
+TEST_CASE("junit report validates against the JUnit schema - a broken one does not", "[report][junit]") {
   REQUIRE(run("command -v xmllint >/dev/null") == 0);  // scripts/setup-deps.sh installs libxml2-utils
   auto results = sample_results();
   auto xml = render_check_junit(results);
@@ -96,7 +96,7 @@ TEST_CASE("github escaping follows actions/toolkit", "[report][github]") {
   CHECK(github_escape_property("50% a:b,c\r\nd") == "50%25 a%3Ab%2Cc%0D%0Ad");
 }
 
-TEST_CASE("json carries every result, its verdict and the exit code", "[report][json]") {
+TEST_CASE("json carries every result its verdict and the exit code", "[report][json]") {
   auto results = sample_results();
   auto j = check_json(results, {});
   CHECK(j["exit_code"] == 1);
@@ -110,7 +110,7 @@ TEST_CASE("json carries every result, its verdict and the exit code", "[report][
   CHECK(j["results"][5]["measured"].is_null());
 }
 
-TEST_CASE("text names each budget, its measured value and the allowed one", "[report][text]") {
+TEST_CASE("text names each budget its measured value and the allowed one", "[report][text]") {
   auto t = render_check_text(sample_results());
   CHECK(t.find("FAIL  max-peak-reserved") != std::string::npos);
   CHECK(t.find("measured 3.00 GiB") != std::string::npos);

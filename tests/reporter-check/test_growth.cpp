@@ -29,7 +29,7 @@ std::vector<DeviceSteps> steps_of(const std::vector<TraceRecord>& records) {
 
 }  // namespace
 
-TEST_CASE("a steady 2 MiB leak per step is growth; its slope is 2 MiB with R^2 1", "[growth]") {
+TEST_CASE("a steady 2 MiB leak per step is growth - its slope is 2 MiB with R^2 1", "[growth]") {
   std::vector<StepSample> s;
   for (int k = 0; k < 20; ++k) s.push_back({k, static_cast<std::int64_t>((500 + 2 * k) * kMiB)});
   auto g = fit_growth(s);
@@ -67,7 +67,7 @@ TEST_CASE("steady growth never hides in the warm-up: warm-up is at most half the
   CHECK(g.growing);
 }
 
-TEST_CASE("noise: +/- 1 MiB at each boundary on a flat run is not growth; with a 2 MiB leak it is", "[growth]") {
+TEST_CASE("noise: +/- 1 MiB at each boundary on a flat run is not growth - with a 2 MiB leak it is", "[growth]") {
   std::mt19937_64 rng(42);
   std::normal_distribution<double> noise(0, 1.0 * kMiB);
   int false_alarms = 0, caught = 0;
@@ -91,7 +91,7 @@ TEST_CASE("noise: +/- 1 MiB at each boundary on a flat run is not growth; with a
   CHECK(caught == 50);
 }
 
-TEST_CASE("too few step boundaries: not evaluated, with the reason", "[growth]") {
+TEST_CASE("too few step boundaries: not evaluated with the reason", "[growth]") {
   auto g = fit_growth(series({1, 2, 3}));
   CHECK_FALSE(g.evaluated);
   CHECK(g.reason.find("at least 4") != std::string::npos);
@@ -105,7 +105,7 @@ TEST_CASE("a flat deterministic run has R^2 1 and slope 0", "[growth]") {
   CHECK_FALSE(g.growing);
 }
 
-TEST_CASE("detect_period finds the step length of a sawtooth, with and without a trend", "[growth][period]") {
+TEST_CASE("detect_period finds the step length of a sawtooth with and without a trend", "[growth][period]") {
   for (std::int64_t trend : {std::int64_t{0}, std::int64_t{2 * kMiB}}) {
     std::vector<std::int64_t> curve;
     for (int step = 0; step < 12; ++step)
@@ -116,7 +116,7 @@ TEST_CASE("detect_period finds the step length of a sawtooth, with and without a
   }
 }
 
-TEST_CASE("detect_period: no repetition, or fewer than three, gives nothing", "[growth][period]") {
+TEST_CASE("detect_period: no repetition or fewer than three gives nothing", "[growth][period]") {
   std::vector<std::int64_t> ramp;
   for (int i = 0; i < 300; ++i) ramp.push_back(i * 1000);
   CHECK_FALSE(detect_period(ramp));
@@ -162,7 +162,7 @@ TEST_CASE("step series from marks: leak vs plateau", "[growth][steps]") {
   CHECK(gp.warmup_steps == 3);  // marks before steps 0, 1, 2 precede the plateau
 }
 
-TEST_CASE("step series without marks: the pattern gives the steps; leak and plateau told apart", "[growth][steps]") {
+TEST_CASE("step series without marks: the pattern gives the steps - leak and plateau told apart", "[growth][steps]") {
   TrainingShape leak;
   leak.marks = false;
   leak.leak_per_step = 2 * kMiB;
@@ -183,7 +183,7 @@ TEST_CASE("step series without marks: the pattern gives the steps; leak and plat
   CHECK_FALSE(gp.growing);
 }
 
-TEST_CASE("step series without marks under noise: leak caught, flat run passes", "[growth][steps]") {
+TEST_CASE("step series without marks under noise: leak caught flat run passes", "[growth][steps]") {
   for (std::uint32_t seed = 1; seed <= 5; ++seed) {
     TrainingShape leak;
     leak.marks = false;
@@ -213,7 +213,7 @@ TEST_CASE("block_size follows PyTorch's round_size without power-of-two division
   CHECK(StepSeriesBuilder::block_size(3 * kMiB + 1) == 3 * kMiB + 512);
 }
 
-TEST_CASE("named marks: only \"step <i>\" marks are boundaries when there are some", "[growth][steps]") {
+TEST_CASE("named marks: only step-start marks are boundaries when there are some", "[growth][steps]") {
   StepSeriesBuilder b;
   std::int64_t t = 0;
   std::uint64_t addr = 0x1000000;
@@ -231,4 +231,18 @@ TEST_CASE("named marks: only \"step <i>\" marks are boundaries when there are so
   auto g = fit_growth(s[0].samples);
   CHECK(g.r_squared == Approx(1.0));
   CHECK(g.slope_bytes_per_step == Approx(2.0 * kMiB));
+}
+
+TEST_CASE("a loading loop repeats but never gives memory back: not taken for training steps", "[growth][steps]") {
+  StepSeriesBuilder b;
+  std::int64_t t = 0;
+  for (int i = 0; i < 10; ++i) {  // case C11's resumed load: buffer, free it, keep the parameter
+    DevicePtr a = 0x100000000ull * static_cast<DevicePtr>(i + 1);
+    b.add({Action::alloc, a, 3 * kGiB, 0, ++t, 0, 0});
+    b.add({Action::free_requested, a, 3 * kGiB, 0, ++t, 0, 0});
+    b.add({Action::alloc, a, 2 * kGiB, 0, ++t, 0, 0});
+  }
+  auto s = b.finish();
+  CHECK(s[0].source == "none");
+  CHECK(s[0].note.find("not given back") != std::string::npos);
 }

@@ -32,7 +32,8 @@ inline std::vector<TraceRecord> training_trace(const TrainingShape& s) {
   std::mt19937_64 rng(s.seed);
   auto alloc = [&](std::uint64_t size) {
     DevicePtr a = next_addr;
-    next_addr += (size + 0xfffff) & ~std::uint64_t{0xfffff};
+    // Room for a segment of the size rounded to 2 MiB (tests write one per block), plus a gap.
+    next_addr += ((size + 2 * kMiB - 1) & ~(2 * kMiB - 1)) + 2 * kMiB;
     out.push_back({Action::alloc, a, size, 0, t += 1000, 0, 0});
     return std::pair{a, size};
   };
