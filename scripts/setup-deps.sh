@@ -8,6 +8,7 @@ pkgs=(cmake ninja-build g++ pkg-config
       libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 libsimdjson-dev libcli11-dev
       libzstd-dev zlib1g-dev libbenchmark-dev
       clang libclang-rt-14-dev)
+pkgs+=(libxml2-utils)  # xmllint: the JUnit schema test of `vramtrace check --format junit`
 if [[ "${1:-}" == "--with-browser" || "${VRAMTRACE_WITH_BROWSER:-0}" == "1" ]]; then
   pkgs+=(chromium)
 fi

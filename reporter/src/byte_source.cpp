@@ -6,8 +6,12 @@
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
+#ifdef VRAMTRACE_HAVE_ISAL
+#include <isa-l/igzip_lib.h>
+#endif
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -182,6 +186,57 @@ class GzipSource final : public SourceBase {
   bool done_ = false;
 };
 
+#ifdef VRAMTRACE_HAVE_ISAL
+/// gzip through Intel's ISA-L (igzip), about three times faster than zlib's inflate; same
+/// behaviour as GzipSource (several members, trailing zeros, truncation).
+class IsalGzipSource final : public SourceBase {
+ public:
+  IsalGzipSource(std::unique_ptr<RawFile> file, std::vector<char> in, std::size_t in_len)
+      : SourceBase(std::move(file), std::move(in), in_len, Compression::gzip) {
+    isal_inflate_init(&st_);
+    st_.crc_flag = ISAL_GZIP;
+  }
+
+  std::size_t read(char* buf, std::size_t n) override {
+    if (done_) return 0;
+    st_.next_out = reinterpret_cast<std::uint8_t*>(buf);
+    st_.avail_out = static_cast<std::uint32_t>(std::min<std::size_t>(n, 1u << 30));
+    while (st_.avail_out > 0) {
+      if (!fill()) {
+        if (in_member_) truncated_ = true;
+        done_ = true;
+        break;
+      }
+      if (!in_member_) {
+        if (static_cast<unsigned char>(in_[in_pos_]) == 0) {
+          ++in_pos_;
+          continue;
+        }
+        in_member_ = true;
+      }
+      st_.next_in = reinterpret_cast<std::uint8_t*>(in_.data() + in_pos_);
+      st_.avail_in = static_cast<std::uint32_t>(in_len_ - in_pos_);
+      int rc = isal_inflate(&st_);
+      in_pos_ = in_len_ - st_.avail_in;
+      if (rc < 0)
+        throw TraceError(fmt::format("{}: gzip data error at compressed offset {}{}", path(), bytes_read(),
+                                     rc == ISAL_INCORRECT_CHECKSUM ? ": checksum mismatch" : ""));
+      if (st_.block_state == ISAL_BLOCK_FINISH) {
+        in_member_ = false;
+        isal_inflate_reset(&st_);
+        st_.crc_flag = ISAL_GZIP;
+      }
+    }
+    return n - st_.avail_out;
+  }
+
+ private:
+  inflate_state st_;
+  bool in_member_ = false;
+  bool done_ = false;
+};
+#endif
+
 class ZstdSource final : public SourceBase {
  public:
   ZstdSource(std::unique_ptr<RawFile> file, std::vector<char> in, std::size_t in_len)
@@ -297,7 +352,12 @@ std::unique_ptr<ByteSource> ByteSource::open(const std::string& path) {
     len += r;
   }
   const auto* m = reinterpret_cast<const unsigned char*>(in.data());
-  if (len >= 2 && m[0] == 0x1f && m[1] == 0x8b) return std::make_unique<GzipSource>(std::move(file), std::move(in), len);
+  if (len >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
+#ifdef VRAMTRACE_HAVE_ISAL
+    if (!std::getenv("VRAMTRACE_USE_ZLIB")) return std::make_unique<IsalGzipSource>(std::move(file), std::move(in), len);
+#endif
+    return std::make_unique<GzipSource>(std::move(file), std::move(in), len);
+  }
   if (len >= 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd)
     return std::make_unique<ZstdSource>(std::move(file), std::move(in), len);
   return std::make_unique<PlainSource>(std::move(file), std::move(in), len, Compression::none);

@@ -95,6 +95,7 @@ void print_text(const ReplayReport& rep, bool multi_device) {
       fmt::print("\n");
     }
   }
+  for (const auto& note : rep.notes) fmt::print("\nNote: {}\n", note);
   for (const auto& r : rep.results) {
     if (r.first_oom) {
       fmt::print("\nOut of memory with {}{}: the program would have stopped at allocation #{} ({} requested). The "

@@ -195,10 +195,15 @@ void describe_trace(const std::string& path, bool tensors) {
         switch (r.action) {
           case Action::alloc: d.allocated += static_cast<std::int64_t>(reader->block_bytes()); break;
           case Action::free_completed: d.allocated -= static_cast<std::int64_t>(reader->block_bytes()); break;
+          // Pinned host memory (memory kind 5) is traced too but is not device memory.
           case Action::segment_alloc:
-          case Action::segment_map: d.reserved += static_cast<std::int64_t>(r.size); break;
+          case Action::segment_map:
+            if (reader->memory_kind() != 5) d.reserved += static_cast<std::int64_t>(r.size);
+            break;
           case Action::segment_free:
-          case Action::segment_unmap: d.reserved -= static_cast<std::int64_t>(r.size); break;
+          case Action::segment_unmap:
+            if (reader->memory_kind() != 5) d.reserved -= static_cast<std::int64_t>(r.size);
+            break;
           case Action::oom: ++ooms; break;
           default: break;
         }

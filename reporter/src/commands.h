@@ -16,6 +16,8 @@ void register_explain(CLI::App& app);
 void register_summary(CLI::App& app);
 void register_oom(CLI::App& app);
 void register_report(CLI::App& app);
+void register_check(CLI::App& app);
+void register_diff(CLI::App& app);
 
 /// Exit code conventions: 0 success, 1 a check failed / OOM found where asked, 2 unusable input
 /// or usage.

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   vramtrace::cli::register_summary(app);
   vramtrace::cli::register_oom(app);
   vramtrace::cli::register_report(app);
+  vramtrace::cli::register_check(app);
+  vramtrace::cli::register_diff(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -85,37 +85,40 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     else
       out += fmt::format("OOM {} on device {}, +{}, event {}\n", n++, c.device, format_duration(c.time_ns), c.event_index);
     auto line = [&](const char* name, std::optional<u64> v, const char* extra = "") {
-      if (v) out += fmt::format("  {:<36} {:>12}  ({} B){}\n", name, fb(static_cast<i64>(*v)), *v, extra);
+      if (v) out += fmt::format("  {:<38} {:>12}  ({} B){}\n", name, fb(static_cast<i64>(*v)), *v, extra);
     };
     line("request (rounded)", f.request);
     if (f.device_request && f.request && *f.device_request != *f.request) line("new segment it needs", f.device_request);
     if (f.device_total)
       line("device capacity", f.device_total);
     else
-      out += fmt::format("  {:<36} {:>12}\n", "device capacity", "not in the trace");
+      out += fmt::format("  {:<38} {:>12}\n", "device capacity", "not in the trace");
     line("free on the device", f.device_free);
     line("allocated", f.allocated);
     line("reserved", f.reserved);
     line("free in the cache (reserved - active)", f.reserved_unallocated);
     line("largest free block in the cache", f.largest_free_block);
     line("inactive split (non-releasable)", f.inactive_split);
-    out += fmt::format("  {:<36} {:>12}\n", "active", fb(st.active_bytes[kStatAll].current));
-    out += fmt::format("  {:<36} {:>12}\n", "cudaMalloc retries before it", "not recorded in traces");
+    out += fmt::format("  {:<38} {:>12}\n", "active", fb(st.active_bytes[kStatAll].current));
+    out += fmt::format("  {:<38} {:>12}\n", "cudaMalloc retries before it", "not recorded in traces");
     for (const auto& a : c.diagnosis.arithmetic) out += fmt::format("  {}\n", a.formula);
     out += fmt::format("  Diagnosis: {} - {}\n", diagnosis_code_name(c.diagnosis.code), c.diagnosis.headline);
     for (const auto& r : c.diagnosis.reasons) out += fmt::format("    because {}\n", r);
     if (!c.diagnosis.next_step.empty()) out += fmt::format("  Next step: {}\n", c.diagnosis.next_step);
   }
   if (!whatifs.empty()) {
-    out += fmt::format("\nReplays of the whole trace on a simulated device of {}:\n", fb(static_cast<i64>(capacity)));
-    out += fmt::format("  {:<44} {:>6} {:>14} {:>14} {:>14}\n", "settings", "fits", "peak reserved", "peak allocated", "margin");
+    out += fmt::format("\nReplays of the whole trace, each failed request put back at its moment, on a simulated device of {}\n"
+                       "(spare = capacity - peak reserved; a row that does not fit gives its number of OOMs):\n",
+                       fb(static_cast<i64>(capacity)));
+    out += fmt::format("  {:<44} {:>6} {:>14} {:>14} {:>14}\n", "settings", "fits", "peak reserved", "peak allocated", "spare");
     for (const auto& w : whatifs) {
       if (!w.error.empty()) {
         out += fmt::format("  {:<44} replay failed: {}\n", w.settings.empty() ? "(trace's own)" : w.settings, w.error);
         continue;
       }
       out += fmt::format("  {:<44} {:>6} {:>14} {:>14} {:>14}\n", w.settings.empty() ? "(trace's own)" : w.settings,
-                         w.fits ? "yes" : "no", fb(w.peak_reserved), fb(w.peak_allocated), fb(w.margin_bytes));
+                         w.fits ? "yes" : "no", fb(w.peak_reserved), fb(w.peak_allocated),
+                         w.fits ? fb(w.margin_bytes) : fmt::format("{} OOM{}", w.ooms, w.ooms == 1 ? "" : "s"));
     }
   }
   return out;

@@ -118,12 +118,16 @@ class Engine {
           // equal sizes by address, so the order of segment addresses matters.
           for (std::size_t c = 0; c < configs_.size(); ++c) lane(c, r.device).device.plan_address(r.size, r.addr);
           break;
+        case Action::segment_map:
+          ++report_.trace_segment_maps;
+          break;
         default:
-          break;  // segment_free/map/unmap, oom, snapshot, mark: not replayed
+          break;  // segment_free/unmap, oom, snapshot, mark: not replayed
       }
     }
     report_.header = reader_.header();  // snapshots learn their settings at the end
     report_.incomplete = reader_.incomplete();
+    add_notes();
     for (auto& lanes : by_config_) {
       for (auto& lane : lanes) {
         if (!lane) continue;
@@ -140,6 +144,21 @@ class Engine {
   void count() {
     if ((++report_.events & 0xffff) == 0 && options_.progress) {
       options_.progress(report_.events, reader_.bytes_read(), reader_.bytes_total());
+    }
+  }
+
+  void add_notes() {
+    // Case S4 (pytorch/pytorch 122057, 147851): expandable segments requested, yet the program
+    // made whole-segment device allocations and mapped no pages.
+    AllocatorSettings recorded;
+    std::string err;
+    if (!report_.header.settings.empty() && AllocatorSettings::parse(report_.header.settings, recorded, err) &&
+        recorded.expandable_segments && !report_.trace_segment_allocs.empty() && report_.trace_segment_maps == 0) {
+      report_.notes.push_back(fmt::format(
+          "the trace was recorded with \"{}\", but it shows {} whole-segment allocations (segment_alloc) and no mapped "
+          "pages (segment_map): expandable segments did not take effect in that run (the setting was read too late or "
+          "not supported there; pytorch/pytorch 122057, 147851)",
+          report_.header.settings, report_.trace_segment_allocs.size()));
     }
   }
 

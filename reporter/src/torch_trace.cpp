@@ -2,6 +2,8 @@
 // ../shared/traces/README.md). Entries are parsed with simdjson's on-demand API.
 #include <simdjson.h>
 
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -102,7 +104,132 @@ class TorchTraceReader final : public TraceReader {
     return x;
   }
 
+  enum KeyId { kOther, kAction, kAddr, kSize, kStream, kTime, kDeviceFree, kDevice };
+  static int key_id(std::string_view k) {
+    switch (k.size()) {
+      case 4:
+        if (std::memcmp(k.data(), "addr", 4) == 0) return kAddr;
+        if (std::memcmp(k.data(), "size", 4) == 0) return kSize;
+        return kOther;
+      case 6:
+        if (std::memcmp(k.data(), "action", 6) == 0) return kAction;
+        if (std::memcmp(k.data(), "stream", 6) == 0) return kStream;
+        if (std::memcmp(k.data(), "device", 6) == 0) return kDevice;
+        return kOther;
+      case 7:
+        return std::memcmp(k.data(), "time_us", 7) == 0 ? kTime : kOther;
+      case 11:
+        return std::memcmp(k.data(), "device_free", 11) == 0 ? kDeviceFree : kOther;
+      default:
+        return kOther;
+    }
+  }
+
+  /// Fast path for the common shape: one flat object whose values are unsigned integers or
+  /// strings without escapes. Returns false (nothing decided) for anything else, which then goes
+  /// through simdjson for a full parse and exact error messages.
+  bool parse_simple(std::string_view line, TraceRecord& out) {
+    const char* p = line.data();
+    const char* end = p + line.size();
+    auto ws = [&] {
+      while (p < end && (*p == ' ' || *p == '\t')) ++p;
+    };
+    ws();
+    if (p == end || *p != '{') return false;
+    ++p;
+    out = TraceRecord{};
+    bool have_action = false, have_addr = false, have_size = false;
+    for (;;) {
+      ws();
+      if (p == end || *p != '"') return false;
+      const char* k = ++p;
+      while (p < end && *p != '"' && *p != '\\') ++p;
+      if (p == end || *p != '"') return false;
+      std::string_view key(k, static_cast<std::size_t>(p - k));
+      ++p;
+      ws();
+      if (p == end || *p != ':') return false;
+      ++p;
+      ws();
+      if (p == end) return false;
+      if (*p == '"') {
+        const char* v = ++p;
+        while (p < end && *p != '"' && *p != '\\') ++p;
+        if (p == end || *p != '"') return false;
+        std::string_view val(v, static_cast<std::size_t>(p - v));
+        ++p;
+        int k = key_id(key);
+        if (k == kAction) {
+          auto a = parse_action(val);
+          if (!a) return false;
+          out.action = *a;
+          have_action = true;
+        } else if (k != kOther) {
+          return false;  // a string where a number belongs: let the full parser say so
+        }
+      } else if (*p >= '0' && *p <= '9') {
+        if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9') return false;
+        std::uint64_t x = 0;
+        const char* d = p;
+        while (p < end && *p >= '0' && *p <= '9') {
+          std::uint64_t digit = static_cast<std::uint64_t>(*p - '0');
+          if (x > (UINT64_MAX - digit) / 10) return false;
+          x = x * 10 + digit;
+          ++p;
+        }
+        if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return false;
+        (void)d;
+        switch (key_id(key)) {
+          case kAddr:
+            out.addr = x;
+            have_addr = true;
+            break;
+          case kSize:
+            out.size = x;
+            have_size = true;
+            break;
+          case kStream:
+            out.stream = x;
+            break;
+          case kTime:
+            if (x > static_cast<std::uint64_t>(INT64_MAX / 1000)) return false;
+            out.time_ns = static_cast<std::int64_t>(x) * 1000;
+            break;
+          case kDeviceFree:
+            out.device_free = x;
+            break;
+          case kDevice:
+            if (x > 1023) return false;
+            out.device = static_cast<std::int32_t>(x);
+            break;
+          case kAction:
+            return false;
+          default:
+            break;
+        }
+      } else {
+        return false;  // arrays, objects, negatives, true/false/null: the full parser
+      }
+      ws();
+      if (p == end) return false;
+      if (*p == ',') {
+        ++p;
+        continue;
+      }
+      if (*p != '}') return false;
+      ++p;
+      ws();
+      if (p != end) return false;
+      break;
+    }
+    if (!have_action || !have_size) return false;
+    if (!have_addr && out.action != Action::oom && out.action != Action::snapshot && out.action != Action::mark) return false;
+    if (out.size > (std::uint64_t{1} << 60)) return false;
+    return true;
+  }
+
   void parse_entry(std::string_view line, std::size_t capacity, TraceRecord& out) {
+    if (parse_simple(line, out)) return;
     // simdjson's on-demand parser stops at the end of the object; content after it is an error.
     std::size_t last = line.find_last_not_of(" \t\r");
     if (last == std::string_view::npos || line[last] != '}') {

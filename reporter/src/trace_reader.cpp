@@ -10,11 +10,6 @@
 #include "byte_source.h"
 #include "readers.h"
 
-// Defined by the reader of our own trace format when it is linked in (see trace_reader.h).
-namespace vramtrace {
-std::unique_ptr<TraceReader> open_vramtrace_trace(const std::string& path) __attribute__((weak));
-}
-
 namespace vramtrace {
 namespace {
 
@@ -70,7 +65,7 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path) {
   if (auto it = j.find("format"); it != j.end() && it->is_string()) {
     std::string name = it->get<std::string>();
     if (TraceOpener opener = find_format(name)) return opener(path);
-    if (name == "vramtrace" && open_vramtrace_trace) return open_vramtrace_trace(path);
+    if (name == "vramtrace") return open_vramtrace_trace(path);
     throw TraceError(fmt::format("{}: line {}: trace format \"{}\" is not supported by this build", path,
                                  lines->line_number(), name));
   }

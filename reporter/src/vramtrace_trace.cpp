@@ -150,6 +150,7 @@ class Reader final : public VramtraceTraceReader {
   std::uint64_t block_bytes() const override { return block_bytes_; }
   std::uint32_t thread_id() const override { return thread_id_; }
   std::uint32_t entry_point() const override { return entry_point_; }
+  std::uint32_t memory_kind() const override { return memory_kind_; }
   const std::string& mark_name() const override { return mark_name_; }
   const Snapshot* oom_snapshot() const override { return has_snapshot_ ? &snapshot_ : nullptr; }
   std::uint64_t skipped_records() const override { return skipped_; }
@@ -273,7 +274,7 @@ class Reader final : public VramtraceTraceReader {
   struct LineFields {
     std::string_view action;
     std::int64_t t = 0, d = 0;
-    std::uint64_t s = 0, p = 0, r = 0, free_bytes = 0, th = 0, e = 0;
+    std::uint64_t s = 0, p = 0, r = 0, free_bytes = 0, th = 0, e = 0, k = 0;
     std::optional<std::uint64_t> b;
     bool has_name = false;
   };
@@ -332,6 +333,7 @@ class Reader final : public VramtraceTraceReader {
           case 'r': f.r = v; break;
           case 'b': f.b = v; break;
           case 'e': f.e = v; break;
+          case 'k': f.k = v; break;
           default: break;
         }
       } else if (key == "th") {
@@ -373,6 +375,7 @@ class Reader final : public VramtraceTraceReader {
             break;
           }
           case 'e': err = value.get_uint64().get(f.e); break;
+          case 'k': err = value.get_uint64().get(f.k); break;
           default: break;  // unknown one-letter keys: a newer minor version
         }
       } else if (key == "th") {
@@ -428,6 +431,7 @@ class Reader final : public VramtraceTraceReader {
     block_bytes_ = f.b ? *f.b : f.r;
     thread_id_ = static_cast<std::uint32_t>(f.th);
     entry_point_ = static_cast<std::uint32_t>(f.e);
+    memory_kind_ = static_cast<std::uint32_t>(f.k);
     if (!f.has_name) mark_name_.clear();
     has_snapshot_ = false;
     if (*action == Action::oom) {
@@ -456,6 +460,7 @@ class Reader final : public VramtraceTraceReader {
   std::uint64_t block_bytes_ = 0;
   std::uint32_t thread_id_ = 0;
   std::uint32_t entry_point_ = 0;
+  std::uint32_t memory_kind_ = 0;
   std::string mark_name_;
   Snapshot snapshot_;
   bool has_snapshot_ = false;

@@ -15,6 +15,7 @@
 //   d  device ordinal          s  stream (cudaStream_t value; 0 = legacy default stream)
 //   p  address (decimal)       r  requested bytes (alloc/free_*) or range bytes (segment_*)
 //   b  block bytes (rounded)   th kernel thread id     e entry point id (header "entry_points")
+//   k  segment_* only: memory that bypassed the caching allocator, the shim's kind (Event::aux)
 // Numbers are plain decimal integers, so that every JSON reader can take them (addresses stay
 // below 2^53 on every CUDA platform we know; readers must still parse them as 64-bit integers).
 //

@@ -50,7 +50,8 @@ struct TraceWriterOptions {
   /// Output name with placeholders (%p %h %r %t %%, see expand_output_path).
   std::string output_pattern = "vramtrace.%p.jsonl";
   Compression compression = Compression::automatic;
-  int zstd_level = 3;
+  /// zstd level (1..19) when compressing; 1 keeps the writer thread fastest.
+  int zstd_level = 1;
   /// Ring capacity in events (64 bytes each), rounded up to a power of two.
   std::size_t buffer_events = std::size_t{1} << 16;
   /// false (default): a full ring makes the recording thread wait, nothing is lost.

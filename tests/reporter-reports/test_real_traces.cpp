@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "torchtrace_test_reader.h"
+#include "vramtrace/trace_reader.h"
 #include "trace_model.h"
 
 using namespace vramtrace;
@@ -19,8 +19,8 @@ std::map<std::string, std::int64_t> recorded(const TraceModel& m) {
 TEST_CASE("gpt2 and resnet50 traces: figures equal PyTorch's memory_stats()", "[model][real]") {
   for (const char* name : {"gpt2_train", "resnet50_train"}) {
     INFO(name);
-    testing::TorchTraceTestReader reader(std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/" + name + ".torchtrace.jsonl.gz");
-    auto m = build_trace_model(reader);
+    auto reader = open_trace(std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/" + name + ".torchtrace.jsonl.gz");
+    auto m = build_trace_model(*reader);
     REQUIRE(m.devices.size() == 1);
     const auto& st = m.devices[0].stats;
     auto rec = recorded(m);
@@ -42,4 +42,15 @@ TEST_CASE("gpt2 and resnet50 traces: figures equal PyTorch's memory_stats()", "[
     CHECK(peak.stats.allocated_bytes[kStatAll].current == rec["allocated_bytes.all.peak"]);
     CHECK(peak.biggest.size() == 10);
   }
+}
+
+TEST_CASE("snapshot pickle: the model reaches PyTorch's recorded peaks", "[model][real][snapshot]") {
+  auto reader = open_trace(std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/encoder_varlen.snapshot.pickle");
+  auto m = build_trace_model(*reader);
+  REQUIRE(m.devices.size() >= 1);
+  const auto& st = m.devices[0].stats;
+  // ../shared/traces/README.md: peak allocated 1598815744 B, peak reserved 2000683008 B.
+  CHECK(st.allocated_bytes[kStatAll].peak == 1598815744);
+  CHECK(st.reserved_bytes[kStatAll].peak == 2000683008);
+  CHECK(m.devices[0].layout_conflicts == 0);
 }

@@ -204,3 +204,14 @@ TEST_CASE("replay: inconsistent traces are errors naming the line", "[replay]") 
   auto lone = write_file("lone.jsonl", trace({entry("free_completed", 0x1000, 512)}));
   CHECK_THROWS_WITH(run(lone, {config("", 1ull << 30)}), Catch::Contains("line 2: free_completed of address 0x1000"));
 }
+
+TEST_CASE("replay S4: expandable segments requested but whole segments in the trace is noted", "[replay]") {
+  std::string hdr = R"({"kind": "header", "workload": "s4", "conf": "expandable_segments:True", "total": 1073741824})";
+  auto path = write_file("s4.jsonl", hdr + "\n" + entry("segment_alloc", 0x1000000, 20 * MiB) + entry("alloc", 0x1000000, 4 * MiB));
+  ReplayReport rep = run(path, {config("", 1ull << 30)});
+  REQUIRE(rep.notes.size() == 1);
+  CHECK_THAT(rep.notes[0], Catch::Contains("expandable segments did not take effect"));
+  // With mapped pages in the trace there is nothing to note.
+  path = write_file("s4ok.jsonl", hdr + "\n" + entry("segment_map", 0x1000000, 20 * MiB) + entry("alloc", 0x1000000, 4 * MiB));
+  CHECK(run(path, {config("", 1ull << 30)}).notes.empty());
+}

@@ -153,3 +153,25 @@ TEST_CASE("open_trace: format detection and the format registry", "[torch_trace]
   auto r = open_trace(p);
   CHECK(r->header().format == "torchtrace");
 }
+
+TEST_CASE("torchtrace: the fast path and the full JSON parser read every shape alike", "[torch_trace]") {
+  // Lines the fast path takes, and lines it hands to simdjson (arrays, escapes, odd spacing).
+  auto path = write_file("shapes.jsonl",
+                         kHeader + "\n" +
+                             R"({"action":"alloc","addr":4096,"size":512,"stream":3,"time_us":7})" "\n"
+                             R"(  { "size" : 512 , "addr" : 8192 , "action" : "alloc" }  )" "\n"
+                             R"({"action": "alloc", "addr": 12288, "size": 512, "frames": [{"name": "f", "line": 3}], "stream": 1})" "\n"
+                             R"({"action": "alloc", "addr": 16384, "size": 512, "user_metadata": "a\"b", "compile_context": "N/A"})" "\n"
+                             R"({"action": "alloc", "addr": 20480, "size": 512, "flag": true, "ratio": 0.5, "neg": -1})" "\n");
+  auto r = open_trace(path);
+  TraceRecord rec;
+  std::vector<std::uint64_t> addrs, streams;
+  while (r->next(rec)) {
+    CHECK(rec.action == Action::alloc);
+    CHECK(rec.size == 512);
+    addrs.push_back(rec.addr);
+    streams.push_back(rec.stream);
+  }
+  CHECK(addrs == std::vector<std::uint64_t>{4096, 8192, 12288, 16384, 20480});
+  CHECK(streams == std::vector<std::uint64_t>{3, 0, 1, 0, 0});
+}

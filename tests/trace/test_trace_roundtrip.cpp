@@ -160,6 +160,7 @@ TEST_CASE("random event sequences survive writer -> reader unchanged", "[trace][
       CHECK(r.device == e.device);
       CHECK(rb.threads[i] == e.thread_id);
       CHECK(rb.entry_points[i] == e.entry_point);
+      if (e.action != Action::oom) CHECK(rb.memory_kinds[i] == e.aux);
       if (e.action == Action::oom) {
         CHECK(r.device_free == e.aux);
         REQUIRE(snap_index < rb.snapshots.size());

@@ -71,6 +71,9 @@ inline Event random_event(std::mt19937_64& rng, std::uint64_t base_time_ns) {
   e.thread_id = static_cast<std::uint32_t>(rng() % 4 == 0 ? 0 : rng() % 4'000'000);
   e.entry_point = static_cast<std::uint16_t>(rng() % 5);
   e.pool = e.block_bytes <= (1u << 20) ? PoolKind::small : PoolKind::large;
+  const bool segment = e.action == Action::segment_alloc || e.action == Action::segment_free ||
+                       e.action == Action::segment_map || e.action == Action::segment_unmap;
+  if (segment && rng() % 3 == 0) e.aux = 1 + rng() % 7;  // the shim's pass-through memory kinds
   return e;
 }
 
@@ -80,6 +83,7 @@ struct ReadBack {
   std::vector<std::uint64_t> block_bytes;
   std::vector<std::uint32_t> threads;
   std::vector<std::uint32_t> entry_points;
+  std::vector<std::uint32_t> memory_kinds;
   std::vector<std::string> mark_names;
   std::vector<Snapshot> snapshots;  // one per oom record with a snapshot
   VramtraceHeaderDetails details;
@@ -97,6 +101,7 @@ inline ReadBack read_all(const std::string& path) {
     rb.block_bytes.push_back(reader->block_bytes());
     rb.threads.push_back(reader->thread_id());
     rb.entry_points.push_back(reader->entry_point());
+    rb.memory_kinds.push_back(reader->memory_kind());
     rb.mark_names.push_back(reader->mark_name());
     if (const Snapshot* s = reader->oom_snapshot()) rb.snapshots.push_back(*s);
   }

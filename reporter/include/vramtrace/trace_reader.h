@@ -36,7 +36,9 @@ struct TraceHeader {
   std::string path;
   std::string format;            ///< "torchtrace", "snapshot" or "vramtrace"
   std::string workload;          ///< free text (torchtrace header "workload", command line, ...)
-  std::string settings;          ///< allocator settings string in force (PYTORCH_CUDA_ALLOC_CONF)
+  /// Allocator settings string in force (PYTORCH_CUDA_ALLOC_CONF). For snapshots it is known
+  /// only once next() returned false (`allocator_settings` follows `device_traces` in the pickle).
+  std::string settings;
   std::uint64_t device_total_bytes = 0;  ///< 0 when unknown
   /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any.
   std::vector<std::pair<std::string, std::int64_t>> recorded_stats;
@@ -78,10 +80,8 @@ using TraceOpener = std::unique_ptr<TraceReader> (*)(const std::string& path);
 /// A later registration of the same name replaces the earlier one. Thread-safe; call it before
 /// open_trace (e.g. at the start of main, or from the format's own initialisation).
 ///
-/// For "vramtrace", open_trace also falls back to open_vramtrace_trace when no opener is
-/// registered and that function is linked in (it is referenced weakly, so a build without it
-/// still links; note that a weak reference does not pull an object file out of a static
-/// library, so the object defining it must be linked for another reason or registered here).
+/// "vramtrace" needs no registration: open_trace calls open_vramtrace_trace (same library)
+/// unless another opener was registered under that name.
 void register_trace_format(const std::string& name, TraceOpener opener);
 
 /// vramtrace's own JSON Lines format (docs/trace-format.md); open_trace dispatches here when the

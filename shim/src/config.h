@@ -1,0 +1,24 @@
+// The shim's settings: VRAMTRACE_CONF, read once, lazily (never from a constructor).
+#pragma once
+
+#include "vramtrace/settings.h"
+
+namespace vramtrace::shim {
+
+struct Config {
+  /// False after a bad VRAMTRACE_CONF: every hook then forwards untouched (no caching, no
+  /// events, no substitution), after one line on stderr. The program is never taken down.
+  bool enabled = true;
+  /// Whether device allocations go through the caching allocator (false for reuse:none).
+  bool caching = true;
+  AllocatorSettings settings;
+};
+
+/// The configuration, parsed on first use with AllocatorSettings::parse (the syntax of
+/// `replay --conf` and PYTORCH_CUDA_ALLOC_CONF). Thread-safe.
+const Config& config() noexcept;
+
+/// config().enabled, cheap.
+bool enabled() noexcept;
+
+}  // namespace vramtrace::shim

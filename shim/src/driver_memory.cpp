@@ -1,0 +1,213 @@
+// Device allocation hooks served by the caching allocator (policy CACHE) and cuMemGetInfo_v2
+// (REPORT). See Note [count once] (entry.h), Note [lazy sync before reuse] (context_pool.h),
+// Note [per-thread default stream] (streams.h), Note [capture passes through] (capture.h),
+// Note [no CUDA call at exit] (lifecycle.h).
+#include "capture.h"
+#include "config.h"
+#include "context_pool.h"
+#include "counters.h"
+#include "entry.h"
+#include "lifecycle.h"
+#include "passthrough.h"
+#include "real.h"
+#include "streams.h"
+
+using namespace vramtrace;
+using namespace vramtrace::shim;
+
+namespace {
+
+CUresult to_cuda(Status s, const ContextPool& pool) noexcept {
+  switch (s) {
+    case Status::ok: return CUDA_SUCCESS;
+    case Status::out_of_memory: return CUDA_ERROR_OUT_OF_MEMORY;
+    case Status::invalid_value: return CUDA_ERROR_INVALID_VALUE;
+    case Status::not_supported: return CUDA_ERROR_NOT_SUPPORTED;
+    case Status::device_error: break;
+  }
+  CUresult r = pool.backend.last_error();
+  return r != CUDA_SUCCESS ? r : CUDA_ERROR_UNKNOWN;
+}
+
+/// Whether this call must bypass the cache (and be forwarded, traced).
+bool bypass_cache() noexcept {
+  return EntryScope::internal() || !config().caching || exiting() || capture_active();
+}
+
+// Note [no spurious OOM]: the allocator rounds requests up to its segment sizes (a 6 MiB request
+// asks the device for 20 MiB, as PyTorch does), so on a nearly full device it can fail where the
+// program's own request would have fitted. After the allocator's OOM (it has already released its
+// cache and retried), the exact request is forwarded to the driver; if that succeeds the program
+// gets it, traced as pass-through memory, and the trace still shows the allocator's `oom` event.
+template <class Fn, class... Extra>
+CUresult oom_fallback(Fn real, std::uint16_t entry, CUdeviceptr* dptr, size_t bytes, Extra... extra) noexcept {
+  CUresult r = real(dptr, bytes, extra...);
+  if (r == CUDA_SUCCESS) {
+    bump(g_counters.oom_fallbacks);
+    passthrough_alloc(*dptr, bytes, PassKind::device, entry);
+  }
+  return r;
+}
+
+// Note [stream-ordered reuse]: cuMemAllocAsync/cuMemFreeAsync blocks are kept per stream by the
+// allocator, so a block freed on stream S is reused at once only by later work on S (stream order
+// makes that safe). A block freed on another stream than it was allocated on is first marked used
+// on that stream (record_stream), so the allocator reuses it only after an event recorded there
+// at the free has completed. Explicit pools (cuMemAllocFromPoolAsync, or a pool set with
+// cuDeviceSetMemPool) are forwarded: their attributes belong to the program.
+std::atomic<bool> g_custom_pool{false};
+
+CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes, CUstream s) noexcept {
+  EntryScope e(hook);
+  using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream);
+  Fn real = real_driver<Fn>(hook);
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  StreamId key = stream_key(s, per_thread);
+  ContextPool* pool = nullptr;
+  if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
+      !(pool = pools().current())) {
+    CUresult r = real(dptr, bytes, s);
+    if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
+      if (capture_active()) bump(g_counters.capture_passthrough);
+      passthrough_alloc(*dptr, bytes, g_custom_pool ? PassKind::pool : PassKind::device, e.entry(), key.value);
+    }
+    return r;
+  }
+  DevicePtr p = 0;
+  Status st = pool->allocator.allocate(bytes, key, &p, e.entry());
+  if (st == Status::out_of_memory) return oom_fallback(real, e.entry(), dptr, bytes, s);
+  if (st != Status::ok) return to_cuda(st, *pool);
+  bump(g_counters.cached_allocs);
+  *dptr = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexcept {
+  EntryScope e(hook);
+  using Fn = CUresult (*)(CUdeviceptr, CUstream);
+  Fn real = real_driver<Fn>(hook);
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (EntryScope::internal() || !enabled()) return real(p, s);
+  StreamId key = stream_key(s, per_thread);
+  Owner o = pools().owner_of(p);
+  if (o.pool && o.live) {
+    bump(g_counters.cached_frees);
+    if (o.pool->take_exported(p)) return CUDA_SUCCESS;  // quarantined (context_pool.h, IPC)
+    if (exiting()) {
+      bump(g_counters.exit_frees);
+      return CUDA_SUCCESS;
+    }
+    if (o.block.stream != key) {
+      bump(g_counters.cross_stream_frees);
+      o.pool->allocator.record_stream(p, key);
+    }
+    return to_cuda(o.pool->allocator.deallocate(p, e.entry()), *o.pool);
+  }
+  if (o.pool) {
+    bump(g_counters.double_frees);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  bool pass = passthrough_contains(p);
+  CUresult r = real(p, s);
+  if (!pass)
+    bump(g_counters.unknown_frees);
+  else if (r == CUDA_SUCCESS)
+    passthrough_free(p, e.entry(), key.value);
+  return r;
+}
+
+}  // namespace
+
+namespace vramtrace::shim {
+/// Set by Tracer<cuDeviceSetMemPool> (tracers.cpp): async allocations are forwarded from now on.
+void note_custom_mem_pool() noexcept { g_custom_pool.store(true, std::memory_order_relaxed); }
+}  // namespace vramtrace::shim
+
+extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  EntryScope e(Hook::cuMemAlloc_v2);
+  using Fn = CUresult (*)(CUdeviceptr*, size_t);
+  Fn real = real_driver<Fn>(Hook::cuMemAlloc_v2);
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  ContextPool* pool = nullptr;
+  // bytes == 0 keeps the driver's CUDA_ERROR_INVALID_VALUE (research 5.10).
+  if (!dptr || bytes == 0 || bypass_cache() || !(pool = pools().current())) {
+    CUresult r = real(dptr, bytes);
+    if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
+      if (capture_active()) bump(g_counters.capture_passthrough);
+      passthrough_alloc(*dptr, bytes, PassKind::device, e.entry());
+    }
+    return r;
+  }
+  DevicePtr p = 0;
+  Status st = pool->allocator.allocate(bytes, StreamId{0}, &p, e.entry());
+  if (st == Status::out_of_memory) return oom_fallback(real, e.entry(), dptr, bytes);
+  if (st != Status::ok) return to_cuda(st, *pool);
+  if (config().settings.reuse == ReusePolicy::lazy_sync && pool->overlaps_unsynced(p, bytes)) pool->sync_for_reuse();
+  bump(g_counters.cached_allocs);
+  *dptr = p;
+  return CUDA_SUCCESS;
+}
+
+extern "C" CUresult cuMemFree_v2(CUdeviceptr p) {
+  EntryScope e(Hook::cuMemFree_v2);
+  using Fn = CUresult (*)(CUdeviceptr);
+  Fn real = real_driver<Fn>(Hook::cuMemFree_v2);
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (EntryScope::internal() || !enabled() || p == 0) return real(p);
+  Owner o = pools().owner_of(p);
+  if (o.pool && o.live) {
+    bump(g_counters.cached_frees);
+    if (o.pool->take_exported(p)) return CUDA_SUCCESS;  // quarantined (context_pool.h, IPC)
+    if (exiting()) {
+      bump(g_counters.exit_frees);
+      return CUDA_SUCCESS;
+    }
+    // Note [lazy sync before reuse]: remember the range before the block can be handed out again.
+    if (config().settings.reuse == ReusePolicy::lazy_sync) o.pool->note_freed(p, o.block.size);
+    return to_cuda(o.pool->allocator.deallocate(p, e.entry()), *o.pool);
+  }
+  if (o.pool) {
+    // Inside our cache but not a live block: a double free (or an interior pointer). The real
+    // driver answers both with CUDA_ERROR_INVALID_VALUE; forwarding would free our segment.
+    bump(g_counters.double_frees);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  bool pass = passthrough_contains(p);
+  CUresult r = real(p);
+  if (!pass)
+    bump(g_counters.unknown_frees);
+  else if (r == CUDA_SUCCESS)
+    passthrough_free(p, e.entry());
+  return r;
+}
+
+extern "C" CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream s) {
+  return alloc_async(Hook::cuMemAllocAsync, false, dptr, bytes, s);
+}
+extern "C" CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream s) {
+  return alloc_async(Hook::cuMemAllocAsync_ptsz, true, dptr, bytes, s);
+}
+extern "C" CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async(Hook::cuMemFreeAsync, false, p, s); }
+extern "C" CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+  return free_async(Hook::cuMemFreeAsync_ptsz, true, p, s);
+}
+
+// Idle cached bytes count as free: frameworks size their pools from this number (JAX
+// preallocation, vLLM profiling, PyTorch's OOM message), and memory we hold only for reuse is
+// free to them. NULL output pointers are accepted (OptiX passes one; HAMi-core #234/#333).
+extern "C" CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  EntryScope e(Hook::cuMemGetInfo_v2);
+  using Fn = CUresult (*)(size_t*, size_t*);
+  Fn real = real_driver<Fn>(Hook::cuMemGetInfo_v2);
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  size_t f = 0, t = 0;
+  CUresult r = real(&f, &t);
+  if (r != CUDA_SUCCESS) return r;
+  if (enabled() && !EntryScope::internal()) {
+    std::uint64_t cached = pools().cached_free_bytes(current_device());
+    f = static_cast<size_t>(std::min<std::uint64_t>(t, f + cached));
+  }
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+  return CUDA_SUCCESS;
+}

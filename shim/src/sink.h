@@ -1,0 +1,74 @@
+// Where the shim's events go: the trace writer (issue 4) behind a counting adaptor.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vramtrace/event.h"
+
+namespace vramtrace::shim {
+
+/// Kind of memory in an event the shim emits itself (Event::aux of segment_* events for memory
+/// that bypasses the caching allocator). Allocator events carry aux = 0 (cached).
+enum class PassKind : std::uint8_t {
+  cached = 0,   ///< from the caching allocator (never set by the shim)
+  device = 1,   ///< plain device memory forwarded: reuse:none, stream capture, exit, disabled pool
+  managed = 2,  ///< cuMemAllocManaged
+  pitched = 3,  ///< cuMemAllocPitch_v2 (size = pitch * height)
+  pool = 4,     ///< cuMemAllocFromPoolAsync, or cuMemAllocAsync after a custom pool was set
+  host = 5,     ///< pinned host memory (cuMemHostAlloc, cuMemAllocHost_v2)
+  array = 6,    ///< CUDA arrays (address = handle, size 0: not known without the driver's query)
+  vmm = 7,      ///< cuMemCreate/cuMemRelease (address = handle) and cuMemMap/cuMemUnmap ranges
+};
+
+/// The sink the shim and its allocators write to; null when tracing is off. Created on first use
+/// by make_trace_sink() and wrapped by a counting adaptor (counts feed the stats file).
+EventSink* sink() noexcept;
+
+/// THE single place where the trace writer is created: a vramtrace::trace::TraceWriter configured
+/// from VRAMTRACE_OUTPUT and the writer's other variables (file created by the first event), or
+/// null when VRAMTRACE_OUTPUT is unset, the writer is not compiled in, or its settings are bad
+/// (one stderr line; the shim works on without a trace). Called once.
+EventSink* make_trace_sink() noexcept;
+
+/// Asks the trace writer to write out what it buffered (vramtrace_flush). No-op without a writer.
+void flush_trace_sink() noexcept;
+
+/// Adds a device to the trace header (called when its first pool is created, before its first
+/// event). No-op without a writer.
+void sink_note_device(int device, int driver_version, const char* name, std::uint64_t total_bytes) noexcept;
+
+/// pthread_atfork prepare/parent halves for the writer (the child half is sink_after_fork_child).
+void sink_before_fork() noexcept;
+void sink_after_fork_parent() noexcept;
+
+/// At exit: writes the trailer with the final statistics (device ordinal, flat stats) and closes
+/// the trace. No-op without a writer.
+void sink_close(const std::vector<std::pair<int, std::vector<std::pair<std::string, std::int64_t>>>>& stats) noexcept;
+
+/// Events seen per action and per entry point (for the stats file and tests).
+struct EventCounts {
+  std::atomic<std::uint64_t> by_action[16];
+  std::atomic<std::uint64_t> by_entry[256];
+};
+extern EventCounts g_event_counts;
+
+/// Emits one event the shim makes itself (pass-through memory, marks). Fills time_ns
+/// (CLOCK_MONOTONIC) and thread_id. No-op when tracing is disabled or there is no sink.
+void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream,
+          std::uint16_t entry, PassKind kind, int device) noexcept;
+
+/// Emits a `mark` event (Event::aux = `name_id`, device 0: a mark belongs to no device).
+void emit_mark(std::uint32_t name_id) noexcept;
+
+/// Id of a mark name in the writer's string table (the writer will provide
+/// vramtrace::trace::intern_mark; until the merge a local table). Thread-safe.
+std::uint32_t intern_mark_name(const char* name) noexcept;
+
+/// Called in the child after fork (the writer reopens its file under the child's pid).
+void sink_after_fork_child() noexcept;
+
+}  // namespace vramtrace::shim

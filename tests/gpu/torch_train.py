@@ -1,0 +1,96 @@
+"""Training steps for the shim's GPU checks (scripts/gpu-compat.sh).
+
+Prints one line `RESULT {json}` with the loss of every step (float.hex, for bit-identical
+comparison with and without the shim), step times, and PyTorch's own allocator statistics.
+Models are built from configs (no download): gpt2-small (4 layers, eager attention, deterministic
+algorithms: the correctness rows), gpt2 (124M, batch 8 x 1024, bf16 autocast, AdamW: as in
+../shared/measurements/h200.md), llama (1.1B, seq 2048, batch 4, gradient checkpointing).
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+
+def eager(cfg):
+    """Plain attention (deterministic backward), across transformers versions."""
+    for attr in ("_attn_implementation", "attn_implementation"):
+        try:
+            setattr(cfg, attr, "eager")
+            return
+        except Exception:  # noqa: BLE001 - the attribute is read-only in some versions
+            pass
+
+
+def build(name):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    if name == "gpt2-small":
+        cfg = GPT2Config(n_layer=4, n_head=8, n_embd=512, n_positions=512, vocab_size=8192)
+        eager(cfg)
+        return GPT2LMHeadModel(cfg), 4, 256, cfg.vocab_size
+    if name == "gpt2":
+        cfg = GPT2Config()  # 124M
+        return GPT2LMHeadModel(cfg), 8, 1024, cfg.vocab_size
+    if name == "llama":
+        cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                          num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
+                          max_position_embeddings=2048)
+        cfg.use_cache = False
+        m = LlamaForCausalLM(cfg)
+        m.gradient_checkpointing_enable()
+        return m, 4, 2048, cfg.vocab_size
+    raise SystemExit(f"unknown model {name}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="gpt2-small")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    args = ap.parse_args()
+
+    deterministic = args.model == "gpt2-small"
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.manual_seed(0)
+    torch.cuda.manual_seed_all(0)
+    model, batch, seq, vocab = build(args.model)
+    model = model.cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=False, foreach=True)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    losses, times = [], []
+    for step in range(args.warmup + args.steps):
+        ids = torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not deterministic):
+            out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss = out.loss.detach().float().item()  # synchronises
+        torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+        losses.append(float(loss).hex())
+    stats = torch.cuda.memory_stats()
+    print("RESULT " + json.dumps({
+        "model": args.model,
+        "losses": losses,
+        "step_ms_median": statistics.median(times) if times else None,
+        "step_ms": times,
+        "peak_reserved": torch.cuda.max_memory_reserved(),
+        "peak_allocated": torch.cuda.max_memory_allocated(),
+        "num_device_alloc": stats.get("num_device_alloc"),
+        "num_device_free": stats.get("num_device_free"),
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "no_caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", ""),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+// The `vramtrace check` and `vramtrace diff` commands on generated traces: every exit code, each
+// output format, budgets file, baseline, usage errors, and case C11 for diff.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "training_sim.h"
+
+using namespace vramtrace;
+using vramtrace::test::TrainingShape;
+using vramtrace::test::training_trace;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+// Runs a shell command; stdout (and stderr, appended) comes back.
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = ::pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+fs::path dir() {
+  static fs::path d = [] {
+    auto p = fs::temp_directory_path() / ("vt_cmd_check_" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+const std::string kVt = VT_VRAMTRACE_EXE;
+
+// PyTorch's JSON-lines history, with a segment per allocation (as without caching) so that the
+// model sees reserved memory.
+std::string write_trace(const std::string& name, const std::vector<TraceRecord>& records) {
+  auto path = dir() / name;
+  std::ofstream f(path);
+  f << R"({"kind": "header", "workload": ")" << name << R"(", "conf": "", "total": 85899345920})" << "\n";
+  for (const auto& r : records) {
+    auto line = [&](const char* action, std::uint64_t size) {
+      f << R"({"action": ")" << action << R"(", "addr": )" << r.addr << R"(, "size": )" << size
+        << R"(, "stream": 0, "time_us": )" << r.time_ns / 1000 << "}\n";
+    };
+    std::uint64_t seg = (r.size + (2 * kMiB - 1)) / (2 * kMiB) * (2 * kMiB);
+    switch (r.action) {
+      case Action::alloc:
+        line("segment_alloc", seg);
+        line("alloc", r.size);
+        break;
+      case Action::free_requested: line("free_requested", r.size); break;
+      case Action::free_completed:
+        line("free_completed", r.size);
+        line("segment_free", seg);
+        break;
+      case Action::mark: f << R"({"action": "mark", "size": 0, "stream": 0, "time_us": )" << r.time_ns / 1000 << "}\n"; break;
+      default: break;
+    }
+  }
+  return path.string();
+}
+
+std::string leak_trace(bool marks = true) {
+  TrainingShape s;
+  s.leak_per_step = 2 * kMiB;
+  s.marks = marks;
+  return write_trace(marks ? "leak.jsonl" : "leak_nomarks.jsonl", training_trace(s));
+}
+
+std::string plateau_trace(bool marks = true) {
+  TrainingShape s;
+  s.warmup_growth_steps = 3;
+  s.marks = marks;
+  return write_trace(marks ? "plateau.jsonl" : "plateau_nomarks.jsonl", training_trace(s));
+}
+
+std::string flat_trace() { return write_trace("flat.jsonl", training_trace(TrainingShape{})); }
+
+std::string data(const std::string& rel) { return std::string(VRAMTRACE_TEST_DATA_DIR) + "/" + rel; }
+
+}  // namespace
+
+TEST_CASE("check --no-leaks: 2 MiB leaked per step fails, warm-up then flat passes (with marks)", "[cmd][check]") {
+  auto leak = sh(kVt + " check " + leak_trace() + " --no-leaks");
+  CHECK(leak.rc == 1);
+  CHECK(leak.out.find("FAIL  no-leaks") != std::string::npos);
+  CHECK(leak.out.find("grows by 2.00 MiB per step") != std::string::npos);
+  auto plateau = sh(kVt + " check " + plateau_trace() + " --no-leaks");
+  CHECK(plateau.rc == 0);
+  CHECK(plateau.out.find("PASS  no-leaks") != std::string::npos);
+  INFO(plateau.out);
+}
+
+TEST_CASE("check --no-leaks without marks finds the steps from the pattern", "[cmd][check]") {
+  auto leak = sh(kVt + " check " + leak_trace(false) + " --no-leaks --format json");
+  CHECK(leak.rc == 1);
+  auto j = nlohmann::json::parse(leak.out);
+  CHECK(j["measures"][0]["growth"]["source"] == "pattern");
+  CHECK(j["results"][0]["measured"].get<double>() == Approx(2.0 * kMiB).epsilon(0.01));
+  CHECK(sh(kVt + " check " + plateau_trace(false) + " --no-leaks").rc == 0);
+}
+
+TEST_CASE("check --max-growth both ways", "[cmd][check]") {
+  CHECK(sh(kVt + " check " + leak_trace() + " --max-growth 3MiB").rc == 0);
+  CHECK(sh(kVt + " check " + leak_trace() + " --max-growth 1MiB").rc == 1);
+}
+
+TEST_CASE("check peaks, ratio and OOM budgets both ways on a trace", "[cmd][check]") {
+  // flat: 500 MiB of parameters + 100 MiB of activations, a segment per block.
+  auto t = flat_trace();
+  CHECK(sh(kVt + " check " + t + " --max-peak-allocated 601MiB").rc == 0);
+  auto over = sh(kVt + " check " + t + " --max-peak-allocated 550MiB");
+  CHECK(over.rc == 1);
+  CHECK(over.out.find("over the budget of 550.00 MiB") != std::string::npos);
+  CHECK(sh(kVt + " check " + t + " --max-peak-reserved 1GiB").rc == 0);
+  CHECK(sh(kVt + " check " + t + " --max-peak-reserved 500MiB").rc == 1);
+  CHECK(sh(kVt + " check " + t + " --max-reserved-ratio 1.1").rc == 0);
+  CHECK(sh(kVt + " check " + t + " --max-reserved-ratio 1.0001").rc == 1);  // 5 MiB blocks in 6 MiB segments
+  CHECK(sh(kVt + " check " + t + " --max-ooms 0").rc == 0);
+  auto c11 = data("check/c11_resumed.torchtrace.jsonl");
+  auto oom = sh(kVt + " check " + c11 + " --max-ooms 0");
+  CHECK(oom.rc == 1);
+  CHECK(oom.out.find("FAIL  max-ooms") != std::string::npos);
+  CHECK(sh(kVt + " check " + c11 + " --max-ooms 1").rc == 0);
+}
+
+TEST_CASE("check --max-retries on PyTorch's history: not recorded, exit 2", "[cmd][check]") {
+  auto r = sh(kVt + " check " + flat_trace() + " --max-retries 0");
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("does not record num_alloc_retries") != std::string::npos);
+}
+
+TEST_CASE("check --baseline --max-increase against an earlier summary --json", "[cmd][check][baseline]") {
+  auto base = (dir() / "flat.summary.json").string();
+  REQUIRE(sh(kVt + " summary --json " + flat_trace() + " > " + base).rc == 0);
+  CHECK(sh(kVt + " check " + flat_trace() + " --baseline " + base + " --max-increase 0").rc == 0);
+  // The leak run peaks ~60 MiB (10 %) higher.
+  auto r = sh(kVt + " check " + leak_trace() + " --baseline " + base + " --max-increase 5");
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("FAIL  max-increase:allocated") != std::string::npos);
+  CHECK(sh(kVt + " check " + leak_trace() + " --baseline " + base + " --max-increase 15").rc == 0);
+  CHECK(sh(kVt + " check " + leak_trace() + " --baseline " + base + " --max-increase 5 --noise-margin 100MiB").rc == 0);
+  // A summary document is a valid input too (no growth there).
+  CHECK(sh(kVt + " check " + base + " --max-peak-allocated 1GiB").rc == 0);
+  CHECK(sh(kVt + " check " + base + " --no-leaks").rc == 2);
+}
+
+TEST_CASE("check --budget FILE, overridden by options", "[cmd][check][file]") {
+  auto budget = dir() / "train.budget";
+  std::ofstream(budget) << "# budget for the training test\nmax-peak-allocated = 1GiB\nno-leaks = true\n";
+  auto r = sh(kVt + " check " + leak_trace() + " --budget " + budget.string());
+  CHECK(r.rc == 1);
+  CHECK(sh(kVt + " check " + plateau_trace() + " --budget " + budget.string()).rc == 0);
+  CHECK(sh(kVt + " check " + plateau_trace() + " --budget " + budget.string() + " --max-peak-allocated 100MiB").rc == 1);
+  auto bad = dir() / "bad.budget";
+  std::ofstream(bad) << "max-peak-allocated = 1GiB\nmax-leaks = 3\n";
+  auto e = sh(kVt + " check " + plateau_trace() + " --budget " + bad.string());
+  CHECK(e.rc == 2);
+  CHECK(e.out.find("line 2") != std::string::npos);
+}
+
+TEST_CASE("check --format junit -o FILE validates against the JUnit schema", "[cmd][check][junit]") {
+  auto xml = dir() / "check.xml";
+  auto r = sh(kVt + " check " + leak_trace() + " --no-leaks --max-peak-allocated 1GiB --format junit -o " + xml.string());
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("FAIL  no-leaks") != std::string::npos);  // the verdict still reaches the log
+  CHECK(sh("xmllint --noout --schema " + data("junit-10.xsd") + " " + xml.string()).rc == 0);
+  std::ifstream in(xml);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CHECK(ss.str().find("<failure message=\"no-leaks") != std::string::npos);
+}
+
+TEST_CASE("check --format github writes ::error commands", "[cmd][check][github]") {
+  auto r = sh(kVt + " check " + leak_trace() + " --no-leaks --format github");
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("::error file=") == 0);
+  CHECK(r.out.find(",title=vramtrace check%3A no-leaks exceeded on device 0::no-leaks: allocated memory grows by") !=
+        std::string::npos);
+}
+
+TEST_CASE("check usage and input errors exit 2 with a message", "[cmd][check][errors]") {
+  auto t = flat_trace();
+  auto none = sh(kVt + " check " + t);
+  CHECK(none.rc == 2);
+  CHECK(none.out.find("no budget given") != std::string::npos);
+  auto size = sh(kVt + " check " + t + " --max-peak-reserved lots");
+  CHECK(size.rc == 2);
+  CHECK(size.out.find("not a size") != std::string::npos);
+  CHECK(sh(kVt + " check " + t + " --max-increase 5").rc == 2);
+  CHECK(sh(kVt + " check /nonexistent/trace.jsonl --no-leaks").rc == 2);
+  CHECK(sh(kVt + " check " + t + " --no-leaks --format xml").rc == 2);
+  auto broken = dir() / "broken.jsonl";
+  std::ofstream(broken) << "{\"action\": \"alloc\", \"addr\": 1, \"size\": 512}\n{\"action\": \"alloc\", \"addr\": \n";
+  auto b = sh(kVt + " check " + broken.string() + " --no-leaks");
+  CHECK(b.rc == 2);
+  CHECK(b.out.find("line 2") != std::string::npos);
+  auto dev = sh(kVt + " check " + t + " --max-ooms 0 --device 3");
+  CHECK(dev.rc == 2);
+  CHECK(dev.out.find("--device 3") != std::string::npos);
+}
+
+TEST_CASE("diff C11: same live bytes, the resumed run's largest free block is smaller than the request",
+          "[cmd][diff][C11]") {
+  auto fresh = data("check/c11_fresh.torchtrace.jsonl");
+  auto resumed = data("check/c11_resumed.torchtrace.jsonl");
+  auto text = sh(kVt + " diff " + fresh + " " + resumed);
+  REQUIRE(text.rc == 0);
+  INFO(text.out);
+  CHECK(text.out.find("fragmentation from load order") != std::string::npos);
+  CHECK(text.out.find("same live bytes as BASE (20.00 GiB vs 20.00 GiB)") != std::string::npos);
+  auto r = sh(kVt + " diff --json " + fresh + " " + resumed);
+  REQUIRE(r.rc == 0);
+  auto j = nlohmann::json::parse(r.out);
+  const auto& d = j["devices"][0];
+  CHECK(d["explanation"].get<std::string>().find("largest free block was 1.00 GiB, smaller than the request") !=
+        std::string::npos);
+  // The 3 GiB load buffers are the size whose count changed most.
+  CHECK(d["sizes"][0]["size"] == 3 * kGiB);
+  CHECK(d["sizes"][0]["base"] == 0);
+  CHECK(d["sizes"][0]["new"] == 10);
+  bool oom_block = false;
+  for (const auto& f : d["largest_free_block"])
+    if (f["when"] == "oom") oom_block = f["new"] == kGiB;
+  CHECK(oom_block);
+}
+
+TEST_CASE("diff names more live memory as the cause when peak allocated grows", "[cmd][diff]") {
+  auto r = sh(kVt + " diff " + flat_trace() + " " + leak_trace());
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("NEW needs more memory: peak allocated +") != std::string::npos);
+  CHECK(r.out.find("the size whose count changed most is 2.00 MiB (+30 allocations)") != std::string::npos);
+  auto same = sh(kVt + " diff " + flat_trace() + " " + flat_trace());
+  CHECK(same.out.find("No difference beyond the noise margin") != std::string::npos);
+  CHECK(sh(kVt + " diff " + flat_trace() + " /nonexistent").rc == 2);
+}

@@ -1,0 +1,391 @@
+// Runs the road programs with and without libvramtrace.so preloaded (fake libcuda/libcudart on
+// LD_LIBRARY_PATH) and checks what each program saw (it exits non-zero on a wrong result) and
+// what the shim recorded (its VRAMTRACE_TEST_STATS_FILE), plus the library's exports and NEEDED.
+#include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda_api.h"
+
+extern char** environ;
+
+namespace {
+
+using Stats = std::map<std::string, long long>;
+
+struct Run {
+  int exit_code = -1;
+  std::string out, err;
+  std::map<long, Stats> stats_by_pid;  // one stats file per process
+  Stats program;                       // "program.X N" lines of stdout
+  const Stats& stats() const {
+    static const Stats empty;
+    return stats_by_pid.size() == 1 ? stats_by_pid.begin()->second : empty;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Stats parse_kv(const std::string& text, const std::string& prefix = "") {
+  Stats s;
+  std::istringstream in(text);
+  std::string k;
+  long long v;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    if (ls >> k >> v && k.rfind(prefix, 0) == 0) s[k.substr(prefix.size())] = v;
+  }
+  return s;
+}
+
+long long get(const Stats& s, const std::string& k) {
+  auto it = s.find(k);
+  return it == s.end() ? -1 : it->second;
+}
+
+/// Runs argv with the fake driver on LD_LIBRARY_PATH (or `libpath`), the shim preloaded if
+/// `preload`.
+Run run(std::vector<std::string> argv, bool preload, std::vector<std::string> extra_env = {},
+        std::string libpath = VT_FAKELIB_DIR) {
+  char tmpl[] = "/tmp/vt-shim-test-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string s = *e;
+    if (s.rfind("LD_PRELOAD=", 0) == 0 || s.rfind("LD_LIBRARY_PATH=", 0) == 0 || s.rfind("VRAMTRACE_", 0) == 0 ||
+        s.rfind("ROAD_", 0) == 0 || s.rfind("FAKECUDA_", 0) == 0)
+      continue;
+    env.push_back(s);
+  }
+  env.push_back("LD_LIBRARY_PATH=" + libpath);
+  if (preload) env.push_back(std::string("LD_PRELOAD=") + VT_SHIM_PATH);
+  env.push_back("VRAMTRACE_TEST_STATS_FILE=" + dir + "/stats.%p");
+  for (auto& e : extra_env) env.push_back(e);
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  for (auto& e : env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, (dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, (dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  Run r;
+  int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(dir + "/out");
+  r.err = slurp(dir + "/err");
+  r.program = parse_kv(r.out, "program.");
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* ent = readdir(d)) {
+      std::string n = ent->d_name;
+      if (n.rfind("stats.", 0) == 0) r.stats_by_pid[std::atol(n.c_str() + 6)] = parse_kv(slurp(dir + "/" + n));
+      std::remove((dir + "/" + n).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+  if (r.exit_code != 0) UNSCOPED_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  return r;
+}
+
+std::string road(const char* name) { return std::string(VT_ROAD_DIR) + "/" + name; }
+
+std::string capture_cmd(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+void no_call_after_exit(const Run& r) { CHECK(r.err.find("FAKECUDA: call after exit began") == std::string::npos); }
+
+}  // namespace
+
+TEST_CASE("exports are exactly the hooks of hooks.def, dlsym and the C API, all unversioned") {
+  std::set<std::string> expected = {"dlsym", "vramtrace_mark", "vramtrace_flush", "vramtrace_version"};
+#define VT_HOOK(level, policy, name, ret, params, args) expected.insert(#name);
+#include "hooks.def"
+#undef VT_HOOK
+  std::string nm = capture_cmd(std::string("nm -D --defined-only ") + VT_SHIM_PATH);
+  std::set<std::string> got;
+  std::istringstream in(nm);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string addr, type, name;
+    if (!(ls >> addr >> type >> name)) continue;
+    CHECK(name.find('@') == std::string::npos);  // a version node would stop interposition
+    got.insert(name);
+  }
+  CHECK(got == expected);
+}
+
+TEST_CASE("NEEDED entries are glibc only") {
+  std::string d = capture_cmd(std::string("readelf -d ") + VT_SHIM_PATH);
+  const std::set<std::string> allowed = {"libc.so.6", "libdl.so.2", "libpthread.so.0", "libm.so.6",
+                                         "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"};
+  std::istringstream in(d);
+  std::string line;
+  int needed = 0;
+  while (std::getline(in, line)) {
+    auto p = line.find("(NEEDED)");
+    if (p == std::string::npos) continue;
+    auto a = line.find('['), b = line.find(']');
+    REQUIRE(a != std::string::npos);
+    std::string lib = line.substr(a + 1, b - a - 1);
+    INFO(lib);
+    CHECK(allowed.count(lib) == 1);
+    ++needed;
+  }
+  CHECK(needed >= 1);
+}
+
+TEST_CASE("preloading into a process without CUDA changes nothing") {
+  Run r = run({"/bin/sh", "-c", "echo hi"}, true);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "hi\n");
+  CHECK(r.err.empty());
+}
+
+static void check_runtime_road(const char* program, bool shared_cudart) {
+  Run plain = run({road(program)}, false);
+  REQUIRE(plain.exit_code == 0);  // the fake is faithful: the program passes without the shim
+  Run r = run({road(program)}, true);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.program == plain.program);
+  const Stats& s = r.stats();
+  REQUIRE(!s.empty());
+  const long long mallocs = get(r.program, "cudaMalloc");
+  if (shared_cudart) {
+    // Counted once, at the runtime level where the calls entered (Note [count once]).
+    CHECK(get(s, "calls.cudaMalloc") == mallocs);
+    CHECK(get(s, "calls.cudaFree") == get(r.program, "cudaFree"));
+    CHECK(get(s, "calls.cudaMallocAsync") == get(r.program, "cudaMallocAsync"));
+    CHECK(get(s, "calls.cudaMallocAsync_ptsz") == get(r.program, "cudaMallocAsync_ptsz"));
+    CHECK(get(s, "calls.cudaFreeAsync_ptsz") == get(r.program, "cudaFreeAsync_ptsz"));
+    CHECK(get(s, "calls.cudaMallocManaged") == 1);
+    CHECK(get(s, "calls.cudaDeviceReset") == 1);
+    CHECK(get(s, "calls.cuMemAlloc_v2") == get(r.program, "driver.cuMemAlloc_v2"));  // only the direct one
+    CHECK(get(s, "calls.cudaGetDriverEntryPointByVersion") == 1);
+    CHECK(get(s, "entry.cudaMalloc") > 0);  // allocator events carry the runtime entry point
+    CHECK(get(s, "entry.cuMemAlloc_v2") == get(r.program, "driver.cuMemAlloc_v2"));
+  } else {
+    // Static cudart: invisible at runtime level, caught at the driver level through the
+    // resolver it got from our dlsym and the self-lookup (the H200 finding).
+    CHECK(get(s, "calls.cudaMalloc") == 0);
+    // cudaMalloc(0) never reaches the driver; one cuMemAlloc_v2 is the program's own
+    CHECK(get(s, "calls.cuMemAlloc_v2") == mallocs - 1 + get(r.program, "driver.cuMemAlloc_v2"));
+    CHECK(get(s, "calls.cuMemFree_v2") == get(r.program, "cudaFree"));
+    CHECK(get(s, "calls.cuMemAllocAsync_ptsz") == get(r.program, "cudaMallocAsync_ptsz"));
+    CHECK(get(s, "entry.cuMemAlloc_v2") > 0);
+  }
+  CHECK(get(s, "calls.cuGetProcAddress_v2") > 0);
+  CHECK(get(s, "shim.resolver_substitutions") > 0);
+  CHECK(get(s, "shim.resolver_unmapped") == 0);
+  CHECK(get(s, "shim.cached_allocs") > 0);
+  CHECK(get(s, "shim.double_frees") == 1);
+  CHECK(get(s, "shim.unknown_frees") == 1);
+  CHECK(get(s, "shim.passthrough_allocs") == 3);  // managed, pitched, pinned host
+  CHECK(get(s, "shim.passthrough_frees") == 3);
+  CHECK(get(s, "shim.cross_stream_frees") == 1);
+  CHECK(get(s, "shim.lazy_syncs") >= 1);
+  CHECK(get(s, "shim.pools_dropped") == 1);  // cudaDeviceReset
+  CHECK(get(s, "pools.live") == 1);
+  CHECK(get(s, "allocator.allocated_bytes.all.current") == 2 << 20);  // the quarantined IPC block
+  CHECK(get(s, "allocator.segment.all.current") >= 1);  // the cache is kept, not freed at exit
+  CHECK(get(s, "events.segment_alloc") >= 1);
+  no_call_after_exit(r);
+}
+
+TEST_CASE("shared cudart: runtime-level hooks, caching, semantics") { check_runtime_road("road_runtime_shared", true); }
+TEST_CASE("static cudart: caught at the driver level only") { check_runtime_road("road_runtime_static", false); }
+
+TEST_CASE("expandable segments through the CUDA driver backend (virtual memory calls)") {
+  Run r = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=expandable_segments:True"});
+  REQUIRE(r.exit_code == 0);
+  const Stats& s = r.stats();
+  CHECK(get(s, "events.segment_map") > 0);
+  CHECK(get(s, "events.segment_alloc") == 3);  // only the forwarded managed, pitched, host memory
+  CHECK(get(s, "shim.cached_allocs") > 0);
+  no_call_after_exit(r);
+}
+
+TEST_CASE("reuse policies: stream_ordered never synchronises, none forwards everything") {
+  Run o = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=reuse:stream_ordered", "ROAD_EXPECT=ordered"});
+  REQUIRE(o.exit_code == 0);
+  CHECK(get(o.stats(), "shim.lazy_syncs") == 0);
+  CHECK(get(o.stats(), "shim.cached_allocs") > 0);
+  Run n = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=reuse:none", "ROAD_EXPECT=none"});
+  REQUIRE(n.exit_code == 0);
+  CHECK(get(n.stats(), "shim.cached_allocs") == 0);
+  CHECK(get(n.stats(), "shim.lazy_syncs") == 0);
+  // every successful cudaMalloc was forwarded and traced: all but cudaMalloc(0) and the captured one
+  CHECK(get(n.stats(), "shim.passthrough_allocs") ==
+        get(n.program, "cudaMalloc") - 2 + get(n.program, "driver.cuMemAlloc_v2") + 3 + 4);
+  CHECK(get(n.stats(), "calls.cudaMalloc") == get(n.program, "cudaMalloc"));
+}
+
+TEST_CASE("out of memory: the cache is released before the program sees an OOM") {
+  Run plain = run({road("road_oom")}, false, {"FAKECUDA_TOTAL_MB=48"});
+  REQUIRE(plain.exit_code == 0);
+  Run r = run({road("road_oom")}, true, {"FAKECUDA_TOTAL_MB=48"});
+  REQUIRE(r.exit_code == 0);
+  const Stats& s = r.stats();
+  CHECK(get(s, "calls.cudaMalloc") == get(r.program, "cudaMalloc"));
+  CHECK(get(s, "allocator.num_alloc_retries") >= 1);  // the cached 30 MiB released for 40 MiB
+  CHECK(get(s, "allocator.num_ooms") == 3);           // 10 MiB, 64 MiB, and the 20 MiB segment
+  CHECK(get(s, "events.oom") == 3);
+  CHECK(get(s, "shim.oom_fallbacks") == 1);           // 6 MiB forwarded exactly
+  CHECK(get(s, "shim.passthrough_allocs") == 1);
+}
+
+TEST_CASE("a bad VRAMTRACE_CONF prints one line and passes everything through") {
+  Run r = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=no_such_key:1", "ROAD_EXPECT=off"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("vramtrace: VRAMTRACE_CONF:") == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(get(r.stats(), "shim.cached_allocs") == 0);
+  CHECK(get(r.stats(), "shim.resolver_substitutions") == 0);
+  CHECK(get(r.stats(), "calls.cudaMalloc") == get(r.program, "cudaMalloc"));
+}
+
+TEST_CASE("driver API linked directly: per-context pools, context destruction, NULL meminfo pointers") {
+  Run plain = run({road("road_driver")}, false);
+  REQUIRE(plain.exit_code == 0);
+  Run r = run({road("road_driver")}, true);
+  REQUIRE(r.exit_code == 0);
+  const Stats& s = r.stats();
+  CHECK(get(s, "calls.cuMemAlloc_v2") == get(r.program, "cuMemAlloc_v2"));
+  CHECK(get(s, "calls.cuMemFree_v2") == get(r.program, "cuMemFree_v2"));
+  CHECK(get(s, "calls.cuCtxSynchronize") == get(r.program, "cuCtxSynchronize"));
+  CHECK(get(s, "shim.program_syncs") == 1);
+  CHECK(get(s, "shim.lazy_syncs") == 0);  // the program's own sync ended the epoch
+  CHECK(get(s, "shim.pools_created") == 2);
+  CHECK(get(s, "shim.pools_dropped") == 2);
+  CHECK(get(s, "pools.live") == 0);
+  CHECK(get(s, "shim.unknown_frees") == 1);  // b after its context died
+  CHECK(get(s, "events.mark") == get(r.program, "vramtrace_mark"));
+  // the fake driver's cuInit looks up cuMemGetInfo_v2 through its own handle: our wrapper, once,
+  // without recursion (HAMi-core PR #326)
+  CHECK(get(s, "calls.cuMemGetInfo_v2") == get(r.program, "cuMemGetInfo_v2") + 1);
+  no_call_after_exit(r);
+}
+
+TEST_CASE("dlopen + dlsym and cuGetProcAddress: exact ABI variants, self-lookup, probes") {
+  Run plain = run({road("road_dlsym")}, false);
+  REQUIRE(plain.exit_code == 0);
+  Run r = run({road("road_dlsym")}, true);
+  REQUIRE(r.exit_code == 0);
+  const Stats& s = r.stats();
+  CHECK(get(s, "calls.cuMemAlloc_v2") == get(r.program, "dlsym.cuMemAlloc_v2"));
+  CHECK(get(s, "calls.cuMemFree_v2") == get(r.program, "dlsym.cuMemFree_v2"));
+  CHECK(get(s, "calls.cuGetProcAddress_v2") == get(r.program, "gpa.cuGetProcAddress_v2"));
+  CHECK(get(s, "calls.cuGetProcAddress") == get(r.program, "gpa.cuGetProcAddress"));
+  CHECK(get(s, "shim.cached_allocs") == 4);
+  CHECK(get(s, "shim.resolver_unmapped") == 0);  // the 32-bit cuMemAlloc is exported, just not hooked
+}
+
+TEST_CASE("dlsym forwarding keeps the caller (RTLD_NEXT chain, RTLD_DEFAULT from a local scope)") {
+  Run plain = run({road("road_chain"), VT_CHAIN_C_PATH}, false);
+  REQUIRE(plain.exit_code == 0);
+  Run r = run({road("road_chain"), VT_CHAIN_C_PATH}, true);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "chain ok\n");
+}
+
+TEST_CASE("many threads: per-thread default streams, counts, data intact") {
+  Run r = run({road("road_threads")}, true);
+  REQUIRE(r.exit_code == 0);
+  const Stats& s = r.stats();
+  CHECK(get(s, "calls.cudaMalloc") == get(r.program, "cudaMalloc"));
+  CHECK(get(s, "calls.cudaFree") == get(r.program, "cudaFree"));
+  CHECK(get(s, "calls.cudaMallocAsync_ptsz") == get(r.program, "cudaMallocAsync_ptsz"));
+  CHECK(get(s, "shim.cached_allocs") == get(r.program, "cudaMalloc") + get(r.program, "cudaMallocAsync_ptsz"));
+  CHECK(get(s, "shim.cross_stream_frees") == 0);  // each thread frees on its own per-thread stream
+  CHECK(get(s, "allocator.allocation.all.current") == 0);
+  no_call_after_exit(r);
+}
+
+TEST_CASE("fork: the child starts clean and makes no CUDA call") {
+  Run r = run({road("road_fork_exec"), "fork"}, true);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(r.stats_by_pid.size() == 2);
+  long child = 0, parent = 0;
+  std::sscanf(r.out.substr(r.out.find("child ")).c_str(), "child %ld", &child);
+  std::sscanf(r.out.substr(r.out.find("parent ")).c_str(), "parent %ld", &parent);
+  REQUIRE(r.stats_by_pid.count(child) == 1);
+  REQUIRE(r.stats_by_pid.count(parent) == 1);
+  const Stats& c = r.stats_by_pid[child];
+  CHECK(get(c, "calls.cudaMalloc") == 0);
+  CHECK(get(c, "pools.live") == 0);
+  CHECK(get(c, "shim.cached_allocs") == 0);
+  const Stats& p = r.stats_by_pid[parent];
+  CHECK(get(p, "calls.cudaMalloc") == 2);
+  CHECK(get(p, "pools.live") == 1);
+  CHECK(get(p, "shim.cached_allocs") == 2);
+  no_call_after_exit(r);
+}
+
+TEST_CASE("exec: the new program is intercepted too") {
+  Run r = run({road("road_fork_exec"), "exec", road("road_runtime_shared")}, true);
+  REQUIRE(r.exit_code == 0);
+  const Stats& s = r.stats();
+  REQUIRE(!s.empty());
+  CHECK(get(s, "calls.cudaMalloc") == get(r.program, "cudaMalloc"));  // the exec'd program's tally
+  CHECK(get(s, "shim.cached_allocs") > 0);
+}
+
+TEST_CASE("NVIDIA's real cudart 13 resolves the driver only through our wrappers") {
+  if (std::string(VT_REAL_CUDART_DIR).empty()) {
+    WARN("no cudart in the CUDA toolkit: skipped");
+    return;
+  }
+  // Only the fake libcuda.so.1 on the path (not the fake cudart), then the toolkit's cudart.
+  char tmpl[] = "/tmp/vt-realcudart-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string link = dir + "/libcuda.so.1";
+  REQUIRE(symlink((std::string(VT_FAKELIB_DIR) + "/libcuda.so.1").c_str(), link.c_str()) == 0);
+  for (const char* kind : {"road_real_cudart_static", "road_real_cudart_shared"}) {
+    INFO(kind);
+    Run r = run({road(kind)}, true, {}, dir + ":" + VT_REAL_CUDART_DIR);
+    REQUIRE(r.exit_code == 0);
+    const Stats& s = r.stats();
+    CHECK(get(s, "calls.cuGetProcAddress_v2") >= 300);  // 440 with cudart 13.0
+    CHECK(get(s, "shim.resolver_substitutions") >= 20);  // every memory entry point is ours
+    CHECK(get(s, "shim.resolver_unmapped") == 0);
+    CHECK(get(r.program, "error") != 0);                   // the fake has no export tables
+    if (std::string(kind).find("shared") != std::string::npos) CHECK(get(s, "calls.cudaMalloc") == 1);
+  }
+  unlink(link.c_str());
+  rmdir(dir.c_str());
+}
