@@ -5,12 +5,15 @@
 //  - malformed or refused input raises PickleError (never another exception, never a crash);
 //  - (nothing is executed: the reader has no code path that could; pickles that name callables
 //    are tested one by one in tests/reliability/test_untrusted.cpp);
-//  - the tight limits hold: no value nests deeper than max_depth, the stack and memo stay within
-//    their bounds;
+//  - the tight limits hold: no value was built nested deeper than max_depth (cycles through the
+//    memo are legal pickles, so this is the depth recorded at construction), the stack and memo
+//    stay within their bounds;
 //  - a result exists after STOP.
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "byte_source.h"
 #include "fuzz_check.h"
@@ -44,22 +47,25 @@ class MemorySource final : public ByteSource {
   std::string path_ = "fuzz-input";
 };
 
-std::uint32_t max_depth(const Value& v, std::uint32_t limit) {
-  // Iterative: the reader promises nesting cannot overflow our stack either.
-  std::vector<std::pair<const Value*, std::uint32_t>> todo{{&v, 0}};
+// The deepest nesting the reader recorded for any value reachable from `v` (Value::depth, which
+// the reader checks against Limits::max_depth as it builds). Walked iteratively with a visited
+// set: the memo can make cycles (a list appended to itself), so the structural depth of a valid
+// pickle can be unbounded and only the construction-time depth can be limited.
+std::uint32_t max_recorded_depth(const Value& v) {
+  std::vector<const Value*> todo{&v};
+  std::unordered_set<const Value*> seen{&v};
   std::uint32_t deepest = 0;
-  std::size_t visited = 0;
-  while (!todo.empty() && visited < 1000000) {
-    auto [p, d] = todo.back();
+  while (!todo.empty()) {
+    const Value* p = todo.back();
     todo.pop_back();
-    ++visited;
-    deepest = std::max(deepest, d);
-    if (d > limit + 1) continue;  // cycles through the memo are possible; stop below them
-    for (const auto& c : p->items)
-      if (c) todo.push_back({c.get(), d + 1});
+    deepest = std::max(deepest, p->depth);
+    auto visit = [&](const ValuePtr& c) {
+      if (c && seen.insert(c.get()).second) todo.push_back(c.get());
+    };
+    for (const auto& c : p->items) visit(c);
     for (const auto& [k, val] : p->entries) {
-      if (k) todo.push_back({k.get(), d + 1});
-      if (val) todo.push_back({val.get(), d + 1});
+      visit(k);
+      visit(val);
     }
   }
   return deepest;
@@ -78,8 +84,8 @@ void run(const std::uint8_t* data, std::size_t size, bool stream, const Limits& 
     }
     FUZZ_CHECK(u.result() != nullptr, "STOP without a result");
     if (check_limits) {
-      const std::uint32_t d = max_depth(*u.result(), limits.max_depth);
-      FUZZ_CHECK(d <= limits.max_depth + 1, "result nests %u deep, limit %u", d, limits.max_depth);
+      const std::uint32_t d = max_recorded_depth(*u.result());
+      FUZZ_CHECK(d <= limits.max_depth, "a value nests %u deep, limit %u", d, limits.max_depth);
     }
   } catch (const PickleError& e) {
     FUZZ_CHECK(e.what()[0] != '\0', "PickleError without a message");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes one libFuzzer target for a while (ctest "fuzz: <name>", scripts/fuzz.sh).
 #
-# Usage: run_fuzzer.sh BINARY NAME WORKDIR MAX_LEN DICT_ARG CORPUS_DIR...
+# Usage: run_fuzzer.sh BINARY NAME WORKDIR MAX_LEN "EXTRA_FLAGS" CORPUS_DIR...
 # Seconds: $VRAMTRACE_FUZZ_SECONDS (default 20). New inputs go to WORKDIR/corpus (never into the
 # source tree; `scripts/fuzz.sh --merge` folds useful ones into tests/fuzz/corpus/NAME). A finding
 # is saved under WORKDIR/artifacts/ and makes this script fail: copy it to
@@ -14,7 +14,12 @@ rm -rf "$work/artifacts"
 mkdir -p "$work/corpus" "$work/artifacts"
 args=(-max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
       -artifact_prefix="$work/artifacts/")
-[[ -n "$dict" ]] && args+=("$dict")
+read -ra extra <<<"$dict"
+# libFuzzer's -detect_leaks=0 covers the fuzzing loop only; LeakSanitizer's check at exit needs this.
+if [[ "$dict" == *detect_leaks=0* ]]; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+args+=("${extra[@]}")
 status=0
 "$bin" "${args[@]}" "$work/corpus" "$@" >"$work/log.txt" 2>&1 || status=$?
 grep -E '^stat::|^#[0-9]+.*(DONE|cov:)' "$work/log.txt" | tail -n 12
