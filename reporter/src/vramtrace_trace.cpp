@@ -463,7 +463,9 @@ class Reader final : public VramtraceTraceReader {
     out.addr = f.p;
     out.size = f.r;
     out.stream = f.s;
-    out.time_ns = details_.start_unix_ns + f.t;
+    // Saturate: a hostile trace's offsets must not overflow (found by fuzzing, issue 9).
+    if (__builtin_add_overflow(details_.start_unix_ns, f.t, &out.time_ns))
+      out.time_ns = f.t < 0 ? INT64_MIN : INT64_MAX;
     out.device = static_cast<std::int32_t>(f.d);
     out.device_free = f.free_bytes;
     block_bytes_ = f.b ? *f.b : f.r;
