@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds vramtrace and runs the whole test suite: the normal build, then the address and
-# undefined-behaviour sanitizer build. Installs what it needs first (scripts/setup-deps.sh).
+# undefined-behaviour sanitizer build, then the allocator under the thread sanitizer. Installs what it needs first (scripts/setup-deps.sh).
 # GPU tests (ctest label "gpu") skip themselves where no GPU is present.
 #
 # Usage: scripts/test.sh [--quick]   (--quick: normal build only, no sanitizer pass)
@@ -23,4 +23,11 @@ run_suite default
 if [[ "${1:-}" != "--quick" ]]; then
   # The sanitizer pass runs a shorter random sequence: the instrumented allocator is ~10x slower.
   VRAMTRACE_RANDOM_STEPS=300000 run_suite asan
+  # Thread sanitizer on the allocator, the part the shim calls from every thread of a program
+  # (64-thread test included). Only its test target is built: a whole tsan build would double CI.
+  echo "== configure and build (tsan, allocator)"
+  cmake --preset tsan >/dev/null
+  cmake --build --preset tsan -j"$jobs" --target test_allocator
+  echo "== test (tsan, allocator)"
+  VRAMTRACE_RANDOM_STEPS=20000 VRAMTRACE_THREAD_OPS=200 ctest --preset tsan -L allocator -j"$jobs"
 fi
