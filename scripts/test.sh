@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds vramtrace and runs the whole test suite: the normal build, then the address and
-# undefined-behaviour sanitizer build, then the allocator under the thread sanitizer. Installs what it needs first (scripts/setup-deps.sh).
+# undefined-behaviour sanitizer build, then the allocator under the thread sanitizer.
+# Installs what it needs first (scripts/setup-deps.sh).
 # GPU tests (ctest label "gpu") skip themselves where no GPU is present.
 #
 # Usage: scripts/test.sh [--quick]   (--quick: normal build only, no sanitizer pass)
