@@ -273,14 +273,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   nlohmann::json traces = nlohmann::json::array();
   for (const auto& m : models) {
     auto cases = oom_cases(m);
-    nlohmann::json t;
-    t["path"] = m.header.path;
-    t["format"] = m.header.format;
-    t["workload"] = m.header.workload;
-    t["settings"] = m.header.settings;
-    t["incomplete"] = m.incomplete;
-    t["events"] = m.events;
-    t["notes"] = m.notes;
+    nlohmann::json t = trace_identity_json(m);
     nlohmann::json devs = nlohmann::json::array();
     for (const auto& d : m.devices) {
       const i64 t0 = d.first_time_ns;

@@ -226,18 +226,23 @@ nlohmann::json stats_json(const DeviceStats& s) {
 
 }  // namespace
 
+nlohmann::json trace_identity_json(const TraceModel& m) {
+  nlohmann::json t;
+  t["path"] = m.header.path;
+  t["format"] = m.header.format;
+  t["workload"] = m.header.workload;
+  t["settings"] = m.header.settings;
+  t["incomplete"] = m.incomplete;
+  t["events"] = m.events;
+  t["notes"] = m.notes;
+  return t;
+}
+
 nlohmann::json summary_json(const std::vector<TraceModel>& models) {
   nlohmann::json traces = nlohmann::json::array();
   for (const auto& m : models) {
-    nlohmann::json t;
-    t["path"] = m.header.path;
-    t["format"] = m.header.format;
-    t["workload"] = m.header.workload;
-    t["settings"] = m.header.settings;
-    t["incomplete"] = m.incomplete;
-    t["events"] = m.events;
+    nlohmann::json t = trace_identity_json(m);
     t["has_segment_events"] = m.has_segment_events;
-    t["notes"] = m.notes;
     nlohmann::json devs = nlohmann::json::array();
     for (const auto& d : m.devices) {
       nlohmann::json j;

@@ -25,6 +25,10 @@ std::string render_summary_text(const std::vector<TraceModel>& models);
 /// "end": {...}, "ooms": n, "num_alloc_retries": n|null, "recorded_check": [...]}]}]}.
 nlohmann::json summary_json(const std::vector<TraceModel>& models);
 
+/// The fields that name a trace in every JSON document we write (summary, report): path,
+/// format, workload, settings, incomplete, events, notes.
+nlohmann::json trace_identity_json(const TraceModel& m);
+
 /// "1.23 s", "45.6 ms", "789 us" for a duration in nanoseconds.
 std::string format_duration(std::int64_t ns);
 
