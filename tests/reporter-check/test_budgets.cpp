@@ -186,7 +186,7 @@ TEST_CASE("baseline without the device is unknown - --max-increase without basel
   CHECK_THROWS_AS(evaluate_budgets(b, {measures(1, 1)}, nullptr), BudgetError);
 }
 
-TEST_CASE("--device selects one device - an absent one is an error", "[budgets]") {
+TEST_CASE("option --device selects one device - an absent one is an error", "[budgets]") {
   auto d0 = measures(10 * kGiB, 1);
   auto d1 = measures(1 * kGiB, 1);
   d1.device = 1;
