@@ -23,7 +23,8 @@ run_suite() {
 run_suite default
 if [[ "${1:-}" != "--quick" ]]; then
   # The sanitizer pass runs a shorter random sequence: the instrumented allocator is ~10x slower.
-  VRAMTRACE_RANDOM_STEPS=300000 run_suite asan
+  # verify_asan_link_order=0: `vramtrace run` tests preload a library into sanitized children.
+  ASAN_OPTIONS=verify_asan_link_order=0 VRAMTRACE_RANDOM_STEPS=300000 run_suite asan
   # Thread sanitizer on the allocator, the part the shim calls from every thread of a program
   # (64-thread test included). Only its test target is built: a whole tsan build would double CI.
   echo "== configure and build (tsan, allocator)"

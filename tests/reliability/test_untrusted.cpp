@@ -153,6 +153,12 @@ TEST_CASE("pickles that name callables are refused and execute nothing", "[untru
 }
 
 TEST_CASE("memory stays bounded on huge and deeply nested input", "[untrusted][memory]") {
+#if defined(__SANITIZE_ADDRESS__)
+  // Peak RSS is the measurement here, and AddressSanitizer's shadow memory and quarantine
+  // multiply it: the bounds are checked in the normal build only.
+  WARN("built with AddressSanitizer: memory bounds not measured");
+  return;
+#endif
   TempDir dir;
   const long base = self_rss_kib();
   INFO("test process peak RSS before the cases: " << base << " KiB");
