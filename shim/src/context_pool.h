@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_api.h"
+#include "memory_cap.h"
 #include "vramtrace/caching_allocator.h"
 #include "vramtrace/cuda_driver_device.h"
 
@@ -28,6 +29,8 @@ class ContextPool {
   const int device;
   const bool primary;  ///< the device's primary context (what the runtime uses)
   CudaDriverDevice backend;
+  /// What the allocator allocates from: `backend`, counted against the device's cap (memory_cap.h).
+  CappedDevice capped;
   CachingAllocator allocator;
 
   // Note [lazy sync before reuse] (reuse:lazy_sync, the default). cudaFree synchronises

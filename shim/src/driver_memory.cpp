@@ -1,5 +1,5 @@
-// Device allocation hooks served by the caching allocator (policy CACHE) and cuMemGetInfo_v2
-// (REPORT). See Note [count once] (entry.h), Note [lazy sync before reuse] (context_pool.h),
+// Device allocation hooks served by the caching allocator (policy CACHE). The REPORT hooks are in
+// memory_queries.cpp. See Note [count once] (entry.h), Note [lazy sync before reuse] (context_pool.h),
 // Note [per-thread default stream] (streams.h), Note [capture passes through] (capture.h),
 // Note [no CUDA call at exit] (lifecycle.h).
 #include "capture.h"
@@ -8,6 +8,7 @@
 #include "counters.h"
 #include "entry.h"
 #include "lifecycle.h"
+#include "memory_cap.h"
 #include "passthrough.h"
 #include "real.h"
 #include "streams.h"
@@ -39,14 +40,29 @@ bool bypass_cache() noexcept {
 // program's own request would have fitted. After the allocator's OOM (it has already released its
 // cache and retried), the exact request is forwarded to the driver; if that succeeds the program
 // gets it, traced as pass-through memory, and the trace still shows the allocator's `oom` event.
+//
+// Under a cap there is no fallback: the capped device is what the allocator says it is (as for
+// PyTorch under a memory fraction, its segment rounding is part of the figure), and the program
+// gets CUDA_ERROR_OUT_OF_MEMORY (cudaErrorMemoryAllocation through the runtime) exactly where
+// `vramtrace replay --capacity` of the same sequence fails.
 template <class Fn, class... Extra>
-CUresult oom_fallback(Fn real, std::uint16_t entry, CUdeviceptr* dptr, size_t bytes, Extra... extra) noexcept {
+CUresult oom_fallback(const ContextPool& pool, Fn real, std::uint16_t entry, CUdeviceptr* dptr, size_t bytes,
+                      Extra... extra) noexcept {
+  if (cap_of(pool.device) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(dptr, bytes, extra...);
   if (r == CUDA_SUCCESS) {
     bump(g_counters.oom_fallbacks);
     passthrough_alloc(*dptr, bytes, PassKind::device, entry);
   }
   return r;
+}
+
+// Plain device memory forwarded past the cache (reuse:none, stream capture, exit) still counts
+// against the cap (memory_cap.h): refused when it would not fit. A check, not a reservation: two
+// threads forwarding at once may pass together; allocations through the cache are exact.
+bool forwarded_fits(CUdeviceptr* dptr, size_t bytes) noexcept {
+  if (!dptr || bytes == 0 || EntryScope::internal() || !enabled() || exiting()) return true;
+  return cap_admits(current_device(), bytes);
 }
 
 // Note [stream-ordered reuse]: cuMemAllocAsync/cuMemFreeAsync blocks are kept per stream by the
@@ -66,6 +82,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   ContextPool* pool = nullptr;
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
       !(pool = pools().current())) {
+    if (!forwarded_fits(dptr, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytes, s);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
       if (capture_active()) bump(g_counters.capture_passthrough);
@@ -75,7 +92,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   }
   DevicePtr p = 0;
   Status st = pool->allocator.allocate(bytes, key, &p, e.entry());
-  if (st == Status::out_of_memory) return oom_fallback(real, e.entry(), dptr, bytes, s);
+  if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes, s);
   if (st != Status::ok) return to_cuda(st, *pool);
   bump(g_counters.cached_allocs);
   *dptr = p;
@@ -131,6 +148,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   ContextPool* pool = nullptr;
   // bytes == 0 keeps the driver's CUDA_ERROR_INVALID_VALUE (research 5.10).
   if (!dptr || bytes == 0 || bypass_cache() || !(pool = pools().current())) {
+    if (!forwarded_fits(dptr, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytes);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
       if (capture_active()) bump(g_counters.capture_passthrough);
@@ -140,7 +158,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   }
   DevicePtr p = 0;
   Status st = pool->allocator.allocate(bytes, StreamId{0}, &p, e.entry());
-  if (st == Status::out_of_memory) return oom_fallback(real, e.entry(), dptr, bytes);
+  if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes);
   if (st != Status::ok) return to_cuda(st, *pool);
   if (config().settings.reuse == ReusePolicy::lazy_sync && pool->overlaps_unsynced(p, bytes)) pool->sync_for_reuse();
   bump(g_counters.cached_allocs);
@@ -190,24 +208,4 @@ extern "C" CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstre
 extern "C" CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async(Hook::cuMemFreeAsync, false, p, s); }
 extern "C" CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
   return free_async(Hook::cuMemFreeAsync_ptsz, true, p, s);
-}
-
-// Idle cached bytes count as free: frameworks size their pools from this number (JAX
-// preallocation, vLLM profiling, PyTorch's OOM message), and memory we hold only for reuse is
-// free to them. NULL output pointers are accepted (OptiX passes one; HAMi-core #234/#333).
-extern "C" CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
-  EntryScope e(Hook::cuMemGetInfo_v2);
-  using Fn = CUresult (*)(size_t*, size_t*);
-  Fn real = real_driver<Fn>(Hook::cuMemGetInfo_v2);
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  size_t f = 0, t = 0;
-  CUresult r = real(&f, &t);
-  if (r != CUDA_SUCCESS) return r;
-  if (enabled() && !EntryScope::internal()) {
-    std::uint64_t cached = pools().cached_free_bytes(current_device());
-    f = static_cast<size_t>(std::min<std::uint64_t>(t, f + cached));
-  }
-  if (free_bytes) *free_bytes = f;
-  if (total_bytes) *total_bytes = t;
-  return CUDA_SUCCESS;
 }
