@@ -533,6 +533,7 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
   REQUIRE(lines.size() > 2);
   auto header = nlohmann::json::parse(lines.front());
   CHECK(header["devices"][0]["total_bytes"].get<long long>() == 64 * kMiB);
+  CHECK(header["settings"]["limit"] == "[*:67108864]");
   int ooms = 0;
   for (const auto& l : lines) {
     auto j = nlohmann::json::parse(l);
