@@ -123,6 +123,16 @@ bool capped(nvmlDevice_t device, unsigned long long& free_b, unsigned long long&
   return true;
 }
 
+// Note [nested NVML calls]: the real library may implement one query with another of its exports
+// (v1 through v2) by a call that our preloaded export interposes. The real call runs as the
+// shim's own work, so such a nested call is passed through untouched and the figures are capped
+// once, by the outer hook (tests/shim/fake/fake_nvml.cpp does exactly this).
+template <class Fn, class Mem>
+nvmlReturn_t real_call(Fn real, nvmlDevice_t device, Mem* memory) noexcept {
+  InternalScope internal;
+  return real(device, memory);
+}
+
 }  // namespace
 
 extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
@@ -131,8 +141,9 @@ extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
   auto real = cached_real<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(
       slot, "nvmlDeviceGetMemoryInfo", hook_wrapper(Hook::nvmlDeviceGetMemoryInfo));
   if (!real) return NVML_ERROR_FUNCTION_NOT_FOUND;
-  nvmlReturn_t r = real(device, memory);
-  if (r != NVML_SUCCESS || !memory || EntryScope::internal()) return r;
+  if (EntryScope::internal()) return real(device, memory);  // Note [nested NVML calls]
+  nvmlReturn_t r = real_call(real, device, memory);
+  if (r != NVML_SUCCESS || !memory) return r;
   if (capped(device, memory->free, memory->total)) memory->used = memory->total - memory->free;
   return r;
 }
@@ -143,8 +154,9 @@ extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemo
   auto real = cached_real<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*)>(
       slot, "nvmlDeviceGetMemoryInfo_v2", hook_wrapper(Hook::nvmlDeviceGetMemoryInfo_v2));
   if (!real) return NVML_ERROR_FUNCTION_NOT_FOUND;
-  nvmlReturn_t r = real(device, memory);
-  if (r != NVML_SUCCESS || !memory || EntryScope::internal()) return r;
+  if (EntryScope::internal()) return real(device, memory);  // Note [nested NVML calls]
+  nvmlReturn_t r = real_call(real, device, memory);
+  if (r != NVML_SUCCESS || !memory) return r;
   if (capped(device, memory->free, memory->total)) {
     // total = reserved + used + free, as the real v2 answer: the driver's reserved memory stays
     // what it is, up to what the capped device has besides its free bytes.

@@ -5,7 +5,8 @@
 // CUDA's, so that a shim mapping by index instead of UUID is caught. UUIDs match the fake driver's
 // cuDeviceGetUuid_v2 (fa ce 00 <ordinal> 00...). Memory: total = FAKECUDA_TOTAL_MB MiB, 8 MiB
 // reserved by the "driver", used = the fake driver's used bytes of that device (0 if libcuda is
-// not loaded); v1 counts reserved as used (as real NVML), v2 reports it apart.
+// not loaded); v1 counts reserved as used (as real NVML), v2 reports it apart. v1 calls v2 through
+// its export (see there).
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -87,14 +88,6 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid, unsigned 
   snprintf(uuid, len, "GPU-face00%02x-0000-0000-0000-000000000000", d->ordinal);
   return kSuccess;
 }
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t* m) {
-  if (!g_init) return kUninitialized;
-  if (!valid(d) || !m) return kInvalidArgument;
-  m->total = total_bytes();
-  m->free = m->total - kReserved - driver_used(d->ordinal);
-  m->used = m->total - m->free;
-  return kSuccess;
-}
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t* m) {
   if (!g_init) return kUninitialized;
   if (!valid(d) || !m) return kInvalidArgument;
@@ -102,5 +95,18 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v
   m->reserved = kReserved;
   m->free = m->total - kReserved - driver_used(d->ordinal);
   m->used = m->total - m->reserved - m->free;
+  return kSuccess;
+}
+// v1 is implemented with the exported v2, called through the PLT (no -Bsymbolic), so that under
+// the shim the inner call reaches the shim's v2 hook: the shim must not cap twice.
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t* m) {
+  if (!m) return kInvalidArgument;
+  nvmlMemory_v2_t m2{};
+  m2.version = static_cast<unsigned>(sizeof m2) | (2u << 24);
+  nvmlReturn_t r = nvmlDeviceGetMemoryInfo_v2(d, &m2);
+  if (r != kSuccess) return r;
+  m->total = m2.total;
+  m->free = m2.free;
+  m->used = m2.total - m2.free;
   return kSuccess;
 }
