@@ -488,6 +488,23 @@ TEST_CASE("memory cap: per-device caps, unlisted devices uncapped or capped by *
   check_device(star, 1, 512 * kMiB, (512 - 30) * kMiB, 512 * kMiB, (512 - 30) * kMiB);
 }
 
+TEST_CASE("memory cap: contexts of one device share its cap; a destroyed context gives its memory back; threads never pass it") {
+  Run plain = run({road("road_cap_contexts")}, false, {"FAKECUDA_TOTAL_MB=1024"});
+  REQUIRE(plain.exit_code == 0);
+  CHECK(get(plain.program, "a") == 51);  // 1024 / 20 without a cap
+  Run r = run({road("road_cap_contexts")}, true, {"FAKECUDA_TOTAL_MB=1024", "VRAMTRACE_CONF=limit:100MiB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(get(r.program, "a") == 5);  // 5 x 20 MiB = the cap
+  CHECK(get(r.program, "b") == 0);  // the other context of the same device gets nothing
+  CHECK(get(r.program, "b.total") == 100 * kMiB);
+  CHECK(get(r.program, "b.free") == 0);
+  CHECK(get(r.program, "b.after_destroy") == 5);
+  // 100 MiB in b's cache as five idle 20 MiB segments: 12 MiB requests take one each (a 12 MiB
+  // block does not split off a 20 MiB segment's rest for another 12 MiB), then nothing fits.
+  CHECK(get(r.program, "threads") == 5);
+  CHECK(get(r.stats(), "allocator.reserved_bytes.all.peak") <= 100 * kMiB);
+}
+
 TEST_CASE("memory cap: a bad limit is refused like any bad setting") {
   for (const char* conf : {"limit:[0:1GiB", "limit:[x:1GiB]", "limit:[0:1GiB,0:2GiB]", "limit:[]", "limit:0", "limit:12XB"}) {
     INFO(conf);
