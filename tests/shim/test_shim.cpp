@@ -488,7 +488,7 @@ TEST_CASE("memory cap: per-device caps, unlisted devices uncapped or capped by *
   check_device(star, 1, 512 * kMiB, (512 - 30) * kMiB, 512 * kMiB, (512 - 30) * kMiB);
 }
 
-TEST_CASE("memory cap: contexts of one device share its cap; a destroyed context gives its memory back; threads never pass it") {
+TEST_CASE("memory cap: contexts of one device share its cap, a destroyed context gives its memory back, threads never pass it") {
   Run plain = run({road("road_cap_contexts")}, false, {"FAKECUDA_TOTAL_MB=1024"});
   REQUIRE(plain.exit_code == 0);
   CHECK(get(plain.program, "a") == 51);  // 1024 / 20 without a cap
@@ -575,7 +575,7 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
   rmdir(dir.c_str());
 }
 
-TEST_CASE("memory cap: `vramtrace oom` calls it capacity; `replay --capacity` of the same sequence fails at the same allocation") {
+TEST_CASE("memory cap: `vramtrace oom` calls it capacity, and `replay --capacity` of the same sequence fails at the same allocation") {
   const std::string vt = vramtrace_cmd();
   if (vt.empty()) return;
   std::string dir = temp_dir();
