@@ -19,9 +19,9 @@
 namespace vramtrace::cli {
 
 struct GpuCard {
-  const char* name;     ///< what --limit accepts (case-insensitive; '-', '_' and ' ' ignored)
-  double gib;           ///< "total capacity" printed by PyTorch, GiB
-  const char* source;   ///< where the figure was seen
+  const char* name;    ///< what --limit accepts (case-insensitive; '-', '_' and ' ' ignored)
+  double gib;          ///< "total capacity" printed by PyTorch, GiB
+  const char* source;  ///< where the figure was seen
 };
 
 /// The table. Docs: docs/configuration.md, "Card names for --limit" (keep the two in step).

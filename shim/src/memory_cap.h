@@ -70,8 +70,12 @@ class CappedDevice final : public DeviceBackend {
   MemInfo mem_info() noexcept override;
   bool supports_virtual_memory() const noexcept override { return inner_.supports_virtual_memory(); }
   std::uint64_t page_bytes() const noexcept override { return inner_.page_bytes(); }
-  Status reserve_address(std::uint64_t bytes, DevicePtr* out) noexcept override { return inner_.reserve_address(bytes, out); }
-  Status release_address(DevicePtr base, std::uint64_t bytes) noexcept override { return inner_.release_address(base, bytes); }
+  Status reserve_address(std::uint64_t bytes, DevicePtr* out) noexcept override {
+    return inner_.reserve_address(bytes, out);
+  }
+  Status release_address(DevicePtr base, std::uint64_t bytes) noexcept override {
+    return inner_.release_address(base, bytes);
+  }
   Status map(DevicePtr at, std::uint64_t bytes) noexcept override;
   Status unmap(DevicePtr at, std::uint64_t bytes) noexcept override;
   EventHandle record_event(StreamId stream) noexcept override { return inner_.record_event(stream); }

@@ -17,10 +17,10 @@
 // that matches neither (hidden from CUDA) gets the smallest cap in force.
 #include <dlfcn.h>
 
+#include <strings.h>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <strings.h>
 
 #include "config.h"
 #include "context_pool.h"
@@ -138,8 +138,8 @@ nvmlReturn_t real_call(Fn real, nvmlDevice_t device, Mem* memory) noexcept {
 extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   EntryScope e(Hook::nvmlDeviceGetMemoryInfo);
   static std::atomic<void*> slot{nullptr};
-  auto real = cached_real<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(
-      slot, "nvmlDeviceGetMemoryInfo", hook_wrapper(Hook::nvmlDeviceGetMemoryInfo));
+  auto real = cached_real<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(slot, "nvmlDeviceGetMemoryInfo",
+                                                                         hook_wrapper(Hook::nvmlDeviceGetMemoryInfo));
   if (!real) return NVML_ERROR_FUNCTION_NOT_FOUND;
   if (EntryScope::internal()) return real(device, memory);  // Note [nested NVML calls]
   nvmlReturn_t r = real_call(real, device, memory);

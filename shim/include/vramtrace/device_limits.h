@@ -22,8 +22,8 @@ namespace vramtrace {
 
 /// Caps in bytes by CUDA device ordinal. 0 = no cap.
 struct DeviceLimits {
-  std::uint64_t others_bytes = 0;                              ///< `limit:SIZE` or `*:SIZE`
-  std::vector<std::pair<int, std::uint64_t>> by_device;        ///< listed ordinals, in the order given
+  std::uint64_t others_bytes = 0;                        ///< `limit:SIZE` or `*:SIZE`
+  std::vector<std::pair<int, std::uint64_t>> by_device;  ///< listed ordinals, in the order given
 
   /// Cap of CUDA device `device` (its own entry, else `others_bytes`); 0 = uncapped. O(listed).
   std::uint64_t for_device(int device) const noexcept {
@@ -83,8 +83,10 @@ inline bool split_device_limits(std::string_view conf, std::string& rest, Device
     int depth = 0;
     std::size_t start = 0;
     for (std::size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '[') ++depth;
-      else if (s[i] == ']') --depth;
+      if (s[i] == '[')
+        ++depth;
+      else if (s[i] == ']')
+        --depth;
       else if (s[i] == ',' && depth == 0) {
         items.push_back(s.substr(start, i - start));
         start = i + 1;
@@ -107,7 +109,8 @@ inline bool split_device_limits(std::string_view conf, std::string& rest, Device
       if (!parse_cap(v, one.others_bytes, error)) return false;
     } else {
       if (v.back() != ']') {
-        error = "setting 'limit': missing ']' in '" + std::string(v) + "' (expected e.g. limit:[0:14GiB,1:20GiB,*:16GiB])";
+        error =
+            "setting 'limit': missing ']' in '" + std::string(v) + "' (expected e.g. limit:[0:14GiB,1:20GiB,*:16GiB])";
         return false;
       }
       std::string_view body = v.substr(1, v.size() - 2);

@@ -26,7 +26,8 @@ static bool trace_has_oom_snapshot() {
   std::ifstream f(path);
   std::string line;
   while (std::getline(f, line))
-    if (line.find("\"a\":\"oom\"") != std::string::npos && line.find("\"snapshot\":{\"segments\":[") != std::string::npos)
+    if (line.find("\"a\":\"oom\"") != std::string::npos &&
+        line.find("\"snapshot\":{\"segments\":[") != std::string::npos)
       return true;
   return false;
 }
@@ -39,7 +40,8 @@ int main() {
     int slot;
     size_t bytes;
   };
-  const std::vector<Op> ops = {{true, 0, 30 * MiB}, {true, 1, 20 * MiB}, {false, 0, 0}, {true, 2, 40 * MiB}, {true, 3, 10 * MiB}};
+  const std::vector<Op> ops = {
+      {true, 0, 30 * MiB}, {true, 1, 20 * MiB}, {false, 0, 0}, {true, 2, 40 * MiB}, {true, 3, 10 * MiB}};
   void* p[4] = {};
   int alloc_index = 0, failed_at = -1;
   cudaError_t failure = cudaSuccess;
