@@ -17,6 +17,7 @@ using namespace vramtrace::shim;
     return real_ args;                                                                 \
   }
 #define VT_GEN_runtime_WRAP(name, ret, params, args)
+#define VT_GEN_runtime_FAST(name, ret, params, args)
 
 // Driver: forward to the real function, then trace (Tracer<Hook::name>, tracers.h).
 #define VT_GEN_DRIVER_FORWARD(name, ret, params, args)                                 \
