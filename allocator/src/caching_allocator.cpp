@@ -125,32 +125,41 @@ class FreeBlocks {
   /// The entry of a block in the set (its key fields as they are now), or end().
   iterator find(const Block* b) const { return iterator(set_.find(key_of(b))); }
 
-  /// Makes the entry at `it` stand for `b` with b's key as it is now: the caller changed the
-  /// key fields of the block the entry was made for (a split remainder, shrunk from below) or
-  /// merged that block into `b`. Same result as erase(it) then insert(b), cheaper: when the new
-  /// key sorts between the entry's neighbours (the usual case: no other free block of that
-  /// stream has a size in between), the key is rewritten in the node, with no rebalancing and
-  /// no node allocation; otherwise it is erase then insert.
-  void replace(iterator it, Block* b) {
+  /// Makes the entry at `it` stand for `b` with b's key as it is now, where that key sorts
+  /// below the entry's old key: the caller shrank the block the entry was made for from below (a
+  /// split remainder). Same result as erase(it) then insert(b), cheaper: when the new key still
+  /// sorts above the entry's predecessor (the usual case: no other free block of that stream has
+  /// a size in between), the key is rewritten in the node, with no rebalancing and no node
+  /// allocation.
+  void replace_with_smaller(iterator it, Block* b) {
     const Key key = key_of(b);
     auto raw = it.raw();
-    const Key& old = *raw;
-    bool in_place;
-    if (key < old) {  // moves down: must stay above its predecessor
-      in_place = raw == set_.begin() || *std::prev(raw) < key;
-    } else {  // moves up: must stay below its successor
-      auto next = std::next(raw);
-      in_place = next == set_.end() || key < *next;
-    }
-    if (in_place) {
-      // The node's value is not const (only the set's view of it is), and the order of the set
-      // is unchanged by this write, so the tree stays valid.
-      const_cast<Key&>(old) = key;
-      return;
-    }
+    if (raw == set_.begin() || *std::prev(raw) < key) rewrite(raw, key);
+    else reinsert(raw, key);
+  }
+  /// As replace_with_smaller, for a key that sorts above the entry's old key (the block the entry
+  /// was made for was merged into `b`, which grew): rewritten in place while it stays below the
+  /// entry's successor.
+  void replace_with_larger(iterator it, Block* b) {
+    const Key key = key_of(b);
+    auto raw = it.raw();
+    auto next = std::next(raw);
+    if (next == set_.end() || key < *next) rewrite(raw, key);
+    else reinsert(raw, key);
+  }
+
+ private:
+  static void rewrite(typename Set::const_iterator raw, const Key& key) noexcept {
+    // The node's value is not const (only the set's view of it is), and the caller checked that
+    // the new key keeps the set's order, so the tree stays valid.
+    const_cast<Key&>(*raw) = key;
+  }
+  [[gnu::noinline]] void reinsert(typename Set::const_iterator raw, const Key& key) {
     set_.erase(raw);
     set_.insert(key);
   }
+
+ public:
   std::size_t count(const Block* b) const { return set_.count(key_of(b)); }
   std::size_t size() const noexcept { return set_.size(); }
 };
@@ -173,10 +182,15 @@ struct BlockPool {
     b->gc_count_base = static_cast<std::uint32_t>(get_free_blocks_call_count);
     blocks.insert(b);
   }
-  /// insert_into_blocks(b) for a block that takes over the entry `it` (FreeBlocks::replace).
-  void replace_in_blocks(FreeBlocks::iterator it, Block* b) {
+  /// insert_into_blocks(b) for a block that takes over the entry `it`, whose key sorts below
+  /// (a split remainder) or above (a merged block) the entry's old key (FreeBlocks::replace_with_*).
+  void replace_in_blocks_smaller(FreeBlocks::iterator it, Block* b) {
     b->gc_count_base = static_cast<std::uint32_t>(get_free_blocks_call_count);
-    blocks.replace(it, b);
+    blocks.replace_with_smaller(it, b);
+  }
+  void replace_in_blocks_larger(FreeBlocks::iterator it, Block* b) {
+    b->gc_count_base = static_cast<std::uint32_t>(get_free_blocks_call_count);
+    blocks.replace_with_larger(it, b);
   }
 };
 
@@ -269,7 +283,7 @@ struct CachingAllocator::Impl {
 
   // ---- small helpers ------------------------------------------------------------------------
 
-  Block* new_block(DevicePtr ptr, std::uint64_t size, StreamId stream, BlockPool* pool) {
+  [[gnu::always_inline]] Block* new_block(DevicePtr ptr, std::uint64_t size, StreamId stream, BlockPool* pool) {
     Block* b;
     if (!free_list.empty()) {
       b = free_list.back();
@@ -284,7 +298,7 @@ struct CachingAllocator::Impl {
     b->pool = pool;
     return b;
   }
-  void delete_block(Block* b) {
+  [[gnu::always_inline]] void delete_block(Block* b) {
     if (b->has_stream_uses) [[unlikely]] forget_stream_uses(b);
     free_list.push_back(b);
   }
@@ -421,7 +435,7 @@ struct CachingAllocator::Impl {
 
   // ---- finding and creating blocks ------------------------------------------------------------
 
-  bool get_free_block(AllocParams& p) {
+  [[gnu::always_inline]] bool get_free_block(AllocParams& p) {
     BlockPool& pool = *p.pool;
     if (gc_active) ++pool.get_free_blocks_call_count;
     auto it = pool.blocks.lower_bound(p.stream, p.size);
@@ -787,7 +801,7 @@ struct CachingAllocator::Impl {
       remaining->prev = block;
       remaining->ptr += p.size;
       remaining->size -= p.size;
-      if (p.in_pool) pool.replace_in_blocks(p.found, remaining);  // the remainder keeps the found entry
+      if (p.in_pool) pool.replace_in_blocks_smaller(p.found, remaining);  // the remainder keeps the found entry
       else pool.insert_into_blocks(remaining);
       if (already_split && !block->expandable) {
         // An inactive split block shrinks by the bytes handed out.
@@ -830,7 +844,9 @@ struct CachingAllocator::Impl {
   }
 
   // Second half: the block returns to its pool and merges with free neighbours (free_block).
-  void free_block(Block* block) {
+  // Out of line for the rare callers (events, deferred frees); deallocate inlines the body.
+  [[gnu::noinline]] void free_block(Block* block) { free_block_inline(block); }
+  [[gnu::always_inline]] void free_block_inline(Block* block) {
     emit(Action::free_completed, block->ptr, block->requested_size, block->size, block->stream, block->pool->is_small);
     const std::uint64_t original_size = block->size;
     const std::uint64_t requested = block->requested_size;
@@ -853,7 +869,7 @@ struct CachingAllocator::Impl {
       net_split_blocks -= 1;
       net_split_bytes -= static_cast<std::int64_t>(subsumed);
     }
-    if (have_reuse) pool.replace_in_blocks(reuse, block);
+    if (have_reuse) pool.replace_in_blocks_larger(reuse, block);
     else pool.insert_into_blocks(block);
     if (block->is_split()) {
       net_split_blocks += 1;
@@ -875,7 +891,8 @@ struct CachingAllocator::Impl {
 
   // ---- the allocation path ----------------------------------------------------------------------
 
-  Status allocate(std::uint64_t orig_size, StreamId stream, DevicePtr* out, std::uint16_t entry) {
+  [[gnu::always_inline]] Status allocate(std::uint64_t orig_size, StreamId stream, DevicePtr* out,
+                                         std::uint16_t entry) {
     if (orig_size >= kOneExaByte) return Status::out_of_memory;  // "Tried to allocate more than 1EB memory."
     process_events();
     AllocParams p;
@@ -1116,7 +1133,7 @@ Status CachingAllocator::deallocate(DevicePtr ptr, std::uint16_t entry_point) no
   try {
     impl_->release_ownership(b, entry_point);
     if (!!b->has_stream_uses) impl_->insert_events(b);
-    else impl_->free_block(b);
+    else impl_->free_block_inline(b);
   } catch (const std::bad_alloc&) {
     return Status::device_error;
   }
