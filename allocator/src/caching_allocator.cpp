@@ -264,7 +264,7 @@ struct CachingAllocator::Impl {
   OomInfo last_oom;
 
   std::deque<Block> block_arena;  // stable addresses; freed Blocks are recycled through free_list
-  std::vector<Block*> free_list;
+  Block* free_list = nullptr;     // freed Blocks, linked through `next` (last freed first)
   std::unordered_map<const Block*, std::vector<StreamId>> stream_uses;  // record_stream, rare
 
   Impl(DeviceBackend& b, const AllocatorSettings& s, DeviceId d, EventSink* k)
@@ -285,9 +285,9 @@ struct CachingAllocator::Impl {
 
   [[gnu::always_inline]] Block* new_block(DevicePtr ptr, std::uint64_t size, StreamId stream, BlockPool* pool) {
     Block* b;
-    if (!free_list.empty()) {
-      b = free_list.back();
-      free_list.pop_back();
+    if (free_list != nullptr) {
+      b = free_list;
+      free_list = b->next;
       *b = Block{};
     } else {
       b = &block_arena.emplace_back();
@@ -300,7 +300,8 @@ struct CachingAllocator::Impl {
   }
   [[gnu::always_inline]] void delete_block(Block* b) {
     if (b->has_stream_uses) [[unlikely]] forget_stream_uses(b);
-    free_list.push_back(b);
+    b->next = free_list;
+    free_list = b;
   }
   [[gnu::noinline]] void forget_stream_uses(const Block* b) { stream_uses.erase(b); }
 
