@@ -30,6 +30,7 @@ void ContextPool::note_freed(DevicePtr addr, std::uint64_t bytes) noexcept {
 
 bool ContextPool::overlaps_unsynced(DevicePtr addr, std::uint64_t bytes) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
+  if (all_unsynced_) return true;
   if (unsynced_.empty()) return false;
   // The last range starting below addr + bytes is the only one that can overlap: ranges in the
   // set do not overlap each other (a range can only be freed again after it was handed out,
@@ -45,8 +46,15 @@ std::uint64_t ContextPool::begin_sync() noexcept {
   return ++epoch_;
 }
 
+void ContextPool::mark_all_unsynced() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  all_unsynced_ = true;
+  all_unsynced_epoch_ = epoch_;
+}
+
 void ContextPool::end_sync(std::uint64_t epoch) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
+  if (all_unsynced_ && all_unsynced_epoch_ < epoch) all_unsynced_ = false;
   for (auto it = unsynced_.begin(); it != unsynced_.end();) {
     if (it->second.second < epoch)
       it = unsynced_.erase(it);
@@ -75,6 +83,22 @@ bool ContextPool::take_exported(DevicePtr addr) noexcept {
   if (!any_exported_.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return exported_.erase(addr) != 0;
+}
+
+namespace {
+std::atomic<bool> g_other_stream{false};
+}  // namespace
+
+bool reuse_needs_sync() noexcept {
+  const ReusePolicy r = config().settings.reuse;
+  return r == ReusePolicy::device_sync ||
+         (r == ReusePolicy::lazy_sync && g_other_stream.load(std::memory_order_relaxed));
+}
+
+void note_other_stream() noexcept {
+  if (g_other_stream.load(std::memory_order_relaxed) || g_other_stream.exchange(true)) return;
+  bump(g_counters.other_streams_seen);
+  for (ContextPool* p : pools().all()) p->mark_all_unsynced();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   Fn real = real_driver<Fn>(hook);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   StreamId key = stream_key(s, per_thread);
+  if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
   ContextPool* pool = nullptr;
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
       !(pool = pools().current())) {
@@ -106,6 +107,7 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (EntryScope::internal() || !enabled()) return real(p, s);
   StreamId key = stream_key(s, per_thread);
+  if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
   Owner o = pools().owner_of(p);
   if (o.pool && o.live) {
     bump(g_counters.cached_frees);
@@ -140,6 +142,39 @@ namespace vramtrace::shim {
 void note_custom_mem_pool() noexcept { g_custom_pool.store(true, std::memory_order_relaxed); }
 }  // namespace vramtrace::shim
 
+namespace {
+
+// Set by the runtime fast path after the allocator ran out of memory for this call, so that the
+// cuMemAlloc_v2 that cudart then makes forwards the exact request (Note [no spurious OOM])
+// instead of asking the allocator a second time (one OOM, counted once).
+constinit thread_local bool t_fast_path_oom = false;
+
+/// A cuMemAlloc_v2-style allocation served by `pool` for entry point `entry` (cuMemAlloc_v2 or
+/// the runtime fast path), stream-ordered on the legacy stream, with the lazy sync of
+/// Note [lazy sync before reuse] when reuse_needs_sync().
+Status cached_alloc(ContextPool& pool, size_t bytes, std::uint16_t entry, DevicePtr* p) noexcept {
+  Status st = pool.allocator.allocate(bytes, StreamId{0}, p, entry);
+  if (st != Status::ok) return st;
+  if (reuse_needs_sync() && pool.overlaps_unsynced(*p, bytes)) pool.sync_for_reuse();
+  bump(g_counters.cached_allocs);
+  return st;
+}
+
+/// Frees the live block `p` of `o.pool` (cuMemFree_v2 or the runtime fast path).
+Status cached_free(const Owner& o, DevicePtr p, std::uint16_t entry) noexcept {
+  bump(g_counters.cached_frees);
+  if (o.pool->take_exported(p)) return Status::ok;  // quarantined (context_pool.h, IPC)
+  if (exiting()) {
+    bump(g_counters.exit_frees);
+    return Status::ok;
+  }
+  // Note [lazy sync before reuse]: remember the range before the block can be handed out again.
+  if (reuse_needs_sync()) o.pool->note_freed(p, o.block.size);
+  return o.pool->allocator.deallocate(p, entry);
+}
+
+}  // namespace
+
 extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   EntryScope e(Hook::cuMemAlloc_v2);
   using Fn = CUresult (*)(CUdeviceptr*, size_t);
@@ -156,12 +191,14 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
     }
     return r;
   }
+  if (t_fast_path_oom) {
+    t_fast_path_oom = false;
+    return oom_fallback(*pool, real, e.entry(), dptr, bytes);
+  }
   DevicePtr p = 0;
-  Status st = pool->allocator.allocate(bytes, StreamId{0}, &p, e.entry());
+  Status st = cached_alloc(*pool, bytes, e.entry(), &p);
   if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes);
   if (st != Status::ok) return to_cuda(st, *pool);
-  if (config().settings.reuse == ReusePolicy::lazy_sync && pool->overlaps_unsynced(p, bytes)) pool->sync_for_reuse();
-  bump(g_counters.cached_allocs);
   *dptr = p;
   return CUDA_SUCCESS;
 }
@@ -173,17 +210,7 @@ extern "C" CUresult cuMemFree_v2(CUdeviceptr p) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (EntryScope::internal() || !enabled() || p == 0) return real(p);
   Owner o = pools().owner_of(p);
-  if (o.pool && o.live) {
-    bump(g_counters.cached_frees);
-    if (o.pool->take_exported(p)) return CUDA_SUCCESS;  // quarantined (context_pool.h, IPC)
-    if (exiting()) {
-      bump(g_counters.exit_frees);
-      return CUDA_SUCCESS;
-    }
-    // Note [lazy sync before reuse]: remember the range before the block can be handed out again.
-    if (config().settings.reuse == ReusePolicy::lazy_sync) o.pool->note_freed(p, o.block.size);
-    return to_cuda(o.pool->allocator.deallocate(p, e.entry()), *o.pool);
-  }
+  if (o.pool && o.live) return to_cuda(cached_free(o, p, e.entry()), *o.pool);
   if (o.pool) {
     // Inside our cache but not a live block: a double free (or an interior pointer). The real
     // driver answers both with CUDA_ERROR_INVALID_VALUE; forwarding would free our segment.
@@ -208,4 +235,51 @@ extern "C" CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstre
 extern "C" CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async(Hook::cuMemFreeAsync, false, p, s); }
 extern "C" CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
   return free_async(Hook::cuMemFreeAsync_ptsz, true, p, s);
+}
+
+// Note [runtime fast path]: PyTorch in tensor mode calls cudaMalloc and cudaFree once per tensor
+// (about 1,500 of each per GPT-2 step, measurements/h200.md). The shared cudart would check its
+// own state and then call our cuMemAlloc_v2 through its driver table; when a context is current
+// on the thread -- the context cudart itself would use, since the runtime adopts the current
+// context -- we serve the call from that context's pool directly and skip cudart. Everything
+// else goes to the real cudart, which reaches our driver hooks as before, so that cudart keeps
+// producing the error codes and cudaGetLastError state: no current context (cudart creates the
+// primary context), NULL or size 0, a capture, a pointer that is not a live block of ours (a
+// double free, host or foreign memory), and any allocator failure (after an OOM, cudart's
+// cuMemAlloc_v2 forwards the exact request once: t_fast_path_oom).
+extern "C" cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  EntryScope e(Hook::cudaMalloc);
+  auto real = reinterpret_cast<cudaError_t (*)(void**, size_t)>(real_runtime(Hook::cudaMalloc));
+  if (!real) return cudaErrorSharedObjectSymbolNotFound;
+  if (devPtr && size != 0 && e.outer() && !bypass_cache()) {
+    if (ContextPool* pool = pools().current()) {
+      DevicePtr p = 0;
+      Status st = cached_alloc(*pool, size, e.entry(), &p);
+      if (st == Status::ok) {
+        bump(g_counters.runtime_fast_allocs);
+        *devPtr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
+        return cudaSuccess;
+      }
+      t_fast_path_oom = st == Status::out_of_memory;
+      cudaError_t r = real(devPtr, size);
+      t_fast_path_oom = false;
+      return r;
+    }
+  }
+  return real(devPtr, size);
+}
+
+extern "C" cudaError_t cudaFree(void* devPtr) {
+  EntryScope e(Hook::cudaFree);
+  auto real = reinterpret_cast<cudaError_t (*)(void*)>(real_runtime(Hook::cudaFree));
+  if (!real) return cudaErrorSharedObjectSymbolNotFound;
+  if (devPtr && e.outer() && !EntryScope::internal() && enabled()) {
+    const auto p = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(devPtr));
+    Owner o = pools().owner_of(p);
+    if (o.pool && o.live && cached_free(o, p, e.entry()) == Status::ok) {
+      bump(g_counters.runtime_fast_frees);
+      return cudaSuccess;
+    }
+  }
+  return real(devPtr);
 }

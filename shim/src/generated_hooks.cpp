@@ -20,6 +20,7 @@ using namespace vramtrace::shim;
 #define VT_GEN_runtime_WRAP(name, ret, params, args)
 #define VT_GEN_runtime_REPORT(name, ret, params, args)
 #define VT_GEN_nvml_REPORT(name, ret, params, args)
+#define VT_GEN_runtime_FAST(name, ret, params, args)
 
 // Driver: forward to the real function, then trace (Tracer<Hook::name>, tracers.h).
 #define VT_GEN_DRIVER_FORWARD(name, ret, params, args)                                 \

@@ -89,6 +89,7 @@ trace::HeaderInfo base_header() {
   h.tool_version = vramtrace_version();
   h.allocator_settings = config().settings.to_string();
   const char* reuse = "lazy_sync";
+  if (config().settings.reuse == ReusePolicy::device_sync) reuse = "device_sync";
   if (config().settings.reuse == ReusePolicy::stream_ordered) reuse = "stream_ordered";
   if (config().settings.reuse == ReusePolicy::none) reuse = "none";
   h.settings.emplace_back("reuse", reuse);

@@ -180,9 +180,11 @@ TEST_CASE("preloading into a process without CUDA changes nothing") {
 }
 
 static void check_runtime_road(const char* program, bool shared_cudart) {
-  Run plain = run({road(program)}, false);
+  // With a stream created first, so that the default policy's lazy synchronisation is exercised
+  // (Note [single stream needs no sync]; the single-stream case has its own test).
+  Run plain = run({road(program)}, false, {"ROAD_EARLY_STREAM=1"});
   REQUIRE(plain.exit_code == 0);  // the fake is faithful: the program passes without the shim
-  Run r = run({road(program)}, true);
+  Run r = run({road(program)}, true, {"ROAD_EARLY_STREAM=1"});
   REQUIRE(r.exit_code == 0);
   CHECK(r.program == plain.program);
   const Stats& s = r.stats();
@@ -201,6 +203,9 @@ static void check_runtime_road(const char* program, bool shared_cudart) {
     CHECK(get(s, "calls.cudaGetDriverEntryPointByVersion") == 1);
     CHECK(get(s, "entry.cudaMalloc") > 0);  // allocator events carry the runtime entry point
     CHECK(get(s, "entry.cuMemAlloc_v2") == get(r.program, "driver.cuMemAlloc_v2"));
+    // Note [runtime fast path]: cache hits and misses alike skip cudart when a context is current.
+    CHECK(get(s, "shim.runtime_fast_allocs") > 0);
+    CHECK(get(s, "shim.runtime_fast_frees") > 0);
   } else {
     // Static cudart: invisible at runtime level, caught at the driver level through the
     // resolver it got from our dlsym and the self-lookup (the H200 finding).
@@ -210,7 +215,9 @@ static void check_runtime_road(const char* program, bool shared_cudart) {
     CHECK(get(s, "calls.cuMemFree_v2") == get(r.program, "cudaFree"));
     CHECK(get(s, "calls.cuMemAllocAsync_ptsz") == get(r.program, "cudaMallocAsync_ptsz"));
     CHECK(get(s, "entry.cuMemAlloc_v2") > 0);
+    CHECK(get(s, "shim.runtime_fast_allocs") == 0);
   }
+  CHECK(get(s, "shim.other_streams_seen") == 1);
   CHECK(get(s, "calls.cuGetProcAddress_v2") > 0);
   CHECK(get(s, "shim.resolver_substitutions") > 0);
   CHECK(get(s, "shim.resolver_unmapped") == 0);
@@ -240,6 +247,22 @@ TEST_CASE("expandable segments through the CUDA driver backend (virtual memory c
   CHECK(get(s, "events.segment_alloc") == 3);  // only the forwarded managed, pitched, host memory
   CHECK(get(s, "shim.cached_allocs") > 0);
   no_call_after_exit(r);
+}
+
+TEST_CASE("lazy_sync: no synchronisation while the program has used only the legacy stream") {
+  // The program checks that its first reuse did not synchronise (ROAD_EXPECT=lazy, no early
+  // stream); it creates streams later, after which the policy remembers frees again.
+  for (const char* program : {"road_runtime_shared", "road_runtime_static"}) {
+    INFO(program);
+    Run r = run({road(program)}, true, {"ROAD_EXPECT=lazy"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(get(r.stats(), "shim.other_streams_seen") == 1);
+    CHECK(get(r.stats(), "shim.cached_allocs") > 0);
+  }
+  // reuse:device_sync keeps the synchronisation from the start.
+  Run d = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=reuse:device_sync", "ROAD_EXPECT=device"});
+  REQUIRE(d.exit_code == 0);
+  CHECK(get(d.stats(), "shim.lazy_syncs") >= 1);
 }
 
 TEST_CASE("reuse policies: stream_ordered never synchronises, none forwards everything") {
