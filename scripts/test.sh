@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds vramtrace and runs the whole test suite: the normal build, then the address and
-# undefined-behaviour sanitizer build, then the allocator under the thread sanitizer.
+# undefined-behaviour sanitizer build, then the allocator under the thread sanitizer, then a short
+# run of every fuzz target (docs/reliability.md).
 # Installs what it needs first (scripts/setup-deps.sh).
 # GPU tests (ctest label "gpu") skip themselves where no GPU is present.
 #
@@ -32,4 +33,10 @@ if [[ "${1:-}" != "--quick" ]]; then
   cmake --build --preset tsan -j"$jobs" --target test_allocator
   echo "== test (tsan, allocator)"
   VRAMTRACE_RANDOM_STEPS=20000 VRAMTRACE_THREAD_OPS=200 ctest --preset tsan -R '^allocator:' -j"$jobs"
+  # Short fuzzing: the clang build of the libFuzzer executables only (target fuzz_engines; the
+  # replay of the committed corpora already ran in both builds above), then every target for
+  # VRAMTRACE_CI_FUZZ_SECONDS (default 15) from the committed corpus and seeds, $jobs at a time.
+  # A finding fails CI; its input is under build-fuzz/fuzz-work/out/crashes/.
+  echo "== fuzz (${VRAMTRACE_CI_FUZZ_SECONDS:-15} s per target)"
+  scripts/fuzz.sh "${VRAMTRACE_CI_FUZZ_SECONDS:-15}" --jobs "$jobs"
 fi

@@ -132,10 +132,42 @@ class PlainSource final : public SourceBase {
   }
 };
 
-class GzipSource final : public SourceBase {
+/// What the gzip decoders (zlib, ISA-L) share: a file of one or more gzip members.
+class GzipMembersSource : public SourceBase {
+ public:
+  GzipMembersSource(std::unique_ptr<RawFile> file, std::vector<char> in, std::size_t in_len)
+      : SourceBase(std::move(file), std::move(in), in_len, Compression::gzip) {}
+
+ protected:
+  /// Makes compressed input available for the decoder, in_[in_pos_, in_len_), and notes where
+  /// a member starts. False at the end of the file: fine between members, `truncated_` inside
+  /// one (then done_ is set and read() returns 0 from then on). Zero bytes after a member are
+  /// skipped, as `gzip -d` does; any other byte starts a member (the decoder rejects a bad one).
+  bool member_input() {
+    for (;;) {
+      if (!fill()) {
+        if (in_member_) truncated_ = true;
+        done_ = true;
+        return false;
+      }
+      if (in_member_) return true;
+      if (static_cast<unsigned char>(in_[in_pos_]) == 0) {
+        ++in_pos_;
+        continue;
+      }
+      in_member_ = true;
+      return true;
+    }
+  }
+
+  bool in_member_ = false;
+  bool done_ = false;
+};
+
+class GzipSource final : public GzipMembersSource {
  public:
   GzipSource(std::unique_ptr<RawFile> file, std::vector<char> in, std::size_t in_len)
-      : SourceBase(std::move(file), std::move(in), in_len, Compression::gzip) {
+      : GzipMembersSource(std::move(file), std::move(in), in_len) {
     std::memset(&zs_, 0, sizeof zs_);
     if (inflateInit2(&zs_, 15 + 16) != Z_OK) throw TraceError(fmt::format("{}: cannot start gzip decoder", path()));
   }
@@ -145,22 +177,7 @@ class GzipSource final : public SourceBase {
     if (done_) return 0;
     zs_.next_out = reinterpret_cast<Bytef*>(buf);
     zs_.avail_out = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
-    while (zs_.avail_out > 0) {
-      if (!fill()) {
-        // End of the file: fine between members, truncated inside one.
-        if (in_member_) truncated_ = true;
-        done_ = true;
-        break;
-      }
-      if (!in_member_) {
-        // A new member starts here; anything but the gzip magic after a member is an error
-        // (gzip -d ignores trailing zeros; so do we).
-        if (static_cast<unsigned char>(in_[in_pos_]) == 0) {
-          ++in_pos_;
-          continue;
-        }
-        in_member_ = true;
-      }
+    while (zs_.avail_out > 0 && member_input()) {
       zs_.next_in = reinterpret_cast<Bytef*>(in_.data() + in_pos_);
       zs_.avail_in = static_cast<uInt>(in_len_ - in_pos_);
       int rc = inflate(&zs_, Z_NO_FLUSH);
@@ -182,17 +199,15 @@ class GzipSource final : public SourceBase {
 
  private:
   z_stream zs_;
-  bool in_member_ = false;
-  bool done_ = false;
 };
 
 #ifdef VRAMTRACE_HAVE_ISAL
 /// gzip through Intel's ISA-L (igzip), about three times faster than zlib's inflate; same
 /// behaviour as GzipSource (several members, trailing zeros, truncation).
-class IsalGzipSource final : public SourceBase {
+class IsalGzipSource final : public GzipMembersSource {
  public:
   IsalGzipSource(std::unique_ptr<RawFile> file, std::vector<char> in, std::size_t in_len)
-      : SourceBase(std::move(file), std::move(in), in_len, Compression::gzip) {
+      : GzipMembersSource(std::move(file), std::move(in), in_len) {
     isal_inflate_init(&st_);
     st_.crc_flag = ISAL_GZIP;
   }
@@ -201,19 +216,7 @@ class IsalGzipSource final : public SourceBase {
     if (done_) return 0;
     st_.next_out = reinterpret_cast<std::uint8_t*>(buf);
     st_.avail_out = static_cast<std::uint32_t>(std::min<std::size_t>(n, 1u << 30));
-    while (st_.avail_out > 0) {
-      if (!fill()) {
-        if (in_member_) truncated_ = true;
-        done_ = true;
-        break;
-      }
-      if (!in_member_) {
-        if (static_cast<unsigned char>(in_[in_pos_]) == 0) {
-          ++in_pos_;
-          continue;
-        }
-        in_member_ = true;
-      }
+    while (st_.avail_out > 0 && member_input()) {
       st_.next_in = reinterpret_cast<std::uint8_t*>(in_.data() + in_pos_);
       st_.avail_in = static_cast<std::uint32_t>(in_len_ - in_pos_);
       int rc = isal_inflate(&st_);
@@ -232,8 +235,6 @@ class IsalGzipSource final : public SourceBase {
 
  private:
   inflate_state st_;
-  bool in_member_ = false;
-  bool done_ = false;
 };
 #endif
 

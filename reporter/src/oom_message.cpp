@@ -101,7 +101,9 @@ std::optional<PrintedSize> size_before(std::string_view s, std::size_t pos) {
   while (i > 0 && s[i - 1] == ' ') --i;
   std::size_t num_end = i;
   while (i > 0 && (is_digit(s[i - 1]) || s[i - 1] == '.')) --i;
-  if (i == num_end) return std::nullopt;
+  // A number starts with a digit, as in size_at: ".08 GiB" is not a printed size (fuzz finding,
+  // tests/fuzz/regressions/oom_message/leading-dot-figure).
+  if (i == num_end || s[i] == '.') return std::nullopt;
   std::string_view unit = s.substr(unit_begin, unit_end - unit_begin);
   auto bytes = to_bytes(s.substr(i, num_end - i), unit);
   if (!bytes) return std::nullopt;

@@ -379,10 +379,12 @@ struct TraceModelBuilder::Impl {
     has_segment_events = true;
     if (r.size == 0) return;
     if (mapped_range) {
-      // segment_map: extend the segment that ends at addr, else start one.
+      // segment_map: extend the expandable segment of the same stream that ends at addr, else
+      // start one. Only a mapped range extends: a plain segment (e.g. the exact-size allocation
+      // the shim forwards after an OOM, Note [no spurious OOM]) can end right where a mapping starts.
       u64 seg_addr = 0;
       Segment* prev = r.addr > 0 ? segment_of(d, r.addr - 1, &seg_addr) : nullptr;
-      if (prev && seg_addr + prev->size == r.addr) {
+      if (prev && prev->expandable && prev->stream == r.stream && seg_addr + prev->size == r.addr) {
         split_contrib(d.out.stats, *prev, -1);
         prev->size += r.size;
         prev->expandable = true;

@@ -3,6 +3,7 @@
 #include "trace_format.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace vramtrace::trace {
 
@@ -92,7 +93,12 @@ inline char* put_int(char* p, std::int64_t v) noexcept {
 }
 inline char* put_int(char* p, std::int32_t v) noexcept { return put_int(p, static_cast<std::int64_t>(v)); }
 
-void append_key_int(TextBuffer& out, std::string_view key, std::int64_t v, bool comma = true) {
+// `,"key":v` (without the comma for a first member), v in decimal. Signed values go through
+// int64 and unsigned ones through uint64, so every field prints exactly, whatever its width.
+template <class Int>
+void append_key_int(TextBuffer& out, std::string_view key, Int v, bool comma = true) {
+  static_assert(std::is_integral_v<Int>);
+  using Wide = std::conditional_t<std::is_signed_v<Int>, std::int64_t, std::uint64_t>;
   char* p = out.grow(key.size() + 32);
   char* start = p;
   if (comma) *p++ = ',';
@@ -100,19 +106,7 @@ void append_key_int(TextBuffer& out, std::string_view key, std::int64_t v, bool 
   p = put(p, key.data(), key.size());
   *p++ = '"';
   *p++ = ':';
-  p = put_int(p, v);
-  out.advance(static_cast<std::size_t>(p - start));
-}
-
-void append_key_uint(TextBuffer& out, std::string_view key, std::uint64_t v, bool comma = true) {
-  char* p = out.grow(key.size() + 32);
-  char* start = p;
-  if (comma) *p++ = ',';
-  *p++ = '"';
-  p = put(p, key.data(), key.size());
-  *p++ = '"';
-  *p++ = ':';
-  p = put_int(p, v);
+  p = put_int(p, static_cast<Wide>(v));
   out.advance(static_cast<std::size_t>(p - start));
 }
 
@@ -271,12 +265,12 @@ void encode_snapshot(TextBuffer& out, const Snapshot& s) {
     first_segment = false;
     out.push_back('{');
     append_key_int(out, "device", seg.device, false);
-    append_key_uint(out, "address", seg.address);
-    append_key_uint(out, "total_size", seg.total_size);
-    append_key_uint(out, "allocated_size", seg.allocated_size);
-    append_key_uint(out, "active_size", seg.active_size);
-    append_key_uint(out, "requested_size", seg.requested_size);
-    append_key_uint(out, "stream", seg.stream);
+    append_key_int(out, "address", seg.address);
+    append_key_int(out, "total_size", seg.total_size);
+    append_key_int(out, "allocated_size", seg.allocated_size);
+    append_key_int(out, "active_size", seg.active_size);
+    append_key_int(out, "requested_size", seg.requested_size);
+    append_key_int(out, "stream", seg.stream);
     append_key_string(out, "segment_type", seg.is_large ? "large" : "small");
     append_key_bool(out, "is_expandable", seg.is_expandable);
     out.append(",\"blocks\":[");
@@ -285,9 +279,9 @@ void encode_snapshot(TextBuffer& out, const Snapshot& s) {
       if (!first_block) out.push_back(',');
       first_block = false;
       out.push_back('{');
-      append_key_uint(out, "address", b.address, false);
-      append_key_uint(out, "size", b.size);
-      append_key_uint(out, "requested_size", b.requested_size);
+      append_key_int(out, "address", b.address, false);
+      append_key_int(out, "size", b.size);
+      append_key_int(out, "requested_size", b.requested_size);
       append_key_string(out, "state", block_state_text(b.state));
       if (!b.mapped) append_key_bool(out, "mapped", false);
       out.push_back('}');
@@ -324,7 +318,7 @@ void encode_header(TextBuffer& out, const HeaderFields& h) {
     out.push_back('{');
     append_key_int(out, "id", d.id, false);
     append_key_string(out, "name", d.name);
-    append_key_uint(out, "total_bytes", d.total_bytes);
+    append_key_int(out, "total_bytes", d.total_bytes);
     if (!d.uuid.empty()) append_key_string(out, "uuid", d.uuid);
     out.push_back('}');
   }
@@ -345,9 +339,9 @@ void encode_header(TextBuffer& out, const HeaderFields& h) {
   }
   out.push_back(']');
   out.append(",\"trace\":{");
-  append_key_uint(out, "buffer_events", h.buffer_events, false);
+  append_key_int(out, "buffer_events", h.buffer_events, false);
   append_key_string(out, "on_full", h.drop_when_full ? "drop" : "wait");
-  append_key_uint(out, "flush_interval_ms", h.flush_interval_ms);
+  append_key_int(out, "flush_interval_ms", h.flush_interval_ms);
   append_key_string(out, "compression", h.compression);
   out.append("}}\n");
 }
@@ -355,13 +349,13 @@ void encode_header(TextBuffer& out, const HeaderFields& h) {
 void encode_trailer(TextBuffer& out, const TrailerFields& t) {
   out.append("{\"a\":\"trailer\"");
   append_key_int(out, "t", t.time_ns);
-  append_key_uint(out, "events", t.events);
-  append_key_uint(out, "dropped", t.dropped);
+  append_key_int(out, "events", t.events);
+  append_key_int(out, "dropped", t.dropped);
   out.append(",\"counts\":{");
   bool first = true;
   for (std::size_t i = 0; i < kNumActions; ++i) {
     if (t.counts[i] == 0) continue;
-    append_key_uint(out, kActionNames[i], t.counts[i], !first);
+    append_key_int(out, kActionNames[i], t.counts[i], !first);
     first = false;
   }
   out.push_back('}');
@@ -372,7 +366,7 @@ void encode_trailer(TextBuffer& out, const TrailerFields& t) {
     if (!first) out.push_back(',');
     first = false;
     out.push_back('{');
-    append_key_uint(out, "device", d, false);
+    append_key_int(out, "device", d, false);
     out.append(",\"stats\":{");
     for (std::size_t i = 0; i < t.device_stats[d].size(); ++i) {
       if (i != 0) out.push_back(',');

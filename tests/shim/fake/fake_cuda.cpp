@@ -8,15 +8,28 @@
 //   FAKECUDA_TOTAL_MB     device memory per device (default 1024)
 //   FAKECUDA_DEVICES      number of devices (default 2)
 //   FAKECUDA_FAIL_ALLOC   fail the Nth cuMemAlloc_v2 with CUDA_ERROR_OUT_OF_MEMORY (1-based)
+//   FAKECUDA_FAIL_ALLOC_EVERY  fail every Nth device allocation call (cuMemAlloc_v2,
+//                         cuMemAllocAsync(_ptsz), cuMemAllocFromPoolAsync(_ptsz), cuMemCreate; one
+//                         counter for all, all threads) with CUDA_ERROR_OUT_OF_MEMORY
+//   FAKECUDA_FAIL_SYNC_EVERY   fail every Nth synchronisation call (cuCtxSynchronize(_v2),
+//                         cuStreamSynchronize, cuEventSynchronize, cuEventQuery; one counter) with
+//                         CUDA_ERROR_LAUNCH_FAILED. Transient here: the next call succeeds (a real
+//                         launch failure is sticky; what is tested is that the error reaches the
+//                         program unchanged and nothing else breaks)
+//   FAKECUDA_DELAY_US     every call sleeps this many microseconds before taking the driver lock
+//                         (a slow driver: a loaded GPU, MPS, a remote or virtualised device)
 //
 // Device queries: cuDeviceTotalMem_v2 (= FAKECUDA_TOTAL_MB), cuDeviceGetUuid_v2 (fa ce 00 <dev>
 // 00..., matched by the fake NVML), cuDeviceGetName, both cuMemGetInfo ABIs.
 //
 // Test-only exports (not CUDA): fakecuda_calls(name), fakecuda_used_bytes(dev),
-// fakecuda_live_allocations(), fakecuda_real(name).
+// fakecuda_live_allocations(), fakecuda_real(name), fakecuda_injected_faults(kind) with kind
+// "alloc" or "sync".
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <dlfcn.h>
+
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -73,6 +86,13 @@ struct State {
   std::map<std::string, long> calls;
   long alloc_attempts = 0;
   long fail_alloc_at = 0;
+  long fail_alloc_every = 0;  // FAKECUDA_FAIL_ALLOC_EVERY
+  long device_alloc_calls = 0;
+  long injected_alloc_faults = 0;
+  long fail_sync_every = 0;  // FAKECUDA_FAIL_SYNC_EVERY
+  long sync_calls = 0;
+  long injected_sync_faults = 0;
+  long delay_us = 0;  // FAKECUDA_DELAY_US
   bool initialized = false;
   bool finished = false;  // destructor ran
   unsigned long long next_handle = 0x1000;
@@ -84,6 +104,9 @@ State& st() {
     if (const char* v = getenv("FAKECUDA_TOTAL_MB")) s->total_bytes = strtoull(v, nullptr, 10) << 20;
     if (const char* v = getenv("FAKECUDA_DEVICES")) s->devices = atoi(v);
     if (const char* v = getenv("FAKECUDA_FAIL_ALLOC")) s->fail_alloc_at = atol(v);
+    if (const char* v = getenv("FAKECUDA_FAIL_ALLOC_EVERY")) s->fail_alloc_every = atol(v);
+    if (const char* v = getenv("FAKECUDA_FAIL_SYNC_EVERY")) s->fail_sync_every = atol(v);
+    if (const char* v = getenv("FAKECUDA_DELAY_US")) s->delay_us = atol(v);
     for (int d = 0; d < kMaxDevices; ++d) {
       s->primary[d].device = d;
       s->primary[d].primary = true;
@@ -109,8 +132,28 @@ void count(const char* name, long* slot) {
 }
 #define COUNT()                                   \
   static long* slot_ = counter_slot(__func__);    \
+  slow_down();                                    \
   std::lock_guard<std::mutex> lock_(st().mu);     \
   count(__func__, slot_)
+
+// FAKECUDA_DELAY_US: outside the lock, so that slow calls of several threads overlap as on a GPU.
+void slow_down() {
+  if (long us = st().delay_us; us > 0) usleep(static_cast<useconds_t>(us));
+}
+
+// Fault injection, called under the driver lock. True when this call must fail.
+bool inject_alloc_fault() {
+  State& s = st();
+  if (s.fail_alloc_every <= 0 || ++s.device_alloc_calls % s.fail_alloc_every != 0) return false;
+  ++s.injected_alloc_faults;
+  return true;
+}
+bool inject_sync_fault() {
+  State& s = st();
+  if (s.fail_sync_every <= 0 || ++s.sync_calls % s.fail_sync_every != 0) return false;
+  ++s.injected_sync_faults;
+  return true;
+}
 
 Context* ctx_of(CUcontext c) { return reinterpret_cast<Context*>(c); }
 
@@ -286,9 +329,14 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* dev) {
 FAKE_EXPORT CUresult cuCtxSynchronize() {
   COUNT();
   Context* c = nullptr;
-  return current(&c);
+  if (CUresult r = current(&c)) return r;
+  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) { COUNT(); return ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+FAKE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  COUNT();
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
 
 // ---------------------------------------------------------------- plain device memory
 FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
@@ -296,6 +344,7 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
   State& s = st();
   if (any_global_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (++s.alloc_attempts == s.fail_alloc_at) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (inject_alloc_fault()) return CUDA_ERROR_OUT_OF_MEMORY;
   return do_alloc(p, bytes, Kind::device);
 }
 // The 32-bit ABI: a distinct function so that a wrong-ABI substitution is detectable.
@@ -387,7 +436,10 @@ FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CU
 }
 
 // ---------------------------------------------------------------- stream-ordered memory
-static CUresult alloc_async(CUdeviceptr* p, size_t bytes, CUstream s) { return do_alloc(p, bytes, Kind::async); }
+static CUresult alloc_async(CUdeviceptr* p, size_t bytes, CUstream s) {
+  if (inject_alloc_fault()) return CUDA_ERROR_OUT_OF_MEMORY;
+  return do_alloc(p, bytes, Kind::async);
+}
 FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t b, CUstream s) { COUNT(); return alloc_async(p, b, s); }
 FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t b, CUstream s) { COUNT(); return alloc_async(p, b, s); }
 FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { COUNT(); return do_free(p, true); }
@@ -458,6 +510,7 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, c
   COUNT();
   int dev = prop ? prop->location.id : 0;
   if (dev < 0 || dev >= st().devices) return CUDA_ERROR_INVALID_DEVICE;
+  if (inject_alloc_fault()) return CUDA_ERROR_OUT_OF_MEMORY;
   if (st().used[dev] + size > st().total_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
   st().used[dev] += size;
   *h = (st().next_handle++ << 8) | static_cast<unsigned>(dev);
@@ -501,7 +554,10 @@ FAKE_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream s) { COUNT(); return CUDA_SUCCESS; }
-FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) { COUNT(); return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
+  COUNT();
+  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
   COUNT();
   st().capturing.insert(s);
@@ -535,8 +591,14 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { COUNT(); return CUDA_SUCCESS; }
-FAKE_EXPORT CUresult cuEventQuery(CUevent e) { COUNT(); return CUDA_SUCCESS; }
-FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) { COUNT(); return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
+  COUNT();
+  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
+  COUNT();
+  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) { COUNT(); return CUDA_SUCCESS; }
 
 // ---------------------------------------------------------------- entry-point resolver
@@ -741,3 +803,9 @@ FAKE_EXPORT long fakecuda_live_allocations() {
   return n;
 }
 FAKE_EXPORT void* fakecuda_real(const char* abi) { return own_symbol(abi); }
+FAKE_EXPORT long fakecuda_injected_faults(const char* kind) {
+  std::lock_guard<std::mutex> lock(st().mu);
+  if (strcmp(kind, "alloc") == 0) return st().injected_alloc_faults;
+  if (strcmp(kind, "sync") == 0) return st().injected_sync_faults;
+  return -1;
+}

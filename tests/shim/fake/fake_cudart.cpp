@@ -159,6 +159,21 @@ RT_EXPORT cudaError_t cudaDeviceReset() {
   return ret(r);
 }
 RT_EXPORT cudaError_t cudaDeviceSynchronize() { READY(); return ret(g.cuCtxSynchronize()); }
+RT_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { READY(); return ret(g.cuStreamSynchronize(cu(s))); }
+RT_EXPORT cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  READY();
+  return ret(g.cuEventCreate(reinterpret_cast<CUevent*>(e), 0));
+}
+RT_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  READY();
+  return ret(g.cuEventRecord(reinterpret_cast<CUevent>(e), cu(s)));
+}
+RT_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) { READY(); return ret(g.cuEventQuery(reinterpret_cast<CUevent>(e))); }
+RT_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  READY();
+  return ret(g.cuEventSynchronize(reinterpret_cast<CUevent>(e)));
+}
+RT_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) { READY(); return ret(g.cuEventDestroy_v2(reinterpret_cast<CUevent>(e))); }
 RT_EXPORT cudaError_t cudaStreamCreate(cudaStream_t* s) {
   READY();
   return ret(g.cuStreamCreate(reinterpret_cast<CUstream*>(s), 0));
