@@ -81,6 +81,11 @@ std::string utc_stamp(std::time_t t) {
   return buf;
 }
 
+// The default trace name: one file per process. %R is "rank<N>." in a process that a launcher
+// (torchrun, mpirun, srun) gave a rank and empty otherwise, so that the traces of a distributed
+// job sort by rank; %p keeps every process's name unique whatever the launcher sets.
+constexpr const char* kDefaultOutput = "vramtrace.%t.%R%p.jsonl";
+
 // The output name with %t fixed now (so that every process of the run shares it) and the rest
 // (%p %h %r) left for each process.
 std::string fix_start_time(const std::string& pattern, std::time_t start) {
@@ -114,7 +119,7 @@ std::vector<std::string> find_traces(const std::string& pattern, std::time_t sta
       char k = name[++i];
       if (k == 'p') {
         re += "[0-9]+";
-      } else if (k == 'h' || k == 'r') {
+      } else if (k == 'h' || k == 'r' || k == 'R') {
         re += "[^/]*";
       } else if (k == '%') {
         re += "%";
@@ -264,7 +269,7 @@ int run_command(const RunOptions& o) {
     }
   }
   const std::time_t start = std::time(nullptr);
-  const std::string pattern = fix_start_time(o.output.empty() ? "vramtrace.%t.%p.jsonl" : o.output, start);
+  const std::string pattern = fix_start_time(o.output.empty() ? kDefaultOutput : o.output, start);
   {
     fs::path dir = fs::path(pattern).parent_path();
     if (!dir.empty() && !fs::is_directory(dir)) {
@@ -365,7 +370,7 @@ void register_run(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run a command with vramtrace preloaded and trace its GPU memory");
   cmd->add_option(
       "-o,--output", opts->output,
-      "Trace file name; %p pid, %h host, %r rank, %t start time (default vramtrace.%t.%p.jsonl; .zst compresses)");
+      "Trace file name; %p pid, %h host, %r rank, %R \"rank<N>.\" when a launcher set a rank, %t start time (default vramtrace.%t.%R%p.jsonl; .zst compresses)");
   cmd->add_option("--conf", opts->conf, "Allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax (sets VRAMTRACE_CONF)");
   cmd->add_flag(
       "--tensors", opts->tensors,
