@@ -296,7 +296,8 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
   if (flagged == 0) {
     out += "Every process holds memory only on its own device.\n";
   } else {
-    out += fmt::format("{} of {} processes hold memory on a device other than their own:\n", flagged, v.processes.size());
+    out += fmt::format("{} of {} processes {} memory on a device other than {} own:\n", flagged, v.processes.size(),
+                       flagged == 1 ? "holds" : "hold", flagged == 1 ? "its" : "their");
     for (std::size_t i = 0; i < v.processes.size(); ++i) {
       const auto& p = v.processes[i];
       if (p.foreign_devices.empty()) continue;
