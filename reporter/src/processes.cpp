@@ -189,11 +189,11 @@ ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
     if (d.peak_reserved_sum > 0) loaded.push_back(&d);
   if (loaded.size() >= 2) {
     const DeviceLoad* mx = loaded.front();
-    const DeviceLoad* mn = loaded.front();
-    for (const auto* d : loaded) {
+    for (const auto* d : loaded)
       if (d->peak_reserved_sum > mx->peak_reserved_sum) mx = d;
-      if (d->peak_reserved_sum < mn->peak_reserved_sum) mn = d;
-    }
+    const DeviceLoad* mn = nullptr;  // the least loaded of the others (so never mx itself)
+    for (const auto* d : loaded)
+      if (d != mx && (!mn || d->peak_reserved_sum < mn->peak_reserved_sum)) mn = d;
     v.imbalance = static_cast<double>(mx->peak_reserved_sum) / static_cast<double>(mn->peak_reserved_sum);
     v.most_loaded = mx->device;
     v.least_loaded = mn->device;

@@ -178,6 +178,14 @@ TEST_CASE("own device: CUDA_VISIBLE_DEVICES, LOCAL_RANK, rank on one host, else 
     CHECK(v.processes[1].foreign_devices.empty());
     CHECK(*v.imbalance == Approx(1.5));
     CHECK(render_process_device_text(v).find("Every process holds memory only on its own device.") != std::string::npos);
+    // Equal loads: balanced, and the least loaded device is another one than the most loaded.
+    std::vector<TraceModel> even = {process(h0, {{0, 100 * MiB}}), process(h1, {{0, 100 * MiB}})};
+    auto e = process_device_view(even);
+    REQUIRE(e.imbalance);
+    CHECK(*e.imbalance == 1.0);
+    CHECK(e.most_loaded == 0);
+    CHECK(e.least_loaded == 1);
+    CHECK(render_process_device_text(e).find("Balance: the devices hold the same within 5%") != std::string::npos);
   }
   SECTION("a reordered CUDA_VISIBLE_DEVICES maps ordinals to the GPUs it names") {
     auto h = header("a", 1, "", "");
