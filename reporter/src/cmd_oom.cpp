@@ -13,7 +13,8 @@
 namespace vramtrace::cli {
 
 void register_oom(CLI::App& app) {
-  auto* cmd = app.add_subcommand("oom", "Explain each OOM in a trace (figures, diagnosis, next step) and replay it under other settings");
+  auto* cmd = app.add_subcommand(
+      "oom", "Explain each OOM in a trace (figures, diagnosis, next step) and replay it under other settings");
   struct Opts {
     std::vector<std::string> traces;
     bool json = false;
@@ -24,7 +25,8 @@ void register_oom(CLI::App& app) {
   cmd->add_option("traces", opts->traces, "Trace file(s), globs, or directories (one trace per process)")->required();
   cmd->add_flag("--json", opts->json, "Print JSON");
   cmd->add_flag("--no-replay", opts->no_replay, "Skip the replays under other settings");
-  cmd->add_option("--capacity", opts->capacity, "Simulated device capacity for the replays (e.g. 80GiB); default: the trace's device");
+  cmd->add_option("--capacity", opts->capacity,
+                  "Simulated device capacity for the replays (e.g. 80GiB); default: the trace's device");
   cmd->callback([opts]() {
     try {
       const auto paths = expand_trace_paths(opts->traces);
@@ -54,9 +56,10 @@ void register_oom(CLI::App& app) {
         }
       }
       if (opts->json) {
-        nlohmann::json out = traces.size() == 1 ? traces.front()
-                                                : nlohmann::json{{"processes", process_device_json(process_device_view(models))},
-                                                                 {"traces", traces}};
+        nlohmann::json out =
+            traces.size() == 1
+                ? traces.front()
+                : nlohmann::json{{"processes", process_device_json(process_device_view(models))}, {"traces", traces}};
         std::fputs(out.dump(2).c_str(), stdout);
         std::fputc('\n', stdout);
       } else {

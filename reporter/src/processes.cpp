@@ -52,7 +52,8 @@ struct DeviceMap {
   std::int32_t host_offset = 0;
   std::int32_t key(std::int32_t ordinal) const {
     std::int32_t phys = ordinal;
-    if (ordinal >= 0 && static_cast<std::size_t>(ordinal) < physical.size()) phys = physical[static_cast<std::size_t>(ordinal)];
+    if (ordinal >= 0 && static_cast<std::size_t>(ordinal) < physical.size())
+      phys = physical[static_cast<std::size_t>(ordinal)];
     return host_offset + phys;
   }
 };
@@ -86,18 +87,21 @@ ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
     p.local_rank = h.local_rank;
     DeviceMap map;
     if (several_hosts)
-      map.host_offset = static_cast<std::int32_t>(std::find(hosts.begin(), hosts.end(), h.host) - hosts.begin()) * kHostStride;
+      map.host_offset =
+          static_cast<std::int32_t>(std::find(hosts.begin(), hosts.end(), h.host) - hosts.begin()) * kHostStride;
     std::vector<std::string> visible;
     if (h.cuda_visible_devices) {
       visible = visible_entries(*h.cuda_visible_devices);
       bool all_int = !visible.empty();
-      for (const auto& e : visible) all_int = all_int && parse_ordinal(e).has_value() && *parse_ordinal(e) < kHostStride;
+      for (const auto& e : visible)
+        all_int = all_int && parse_ordinal(e).has_value() && *parse_ordinal(e) < kHostStride;
       if (all_int) {
         for (const auto& e : visible) map.physical.push_back(*parse_ordinal(e));
       } else if (!visible.empty()) {
-        v.notes.push_back(fmt::format("{}: CUDA_VISIBLE_DEVICES={} names devices by UUID or MIG instance; its device "
-                                      "numbers are shown as the process saw them",
-                                      file_name(h.path), *h.cuda_visible_devices));
+        v.notes.push_back(
+            fmt::format("{}: CUDA_VISIBLE_DEVICES={} names devices by UUID or MIG instance; its device "
+                        "numbers are shown as the process saw them",
+                        file_name(h.path), *h.cuda_visible_devices));
       }
     }
     maps.push_back(map);
@@ -111,8 +115,9 @@ ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
       c.end_reserved = d.stats.reserved_bytes[kStatAll].current;
       v.cells.push_back(c);
       std::int32_t phys = c.device - map.host_offset;
-      device_labels[c.device] = several_hosts ? fmt::format("{} device {}", h.host.empty() ? "(unknown host)" : h.host, phys)
-                                              : fmt::format("device {}", phys);
+      device_labels[c.device] = several_hosts
+                                    ? fmt::format("{} device {}", h.host.empty() ? "(unknown host)" : h.host, phys)
+                                    : fmt::format("device {}", phys);
     }
     // Own device (rules in processes.h and docs/reports.md).
     if (visible.size() == 1) {
@@ -148,12 +153,15 @@ ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
   }
   std::vector<bool> dup(v.processes.size(), false);
   for (std::size_t i = 0; i < v.processes.size(); ++i)
-    for (std::size_t j = 0; j < v.processes.size(); ++j) dup[i] = dup[i] || (i != j && v.processes[j].label == v.processes[i].label);
+    for (std::size_t j = 0; j < v.processes.size(); ++j)
+      dup[i] = dup[i] || (i != j && v.processes[j].label == v.processes[i].label);
   for (std::size_t i = 0; i < v.processes.size(); ++i) {
     if (!dup[i]) continue;
     auto& p = v.processes[i];
-    if (!p.rank.empty() && p.pid) p.label += fmt::format(" (pid {})", p.pid);
-    else p.label += " (" + file_name(p.path) + ")";
+    if (!p.rank.empty() && p.pid)
+      p.label += fmt::format(" (pid {})", p.pid);
+    else
+      p.label += " (" + file_name(p.path) + ")";
   }
   for (std::size_t i = 0; i < v.processes.size(); ++i) {  // still equal (same file name twice): number them
     for (std::size_t j = i + 1; j < v.processes.size(); ++j)
@@ -237,7 +245,8 @@ std::string own_rule_text(const ProcessInfo& p) {
 }  // namespace
 
 std::string render_process_device_text(const ProcessDeviceView& v) {
-  std::string out = fmt::format("Processes x devices ({} traces): peak allocated / peak reserved\n", v.processes.size());
+  std::string out =
+      fmt::format("Processes x devices ({} traces): peak allocated / peak reserved\n", v.processes.size());
   std::size_t w0 = std::string("all processes").size();
   for (const auto& p : v.processes) w0 = std::max(w0, p.label.size());
   std::vector<std::vector<std::string>> cols;  // per device, its cells
@@ -282,13 +291,16 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
     const DeviceLoad* mx = find_load(v, v.most_loaded);
     const DeviceLoad* mn = find_load(v, v.least_loaded);
     if (*v.imbalance < 1.05) {
-      out += fmt::format("Balance: the devices hold the same within 5% (largest/smallest peak reserved {:.2f}).\n", *v.imbalance);
+      out += fmt::format("Balance: the devices hold the same within 5% (largest/smallest peak reserved {:.2f}).\n",
+                         *v.imbalance);
     } else if (v.others_equal) {
-      out += fmt::format("Imbalance: {} holds {:.1f}x the others ({} reserved vs {} on each other device).\n", mx->label,
-                         *v.imbalance, format_bytes(mx->peak_reserved_sum), format_bytes(mn->peak_reserved_sum));
+      out +=
+          fmt::format("Imbalance: {} holds {:.1f}x the others ({} reserved vs {} on each other device).\n", mx->label,
+                      *v.imbalance, format_bytes(mx->peak_reserved_sum), format_bytes(mn->peak_reserved_sum));
     } else {
       out += fmt::format("Imbalance: {} holds {:.1f}x {}, the least loaded device ({} reserved vs {}).\n", mx->label,
-                         *v.imbalance, mn->label, format_bytes(mx->peak_reserved_sum), format_bytes(mn->peak_reserved_sum));
+                         *v.imbalance, mn->label, format_bytes(mx->peak_reserved_sum),
+                         format_bytes(mn->peak_reserved_sum));
     }
   }
   std::size_t flagged = 0;
@@ -310,9 +322,11 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
       out += fmt::format("  {}: {} (its own device is {}, {})\n", p.label, where, device_label(v, *p.own_device),
                          own_rule_text(p));
     }
-    out += "  A process that creates tensors or a CUDA context on another rank's device (torch.cuda.set_device not called\n"
-           "  before the first CUDA call, map_location missing in torch.load, a tensor created with device='cuda') takes\n"
-           "  that memory from the other rank.\n";
+    out +=
+        "  A process that creates tensors or a CUDA context on another rank's device (torch.cuda.set_device not "
+        "called\n"
+        "  before the first CUDA call, map_location missing in torch.load, a tensor created with device='cuda') takes\n"
+        "  that memory from the other rank.\n";
   }
   for (const auto& n : v.notes) out += "Note: " + n + "\n";
   return out;
@@ -322,24 +336,39 @@ nlohmann::json process_device_json(const ProcessDeviceView& v) {
   nlohmann::json procs = nlohmann::json::array();
   nlohmann::json flagged = nlohmann::json::array();
   for (const auto& p : v.processes) {
-    nlohmann::json j = {{"label", p.label}, {"path", p.path}, {"pid", p.pid}, {"host", p.host}, {"rank", p.rank},
-                        {"local_rank", p.local_rank}, {"own_device_rule", p.own_device_rule},
-                        {"foreign_devices", p.foreign_devices}, {"cross_device", !p.foreign_devices.empty()}};
+    nlohmann::json j = {{"label", p.label},
+                        {"path", p.path},
+                        {"pid", p.pid},
+                        {"host", p.host},
+                        {"rank", p.rank},
+                        {"local_rank", p.local_rank},
+                        {"own_device_rule", p.own_device_rule},
+                        {"foreign_devices", p.foreign_devices},
+                        {"cross_device", !p.foreign_devices.empty()}};
     j["own_device"] = p.own_device ? nlohmann::json(*p.own_device) : nlohmann::json(nullptr);
     procs.push_back(j);
     if (!p.foreign_devices.empty()) flagged.push_back(p.label);
   }
   nlohmann::json devs = nlohmann::json::array();
   for (const auto& d : v.devices)
-    devs.push_back({{"device", d.device}, {"label", d.label}, {"allocated_bytes.all.peak", d.peak_allocated_sum},
-                    {"reserved_bytes.all.peak", d.peak_reserved_sum}, {"processes", d.processes}});
+    devs.push_back({{"device", d.device},
+                    {"label", d.label},
+                    {"allocated_bytes.all.peak", d.peak_allocated_sum},
+                    {"reserved_bytes.all.peak", d.peak_reserved_sum},
+                    {"processes", d.processes}});
   nlohmann::json cells = nlohmann::json::array();
   for (const auto& c : v.cells)
-    cells.push_back({{"process", c.process}, {"device", c.device}, {"allocated_bytes.all.peak", c.peak_allocated},
-                     {"reserved_bytes.all.peak", c.peak_reserved}, {"reserved_bytes.all.current", c.end_reserved}});
-  nlohmann::json j = {{"processes", procs}, {"devices", devs}, {"cells", cells}, {"cross_device", flagged}, {"notes", v.notes}};
+    cells.push_back({{"process", c.process},
+                     {"device", c.device},
+                     {"allocated_bytes.all.peak", c.peak_allocated},
+                     {"reserved_bytes.all.peak", c.peak_reserved},
+                     {"reserved_bytes.all.current", c.end_reserved}});
+  nlohmann::json j = {
+      {"processes", procs}, {"devices", devs}, {"cells", cells}, {"cross_device", flagged}, {"notes", v.notes}};
   if (v.imbalance)
-    j["imbalance"] = {{"ratio", *v.imbalance}, {"most_loaded", v.most_loaded}, {"least_loaded", v.least_loaded},
+    j["imbalance"] = {{"ratio", *v.imbalance},
+                      {"most_loaded", v.most_loaded},
+                      {"least_loaded", v.least_loaded},
                       {"others_equal", v.others_equal}};
   else
     j["imbalance"] = nullptr;
@@ -397,14 +426,17 @@ nlohmann::json process_device_timelines_json(const std::vector<TraceModel>& mode
           const i64 lo = gi ? grid[gi - 1] : grid[0], hi = grid[gi];
           while (j < tl.size() && tl[j].t_end_ns < lo) last = tl[j++].last[k];
           std::optional<i64> v;
-          for (std::size_t q = j; q < tl.size() && tl[q].t_begin_ns <= hi; ++q) v = std::max(v.value_or(INT64_MIN), tl[q].max[k]);
+          for (std::size_t q = j; q < tl.size() && tl[q].t_begin_ns <= hi; ++q)
+            v = std::max(v.value_or(INT64_MIN), tl[q].max[k]);
           bool before = tl.empty() || hi < tl.front().t_begin_ns;
           bool after = !tl.empty() && lo > tl.back().t_end_ns;  // the process had ended: its memory was released
           series[s].push_back(v ? *v : (before || after) ? 0 : last);
         }
       }
-      jb.push_back({{"process", b.process}, {"label", view.processes[b.process].label},
-                    {"reserved", series[0]}, {"allocated", series[1]}});
+      jb.push_back({{"process", b.process},
+                    {"label", view.processes[b.process].label},
+                    {"reserved", series[0]},
+                    {"allocated", series[1]}});
     }
     std::vector<double> t;
     for (i64 g : grid) t.push_back(static_cast<double>(g - t0) / 1e6);

@@ -17,9 +17,9 @@ namespace vramtrace {
 
 /// One traced process (one trace file).
 struct ProcessInfo {
-  std::string label;        ///< "rank 1", "pid 4711", or the file name; unique within the view
+  std::string label;  ///< "rank 1", "pid 4711", or the file name; unique within the view
   std::string path;
-  std::int64_t pid = 0;     ///< 0 = unknown
+  std::int64_t pid = 0;                ///< 0 = unknown
   std::string host, rank, local_rank;  ///< "" = unknown
   /// The process's own device (a key of ProcessDeviceView::devices), when known, and the rule
   /// that gave it: "CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "RANK", "most memory".
@@ -31,9 +31,9 @@ struct ProcessInfo {
 
 /// One process on one device: PyTorch's peaks, in bytes.
 struct ProcessDeviceCell {
-  std::size_t process = 0;  ///< index into ProcessDeviceView::processes
-  std::int32_t device = 0;   ///< device key (ProcessDeviceView::devices)
-  std::int32_t ordinal = 0;  ///< the device ordinal as the process saw it (its trace's device)
+  std::size_t process = 0;          ///< index into ProcessDeviceView::processes
+  std::int32_t device = 0;          ///< device key (ProcessDeviceView::devices)
+  std::int32_t ordinal = 0;         ///< the device ordinal as the process saw it (its trace's device)
   std::int64_t peak_allocated = 0;  ///< allocated_bytes.all.peak
   std::int64_t peak_reserved = 0;   ///< reserved_bytes.all.peak
   std::int64_t end_reserved = 0;    ///< reserved_bytes.all.current at the end of the trace
@@ -52,14 +52,14 @@ struct DeviceLoad {
 
 /// The merged view of several traces.
 struct ProcessDeviceView {
-  std::vector<ProcessInfo> processes;     ///< in the order of the traces
-  std::vector<DeviceLoad> devices;        ///< sorted by key
-  std::vector<ProcessDeviceCell> cells;   ///< only (process, device) pairs with a trace record
+  std::vector<ProcessInfo> processes;    ///< in the order of the traces
+  std::vector<DeviceLoad> devices;       ///< sorted by key
+  std::vector<ProcessDeviceCell> cells;  ///< only (process, device) pairs with a trace record
   /// Imbalance of peak_reserved_sum over the devices holding memory: max / min (1.0 when even);
   /// absent with fewer than two such devices.
   std::optional<double> imbalance;
   std::int32_t most_loaded = 0, least_loaded = 0;  ///< device keys
-  bool others_equal = false;  ///< every device but the most loaded holds the same (to 1%)
+  bool others_equal = false;                       ///< every device but the most loaded holds the same (to 1%)
   std::vector<std::string> notes;
 };
 

@@ -56,8 +56,9 @@ std::vector<std::string> expand_trace_paths(const std::vector<std::string>& args
       }
       if (ec) throw TraceError(a + ": cannot list the directory: " + ec.message());
       if (found.empty())
-        throw TraceError(a + ": the directory holds no trace (files ending in .jsonl, .jsonl.gz, .jsonl.zst, .pickle, .pkl" +
-                         std::string(options.include_summary_json ? ", .json" : "") + ")");
+        throw TraceError(
+            a + ": the directory holds no trace (files ending in .jsonl, .jsonl.gz, .jsonl.zst, .pickle, .pkl" +
+            std::string(options.include_summary_json ? ", .json" : "") + ")");
       std::sort(found.begin(), found.end());
       for (const auto& f : found) add(f);
       continue;

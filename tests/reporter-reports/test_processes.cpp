@@ -66,8 +66,8 @@ std::vector<TraceModel> case_c10() {
   for (int r = 0; r < 4; ++r) {
     std::vector<Holding> h = {{r, 2970 * MiB}};
     if (r > 0) h.push_back({0, 1387 * MiB});
-    m.push_back(process(header("rank" + std::to_string(r) + ".jsonl", 1000 + r, std::to_string(r), std::to_string(r)), h,
-                        r * 500));
+    m.push_back(process(header("rank" + std::to_string(r) + ".jsonl", 1000 + r, std::to_string(r), std::to_string(r)),
+                        h, r * 500));
   }
   return m;
 }
@@ -106,7 +106,8 @@ TEST_CASE("case C10: the process x device table, every cross-device process flag
   }
   CHECK(v.devices[0].peak_reserved_sum == static_cast<std::int64_t>((2970 + 3 * 1387) * MiB));
   CHECK(v.devices[0].processes == 4);
-  for (int d = 1; d < 4; ++d) CHECK(v.devices[static_cast<std::size_t>(d)].peak_reserved_sum == static_cast<std::int64_t>(2970 * MiB));
+  for (int d = 1; d < 4; ++d)
+    CHECK(v.devices[static_cast<std::size_t>(d)].peak_reserved_sum == static_cast<std::int64_t>(2970 * MiB));
   REQUIRE(v.imbalance);
   CHECK(*v.imbalance == Approx(7131.0 / 2970.0));
   CHECK(v.most_loaded == 0);
@@ -122,7 +123,8 @@ TEST_CASE("case C10: the process x device table, every cross-device process flag
   CHECK(text.find("  rank 0:") == std::string::npos);
   // The table row of rank 2: nothing on device 1, its cross-device cell starred.
   INFO(text);
-  CHECK(text.find("  rank 2             2  1.35 GiB / 1.35 GiB *                    -  2.90 GiB / 2.90 GiB") != std::string::npos);
+  CHECK(text.find("  rank 2             2  1.35 GiB / 1.35 GiB *                    -  2.90 GiB / 2.90 GiB") !=
+        std::string::npos);
 
   auto j = process_device_json(v);
   CHECK(j["cross_device"] == nlohmann::json::array({"rank 1", "rank 2", "rank 3"}));
@@ -177,7 +179,8 @@ TEST_CASE("own device: CUDA_VISIBLE_DEVICES, LOCAL_RANK, rank on one host, else 
     CHECK(v.processes[1].own_device_rule == "CUDA_VISIBLE_DEVICES");
     CHECK(v.processes[1].foreign_devices.empty());
     CHECK(*v.imbalance == Approx(1.5));
-    CHECK(render_process_device_text(v).find("Every process holds memory only on its own device.") != std::string::npos);
+    CHECK(render_process_device_text(v).find("Every process holds memory only on its own device.") !=
+          std::string::npos);
     // Equal loads: balanced, and the least loaded device is another one than the most loaded.
     std::vector<TraceModel> even = {process(h0, {{0, 100 * MiB}}), process(h1, {{0, 100 * MiB}})};
     auto e = process_device_view(even);
@@ -218,7 +221,8 @@ TEST_CASE("own device: CUDA_VISIBLE_DEVICES, LOCAL_RANK, rank on one host, else 
     CHECK(v.processes[1].foreign_devices.empty());
   }
   SECTION("same rank twice (a fork child): labels stay unique") {
-    std::vector<TraceModel> m = {process(header("a", 7, "0", "0"), {{0, MiB}}), process(header("b", 8, "0", "0"), {{0, MiB}})};
+    std::vector<TraceModel> m = {process(header("a", 7, "0", "0"), {{0, MiB}}),
+                                 process(header("b", 8, "0", "0"), {{0, MiB}})};
     auto v = process_device_view(m);
     CHECK(v.processes[0].label == "rank 0 (pid 7)");
     CHECK(v.processes[1].label == "rank 0 (pid 8)");
@@ -256,7 +260,8 @@ TEST_CASE("trace arguments: files, globs and directories", "[processes][paths]")
   // A file named twice is read once; order is kept.
   CHECK(names(expand_trace_paths({(dir / "b.jsonl").string(), dir.string()})) ==
         std::vector<std::string>{"b.jsonl", "a.jsonl.zst", "c.pickle"});
-  CHECK_THROWS_WITH(expand_trace_paths({(dir / "*.nothing").string()}), Catch::Contains("no file matches this pattern"));
+  CHECK_THROWS_WITH(expand_trace_paths({(dir / "*.nothing").string()}),
+                    Catch::Contains("no file matches this pattern"));
   fs::create_directories(dir / "empty");
   CHECK_THROWS_WITH(expand_trace_paths({(dir / "empty").string()}), Catch::Contains("holds no trace"));
   // A missing plain name is kept: opening it gives the usual error.

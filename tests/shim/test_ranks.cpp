@@ -51,8 +51,8 @@ std::vector<std::string> clean_env(const std::vector<std::string>& extra) {
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
     bool drop = false;
-    for (const char* p : {"LD_PRELOAD=", "LD_LIBRARY_PATH=", "VRAMTRACE_", "ROAD_", "FAKECUDA_", "RANK=", "LOCAL_RANK=",
-                          "OMPI_", "PMI_", "SLURM_", "CUDA_VISIBLE_DEVICES="})
+    for (const char* p : {"LD_PRELOAD=", "LD_LIBRARY_PATH=", "VRAMTRACE_", "ROAD_", "FAKECUDA_",
+                          "RANK=", "LOCAL_RANK=", "OMPI_", "PMI_", "SLURM_", "CUDA_VISIBLE_DEVICES="})
       drop = drop || s.rfind(p, 0) == 0;
     if (!drop) env.push_back(s);
   }
@@ -87,8 +87,10 @@ int wait_for(pid_t pid, const std::string& dir, const std::string& tag) {
   int status = 0;
   waitpid(pid, &status, 0);
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (code != 0) UNSCOPED_INFO(tag << " exit " << code << "\nstdout:\n" << slurp(dir + "/" + tag + ".out") << "\nstderr:\n"
-                                    << slurp(dir + "/" + tag + ".err"));
+  if (code != 0)
+    UNSCOPED_INFO(tag << " exit " << code << "\nstdout:\n"
+                      << slurp(dir + "/" + tag + ".out") << "\nstderr:\n"
+                      << slurp(dir + "/" + tag + ".err"));
   return code;
 }
 
@@ -125,12 +127,13 @@ TEST_CASE("three ranks on three fake devices: one trace each, merged, the cross-
   std::vector<pid_t> pids;
   for (int r = 0; r < 3; ++r) {
     std::vector<std::string> extra = {std::string("LD_PRELOAD=") + VT_SHIM_PATH,
-                                      "VRAMTRACE_OUTPUT=" + traces.path + "/job.%R%p.jsonl", "RANK=" + std::to_string(r),
-                                      "LOCAL_RANK=" + std::to_string(r), "ROAD_OWN_MB=64"};
+                                      "VRAMTRACE_OUTPUT=" + traces.path + "/job.%R%p.jsonl",
+                                      "RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "ROAD_OWN_MB=64"};
     if (r == 2) extra.insert(extra.end(), {"ROAD_CROSS_DEVICE=0", "ROAD_CROSS_MB=16"});
     pids.push_back(spawn({VT_ROAD_DIR "/road_ranks"}, clean_env(extra), logs.path, "rank" + std::to_string(r)));
   }
-  for (int r = 0; r < 3; ++r) REQUIRE(wait_for(pids[static_cast<std::size_t>(r)], logs.path, "rank" + std::to_string(r)) == 0);
+  for (int r = 0; r < 3; ++r)
+    REQUIRE(wait_for(pids[static_cast<std::size_t>(r)], logs.path, "rank" + std::to_string(r)) == 0);
 
   // One trace per process, named by rank (%R) and pid.
   for (int r = 0; r < 3; ++r)
@@ -200,8 +203,8 @@ TEST_CASE("vramtrace run over a launcher: each child traced, named by its rank",
   // A launcher in the manner of torchrun: it sets RANK/LOCAL_RANK for each child; the children
   // inherit LD_PRELOAD from `vramtrace run`. The shell itself never allocates: no trace.
   const std::string road = VT_ROAD_DIR "/road_ranks";
-  const std::string launcher = "RANK=0 LOCAL_RANK=0 " + road + " & RANK=1 LOCAL_RANK=1 ROAD_CROSS_DEVICE=0 " + road +
-                               " & wait %1 && wait %2";
+  const std::string launcher =
+      "RANK=0 LOCAL_RANK=0 " + road + " & RANK=1 LOCAL_RANK=1 ROAD_CROSS_DEVICE=0 " + road + " & wait %1 && wait %2";
   std::vector<std::string> env = clean_env({std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH});
   REQUIRE(run({VT_VRAMTRACE_EXE, "run", "--", "/bin/sh", "-c", launcher}, env, logs.path, "run", work.path) == 0);
   auto all = files_matching(work.path, "vramtrace\\..*\\.jsonl");
