@@ -198,6 +198,19 @@ TEST_CASE("three ranks on three fake devices: one trace each, merged, the cross-
   CHECK(html.find("\"cross_device\":[\"rank 2\"]") != std::string::npos);
 }
 
+TEST_CASE("peer access passes through: the shim defines no peer-access entry point", "[ranks]") {
+  // cudaDeviceEnablePeerAccess / cuCtxEnablePeerAccess and friends reach the real libraries
+  // untouched: the shim neither exports nor substitutes them (hooks.def is the one list).
+  Dir logs;
+  REQUIRE(run({"/bin/sh", "-c", std::string("nm -D --defined-only ") + VT_SHIM_PATH}, clean_env({}), logs.path, "nm") ==
+          0);
+  std::string syms = slurp(logs.path + "/nm.out");
+  REQUIRE(syms.find("cuMemAlloc_v2") != std::string::npos);  // the listing works
+  CHECK(syms.find("PeerAccess") == std::string::npos);
+  CHECK(syms.find("cuCtxSetCurrent") == std::string::npos);
+  CHECK(syms.find("cudaSetDevice") == std::string::npos);
+}
+
 TEST_CASE("vramtrace run over a launcher: each child traced, named by its rank", "[ranks][run]") {
   Dir work, logs;
   // A launcher in the manner of torchrun: it sets RANK/LOCAL_RANK for each child; the children

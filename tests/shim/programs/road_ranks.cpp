@@ -65,6 +65,16 @@ int main() {
       auto set_current = reinterpret_cast<CUresult (*)(CUcontext)>(dlsym(drv, "cuCtxSetCurrent"));
       auto mem_alloc = reinterpret_cast<CUresult (*)(CUdeviceptr*, size_t)>(dlsym(drv, "cuMemAlloc_v2"));
       CHECK(retain && set_current && mem_alloc);
+      // Context and peer-access calls are not hooked: cuGetProcAddress (wrapped by the shim)
+      // hands out the driver's own function, as for cuCtxEnablePeerAccess.
+      auto get_proc =
+          reinterpret_cast<CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*)>(
+              dlsym(drv, "cuGetProcAddress_v2"));
+      CHECK(get_proc != nullptr);
+      void* fn = nullptr;
+      CUdriverProcAddressQueryResult status{};
+      CHECK_EQ(get_proc("cuCtxSetCurrent", &fn, 4000, CU_GET_PROC_ADDRESS_DEFAULT, &status), CUDA_SUCCESS);
+      CHECK(fn == fake_real("cuCtxSetCurrent"));
       CUcontext ctx = nullptr;
       CHECK_EQ(retain(&ctx, cross), CUDA_SUCCESS);
       CHECK_EQ(set_current(ctx), CUDA_SUCCESS);
