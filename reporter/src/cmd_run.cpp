@@ -357,9 +357,24 @@ int run_command(const RunOptions& o) {
       stderr, "  level  %s\n",
       o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
                 : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
-  const std::string& first = traces.front();
+  // Several processes (a launcher's ranks, fork children): the reports merge them when given all.
+  std::string args = traces.front();
+  if (traces.size() > 1 && traces.size() <= 4) {
+    for (std::size_t i = 1; i < traces.size(); ++i) args += " " + traces[i];
+  } else if (traces.size() > 4) {
+    std::string glob;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i] == '%' && i + 1 < pattern.size()) {
+        glob += pattern[i + 1] == '%' ? "%" : "*";
+        ++i;
+      } else {
+        glob += pattern[i];
+      }
+    }
+    args = "'" + glob + "'";
+  }
   std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",
-               first.c_str(), first.c_str(), first.c_str());
+               args.c_str(), args.c_str(), args.c_str());
   return rc;
 }
 
