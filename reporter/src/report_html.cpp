@@ -312,8 +312,16 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   nlohmann::json j;
   std::string title = o.title;
   if (title.empty()) {
-    for (const auto& m : models) title += (title.empty() ? "" : ", ") + (m.header.workload.empty() ? m.header.path : m.header.workload);
+    // Each distinct workload once (the ranks of a job share their command line).
+    std::vector<std::string> seen;
+    for (const auto& m : models) {
+      std::string w = m.header.workload.empty() ? m.header.path : m.header.workload;
+      if (std::find(seen.begin(), seen.end(), w) != seen.end()) continue;
+      seen.push_back(w);
+      title += (title.empty() ? "" : ", ") + w;
+    }
     title = "vramtrace report: " + title;
+    if (models.size() > 1 && seen.size() < models.size()) title += fmt::format(" ({} processes)", models.size());
   }
   j["title"] = title;
   j["generated_by"] = "vramtrace " VRAMTRACE_REPORT_VERSION " report";

@@ -235,6 +235,13 @@ TEST_CASE("report data: the process section only with several traces", "[process
   REQUIRE(j.contains("processes"));
   CHECK(j["processes"]["timelines"].size() == 4);
   CHECK(j["processes"]["text"].get<std::string>().find("2.4x") != std::string::npos);
+  CHECK(j["title"] == "vramtrace report: rank0.jsonl, rank1.jsonl, rank2.jsonl, rank3.jsonl");
+  auto same = header("x.jsonl", 5, "0", "0");
+  same.workload = "python3 train.py";
+  auto same2 = header("y.jsonl", 6, "1", "1");
+  same2.workload = "python3 train.py";
+  CHECK(report_data({process(same, {{0, MiB}}), process(same2, {{1, MiB}})})["title"] ==
+        "vramtrace report: python3 train.py (2 processes)");
   std::vector<TraceModel> one = {std::move(models.front())};
   CHECK_FALSE(report_data(one).contains("processes"));
 }
