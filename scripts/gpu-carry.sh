@@ -13,4 +13,6 @@ rm -rf .carry/build
 mkdir -p .carry/build/shim .carry/build/gpu
 cp "$build/shim/libvramtrace.so" .carry/build/shim/
 cp "$build"/gpu/alloc_check_static "$build"/gpu/alloc_check_shared .carry/build/gpu/
+# the counting probe of tests/gpu/count_probe.c (plain C, glibc only)
+cc -O2 -shared -fPIC -o .carry/build/gpu/count_probe.so tests/gpu/count_probe.c -ldl
 du -sh .carry/build

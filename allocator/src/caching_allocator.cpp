@@ -122,6 +122,44 @@ class FreeBlocks {
     set_.erase(it);
     return 1;
   }
+  /// The entry of a block in the set (its key fields as they are now), or end().
+  iterator find(const Block* b) const { return iterator(set_.find(key_of(b))); }
+
+  /// Makes the entry at `it` stand for `b` with b's key as it is now, where that key sorts
+  /// below the entry's old key: the caller shrank the block the entry was made for from below (a
+  /// split remainder). Same result as erase(it) then insert(b), cheaper: when the new key still
+  /// sorts above the entry's predecessor (the usual case: no other free block of that stream has
+  /// a size in between), the key is rewritten in the node, with no rebalancing and no node
+  /// allocation.
+  void replace_with_smaller(iterator it, Block* b) {
+    const Key key = key_of(b);
+    auto raw = it.raw();
+    if (raw == set_.begin() || *std::prev(raw) < key) rewrite(raw, key);
+    else reinsert(raw, key);
+  }
+  /// As replace_with_smaller, for a key that sorts above the entry's old key (the block the entry
+  /// was made for was merged into `b`, which grew): rewritten in place while it stays below the
+  /// entry's successor.
+  void replace_with_larger(iterator it, Block* b) {
+    const Key key = key_of(b);
+    auto raw = it.raw();
+    auto next = std::next(raw);
+    if (next == set_.end() || key < *next) rewrite(raw, key);
+    else reinsert(raw, key);
+  }
+
+ private:
+  static void rewrite(typename Set::const_iterator raw, const Key& key) noexcept {
+    // The node's value is not const (only the set's view of it is), and the caller checked that
+    // the new key keeps the set's order, so the tree stays valid.
+    const_cast<Key&>(*raw) = key;
+  }
+  [[gnu::noinline]] void reinsert(typename Set::const_iterator raw, const Key& key) {
+    set_.erase(raw);
+    set_.insert(key);
+  }
+
+ public:
   std::size_t count(const Block* b) const { return set_.count(key_of(b)); }
   std::size_t size() const noexcept { return set_.size(); }
 };
@@ -143,6 +181,16 @@ struct BlockPool {
   void insert_into_blocks(Block* b) {
     b->gc_count_base = static_cast<std::uint32_t>(get_free_blocks_call_count);
     blocks.insert(b);
+  }
+  /// insert_into_blocks(b) for a block that takes over the entry `it`, whose key sorts below
+  /// (a split remainder) or above (a merged block) the entry's old key (FreeBlocks::replace_with_*).
+  void replace_in_blocks_smaller(FreeBlocks::iterator it, Block* b) {
+    b->gc_count_base = static_cast<std::uint32_t>(get_free_blocks_call_count);
+    blocks.replace_with_smaller(it, b);
+  }
+  void replace_in_blocks_larger(FreeBlocks::iterator it, Block* b) {
+    b->gc_count_base = static_cast<std::uint32_t>(get_free_blocks_call_count);
+    blocks.replace_with_larger(it, b);
   }
 };
 
@@ -184,6 +232,10 @@ struct AllocParams {
   std::uint64_t alloc_size = 0;  // device allocation needed on a miss
   BlockPool* pool = nullptr;
   Block* block = nullptr;
+  // Where get_free_block found `block` in its pool; the entry stays there until
+  // alloc_found_block reuses it for the split remainder or erases it.
+  FreeBlocks::iterator found;
+  bool in_pool = false;
   Status err = Status::ok;
 };
 
@@ -204,16 +256,22 @@ struct CachingAllocator::Impl {
   std::unordered_map<StreamId, std::deque<std::pair<EventHandle, Block*>>> stream_events;
   std::vector<ExpandableSegment*> expandable_segments;
   std::uint64_t total_allocated_memory = 0;  // reserved bytes (PyTorch's name for it)
+  // Settings-derived flags, fixed at construction (settings never change afterwards), so that the
+  // cache-hit path tests one bool instead of re-deriving them.
+  bool any_divisions = false;  // some roundup_power2_divisions entry > 1
+  bool gc_active = false;      // garbage_collection_threshold > 0 with a memory fraction or limit
   std::uint64_t device_total = 0;            // cached mem_info().total_bytes, 0 = not read yet
   OomInfo last_oom;
 
   std::deque<Block> block_arena;  // stable addresses; freed Blocks are recycled through free_list
-  std::vector<Block*> free_list;
+  Block* free_list = nullptr;     // freed Blocks, linked through `next` (last freed first)
   std::unordered_map<const Block*, std::vector<StreamId>> stream_uses;  // record_stream, rare
 
   Impl(DeviceBackend& b, const AllocatorSettings& s, DeviceId d, EventSink* k)
       : backend(b), settings(s), device(d), sink(k) {
     small_pool.is_small = true;
+    for (std::uint32_t d : settings.roundup_power2_divisions) any_divisions = any_divisions || d > 1;
+    gc_active = settings.garbage_collection_threshold > 0.0 && set_fraction();
     stats.max_split_size = settings.max_split_size_bytes == std::numeric_limits<std::uint64_t>::max()
                                ? -1
                                : static_cast<std::int64_t>(settings.max_split_size_bytes);
@@ -225,11 +283,11 @@ struct CachingAllocator::Impl {
 
   // ---- small helpers ------------------------------------------------------------------------
 
-  Block* new_block(DevicePtr ptr, std::uint64_t size, StreamId stream, BlockPool* pool) {
+  [[gnu::always_inline]] Block* new_block(DevicePtr ptr, std::uint64_t size, StreamId stream, BlockPool* pool) {
     Block* b;
-    if (!free_list.empty()) {
-      b = free_list.back();
-      free_list.pop_back();
+    if (free_list != nullptr) {
+      b = free_list;
+      free_list = b->next;
       *b = Block{};
     } else {
       b = &block_arena.emplace_back();
@@ -240,10 +298,12 @@ struct CachingAllocator::Impl {
     b->pool = pool;
     return b;
   }
-  void delete_block(Block* b) {
-    if (b->has_stream_uses) stream_uses.erase(b);
-    free_list.push_back(b);
+  [[gnu::always_inline]] void delete_block(Block* b) {
+    if (b->has_stream_uses) [[unlikely]] forget_stream_uses(b);
+    b->next = free_list;
+    free_list = b;
   }
+  [[gnu::noinline]] void forget_stream_uses(const Block* b) { stream_uses.erase(b); }
 
   ExpandableSegment* segment_of(const Block* b) const noexcept {
     for (ExpandableSegment* es : expandable_segments)
@@ -304,8 +364,10 @@ struct CachingAllocator::Impl {
 
   std::uint64_t round_size(std::uint64_t size) const {
     if (size < kMinBlockSize) return kMinBlockSize;
-    const std::uint64_t divisions = settings.divisions_for(size);
-    if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+    if (any_divisions) {
+      const std::uint64_t divisions = settings.divisions_for(size);
+      if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+    }
     return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
   }
 
@@ -374,9 +436,9 @@ struct CachingAllocator::Impl {
 
   // ---- finding and creating blocks ------------------------------------------------------------
 
-  bool get_free_block(AllocParams& p) {
+  [[gnu::always_inline]] bool get_free_block(AllocParams& p) {
     BlockPool& pool = *p.pool;
-    if (settings.garbage_collection_threshold > 0.0 && set_fraction()) ++pool.get_free_blocks_call_count;
+    if (gc_active) ++pool.get_free_blocks_call_count;
     auto it = pool.blocks.lower_bound(p.stream, p.size);
     if (it == pool.blocks.end() || (*it)->stream != p.stream) return false;
 
@@ -405,7 +467,8 @@ struct CachingAllocator::Impl {
     // Do not return an oversize block for a large request unless it is close in size.
     if (p.size >= max_split && (*it)->size >= p.size + settings.max_non_split_rounding_bytes) return false;
     p.block = *it;
-    pool.blocks.erase(it);
+    p.found = it;
+    p.in_pool = true;
     return true;
   }
 
@@ -700,8 +763,10 @@ struct CachingAllocator::Impl {
   }
 
   // Merges `src` into `dst` if src is free, idle and in the same mapped state. Returns the bytes
-  // subsumed (try_merge_blocks).
-  std::uint64_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
+  // subsumed (try_merge_blocks). With `keep_entry` and a mapped src, src's entry in the pool is
+  // left in place for the caller to reuse (pool.replace_in_blocks) and returned there.
+  [[gnu::always_inline]] std::uint64_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool,
+                                                        FreeBlocks::iterator* keep_entry = nullptr) {
     if (src == nullptr || src->allocated || src->event_count > 0 || src->has_stream_uses ||
         dst->mapped != src->mapped)
       return 0;
@@ -715,8 +780,9 @@ struct CachingAllocator::Impl {
     }
     const std::uint64_t subsumed = src->size;
     dst->size += subsumed;
-    if (src->mapped) pool.blocks.erase(src);
-    else pool.unmapped.erase(src);
+    if (!src->mapped) pool.unmapped.erase(src);
+    else if (keep_entry != nullptr) *keep_entry = pool.blocks.find(src);
+    else pool.blocks.erase(src);
     delete_block(src);
     return subsumed;
   }
@@ -736,7 +802,8 @@ struct CachingAllocator::Impl {
       remaining->prev = block;
       remaining->ptr += p.size;
       remaining->size -= p.size;
-      pool.insert_into_blocks(remaining);
+      if (p.in_pool) pool.replace_in_blocks_smaller(p.found, remaining);  // the remainder keeps the found entry
+      else pool.insert_into_blocks(remaining);
       if (already_split && !block->expandable) {
         // An inactive split block shrinks by the bytes handed out.
         decrease(stats.inactive_split_bytes, ps, static_cast<std::int64_t>(block->size));
@@ -745,10 +812,14 @@ struct CachingAllocator::Impl {
         increase(stats.inactive_split_bytes, ps, static_cast<std::int64_t>(remaining->size));
         increase(stats.inactive_split, ps, 1);
       }
-    } else if (already_split && !block->expandable) {
-      decrease(stats.inactive_split_bytes, ps, static_cast<std::int64_t>(block->size));
-      decrease(stats.inactive_split, ps, 1);
+    } else {
+      if (p.in_pool) pool.blocks.erase(p.found);
+      if (already_split && !block->expandable) {
+        decrease(stats.inactive_split_bytes, ps, static_cast<std::int64_t>(block->size));
+        decrease(stats.inactive_split, ps, 1);
+      }
     }
+    p.in_pool = false;
     block->allocated = true;
     block->requested_size = orig_size;
     active.insert(block->ptr, block);
@@ -774,7 +845,9 @@ struct CachingAllocator::Impl {
   }
 
   // Second half: the block returns to its pool and merges with free neighbours (free_block).
-  void free_block(Block* block) {
+  // Out of line for the rare callers (events, deferred frees); deallocate inlines the body.
+  [[gnu::noinline]] void free_block(Block* block) { free_block_inline(block); }
+  [[gnu::always_inline]] void free_block_inline(Block* block) {
     emit(Action::free_completed, block->ptr, block->requested_size, block->size, block->stream, block->pool->is_small);
     const std::uint64_t original_size = block->size;
     const std::uint64_t requested = block->requested_size;
@@ -782,14 +855,23 @@ struct CachingAllocator::Impl {
     std::int64_t net_split_blocks = 0;
     std::int64_t net_split_bytes = 0;
     active.erase(block->ptr);
-    for (Block* candidate : {block->prev, block->next}) {
-      const std::uint64_t subsumed = try_merge_blocks(block, candidate, pool);
-      if (subsumed > 0) {
-        net_split_blocks -= 1;
-        net_split_bytes -= static_cast<std::int64_t>(subsumed);
-      }
+    // The merged block takes over the pool entry of the first neighbour it absorbs.
+    FreeBlocks::iterator reuse;
+    bool have_reuse = false;
+    Block* const next = block->next;  // read before a merge with prev can change the links
+    if (const std::uint64_t subsumed = try_merge_blocks(block, block->prev, pool, &reuse); subsumed > 0) {
+      have_reuse = block->mapped;  // a mapped neighbour's entry was kept
+      net_split_blocks -= 1;
+      net_split_bytes -= static_cast<std::int64_t>(subsumed);
     }
-    pool.insert_into_blocks(block);
+    if (const std::uint64_t subsumed = try_merge_blocks(block, next, pool, have_reuse ? nullptr : &reuse);
+        subsumed > 0) {
+      have_reuse = have_reuse || block->mapped;
+      net_split_blocks -= 1;
+      net_split_bytes -= static_cast<std::int64_t>(subsumed);
+    }
+    if (have_reuse) pool.replace_in_blocks_larger(reuse, block);
+    else pool.insert_into_blocks(block);
     if (block->is_split()) {
       net_split_blocks += 1;
       net_split_bytes += static_cast<std::int64_t>(block->size);
@@ -810,18 +892,19 @@ struct CachingAllocator::Impl {
 
   // ---- the allocation path ----------------------------------------------------------------------
 
-  Status allocate(std::uint64_t orig_size, StreamId stream, DevicePtr* out, std::uint16_t entry) {
+  [[gnu::always_inline]] Status allocate(std::uint64_t orig_size, StreamId stream, DevicePtr* out,
+                                         std::uint16_t entry) {
     if (orig_size >= kOneExaByte) return Status::out_of_memory;  // "Tried to allocate more than 1EB memory."
     process_events();
     AllocParams p;
     p.stream = stream;
     p.size = round_size(orig_size);
     p.pool = p.size <= kSmallSize ? &small_pool : &large_pool;
-    p.alloc_size = allocation_size(p.size);
 
     bool found = get_free_block(p);
     if (!found) {
-      if (settings.garbage_collection_threshold > 0.0 && set_fraction()) garbage_collect_cached_blocks();
+      p.alloc_size = allocation_size(p.size);  // only a miss needs the segment size
+      if (gc_active) garbage_collect_cached_blocks();
       found = alloc_block(p) || (release_available_cached_blocks(p) && alloc_block(p));
       if (!found) {
         // Last resort: wait for pending frees, release every unsplit cached segment, retry.
@@ -1051,7 +1134,7 @@ Status CachingAllocator::deallocate(DevicePtr ptr, std::uint16_t entry_point) no
   try {
     impl_->release_ownership(b, entry_point);
     if (!!b->has_stream_uses) impl_->insert_events(b);
-    else impl_->free_block(b);
+    else impl_->free_block_inline(b);
   } catch (const std::bad_alloc&) {
     return Status::device_error;
   }

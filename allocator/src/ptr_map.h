@@ -13,7 +13,7 @@ namespace vramtrace::detail {
 template <class V>
 class PtrMap {
  public:
-  PtrMap() { slots_.resize(1024); }
+  PtrMap() { set_capacity(1024); }
 
   /// The value stored for `key`, or nullptr. `key` must not be 0.
   V* find(DevicePtr key) const noexcept {
@@ -26,7 +26,7 @@ class PtrMap {
 
   /// Inserts or overwrites. `key` must not be 0. May throw std::bad_alloc when growing.
   void insert(DevicePtr key, V* value) {
-    if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+    if (size_ >= grow_at_) grow();  // keeps the load factor at most 3/4
     place(key, value);
   }
 
@@ -68,8 +68,17 @@ class PtrMap {
   };
   std::vector<Slot> slots_;
   std::size_t size_ = 0;
+  // slots_.size() - 1 and 3/4 of slots_.size(), kept beside the vector so that a lookup does not
+  // re-derive them (the table's size is a power of two, a multiple of 4).
+  std::size_t mask_ = 0;
+  std::size_t grow_at_ = 0;
 
-  std::size_t mask() const noexcept { return slots_.size() - 1; }
+  void set_capacity(std::size_t slots) {
+    slots_.resize(slots);
+    mask_ = slots - 1;
+    grow_at_ = slots / 4 * 3;
+  }
+  std::size_t mask() const noexcept { return mask_; }
   std::size_t index(DevicePtr key) const noexcept {
     // Addresses are multiples of 512: drop those bits, then Fibonacci hashing.
     return static_cast<std::size_t>(((key >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & mask();
@@ -90,7 +99,7 @@ class PtrMap {
   void grow() {
     std::vector<Slot> old;
     old.swap(slots_);
-    slots_.resize(old.size() * 2);
+    set_capacity(old.size() * 2);
     size_ = 0;
     for (const Slot& s : old)
       if (s.key != 0) place(s.key, s.value);

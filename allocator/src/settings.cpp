@@ -189,10 +189,11 @@ bool AllocatorSettings::parse(std::string_view conf, AllocatorSettings& out, std
       }
     } else if (key == "reuse") {
       if (v == "lazy_sync") s.reuse = ReusePolicy::lazy_sync;
+      else if (v == "device_sync") s.reuse = ReusePolicy::device_sync;
       else if (v == "stream_ordered") s.reuse = ReusePolicy::stream_ordered;
       else if (v == "none") s.reuse = ReusePolicy::none;
       else {
-        error = "setting 'reuse': expected lazy_sync, stream_ordered or none, got '" + std::string(v) + "'";
+        error = "setting 'reuse': expected lazy_sync, device_sync, stream_ordered or none, got '" + std::string(v) + "'";
         return false;
       }
     } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
@@ -257,6 +258,7 @@ std::string AllocatorSettings::to_string() const {
   }
   if (expandable_segments) add("expandable_segments:True");
   if (limit_bytes != 0) add("limit:" + std::to_string(limit_bytes));
+  if (reuse == ReusePolicy::device_sync) add("reuse:device_sync");
   if (reuse == ReusePolicy::stream_ordered) add("reuse:stream_ordered");
   if (reuse == ReusePolicy::none) add("reuse:none");
   return out;

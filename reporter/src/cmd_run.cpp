@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "gpu_cards.h"
+#include "vramtrace/device_limits.h"
 #include "vramtrace/settings.h"
 #include "vramtrace_trace.h"
 
@@ -251,19 +253,35 @@ int run_command(const RunOptions& o) {
   }
   std::string conf = o.conf;
   if (!o.limit.empty()) {
+    // A size, or the name of a card (gpu_cards.h): its usable total as CUDA reports it.
     std::uint64_t bytes = 0;
     std::string error;
+    std::string limit = o.limit;
     if (!parse_size(o.limit, bytes, error)) {
-      std::fprintf(stderr, "vramtrace run: --limit '%s': %s\n", o.limit.c_str(), error.c_str());
+      bytes = gpu_card_bytes(o.limit);
+      if (bytes == 0) {
+        std::fprintf(stderr,
+                     "vramtrace run: --limit '%s' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
+                     "known cards: %s\n",
+                     o.limit.c_str(), gpu_card_names().c_str());
+        return 2;
+      }
+      limit = std::to_string(bytes);
+      std::fprintf(stderr, "vramtrace run: --limit %s = %s (%s bytes, the card's total as CUDA reports it)\n",
+                   o.limit.c_str(), format_size(bytes).c_str(), with_commas(bytes).c_str());
+    } else if (bytes == 0) {
+      std::fprintf(stderr, "vramtrace run: --limit must be greater than 0\n");
       return 2;
     }
-    conf += (conf.empty() ? "" : ",") + std::string("limit:") + o.limit;
+    conf += (conf.empty() ? "" : ",") + std::string("limit:") + limit;
   }
   {
     // The shim reads the same string from VRAMTRACE_CONF; refuse a bad one here, before the run.
+    // `limit` may be per device there (vramtrace/device_limits.h), which AllocatorSettings does not read.
     AllocatorSettings settings;
-    std::string error;
-    if (!AllocatorSettings::parse(conf, settings, error)) {
+    DeviceLimits limits;
+    std::string rest, error;
+    if (!split_device_limits(conf, rest, limits, error) || !AllocatorSettings::parse(rest, settings, error)) {
       std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
       return 2;
     }
@@ -390,7 +408,10 @@ void register_run(CLI::App& app) {
   cmd->add_flag(
       "--tensors", opts->tensors,
       "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that every PyTorch tensor reaches vramtrace (docs/tensor-mode.md)");
-  cmd->add_option("--limit", opts->limit, "Cap on reserved memory, e.g. 14.58GiB (adds limit:SIZE to the settings)");
+  cmd->add_option("--limit", opts->limit,
+                  "Cap on the GPU memory the program can use, every device: a size (14.58GiB) or a card name (T4, "
+                  "V100-16GB, A10G, L4, A100-40GB, A100-80GB, H100-80GB, RTX4090, ...; docs/configuration.md). Adds "
+                  "limit:SIZE to the settings; per device: --conf limit:[0:14GiB,1:20GiB]");
   cmd->add_option("command", opts->command, "The command to run, after --")->required();
   cmd->positionals_at_end();
   cmd->callback([opts] { set_exit_code(run_command(*opts)); });

@@ -21,9 +21,11 @@ Config load() noexcept {
   if (!conf || !*conf) return c;
   std::string error;
   AllocatorSettings parsed;
+  DeviceLimits limits;
   bool ok = false;
   try {
-    ok = AllocatorSettings::parse(conf, parsed, error);
+    std::string rest;
+    ok = split_device_limits(conf, rest, limits, error) && AllocatorSettings::parse(rest, parsed, error);
   } catch (...) {
     error = "could not be parsed";
   }
@@ -34,6 +36,7 @@ Config load() noexcept {
     return c;
   }
   c.settings = std::move(parsed);
+  c.limits = std::move(limits);
   c.caching = c.settings.reuse != ReusePolicy::none;
   return c;
 }

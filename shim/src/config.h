@@ -1,6 +1,7 @@
 // The shim's settings: VRAMTRACE_CONF, read once, lazily (never from a constructor).
 #pragma once
 
+#include "vramtrace/device_limits.h"
 #include "vramtrace/settings.h"
 
 namespace vramtrace::shim {
@@ -11,10 +12,15 @@ struct Config {
   bool enabled = true;
   /// Whether device allocations go through the caching allocator (false for reuse:none).
   bool caching = true;
+  /// Allocator settings; `settings.limit_bytes` is always 0 here: the cap is per device
+  /// (`limits`) and each pool gets its device's cap (context_pool.cpp).
   AllocatorSettings settings;
+  /// The `limit` key, per device (memory_cap.h). Empty: no cap.
+  DeviceLimits limits;
 };
 
-/// The configuration, parsed on first use with AllocatorSettings::parse (the syntax of
+/// The configuration, parsed on first use: the `limit` items with split_device_limits
+/// (vramtrace/device_limits.h), the rest with AllocatorSettings::parse (the syntax of
 /// `replay --conf` and PYTORCH_CUDA_ALLOC_CONF). Thread-safe.
 const Config& config() noexcept;
 

@@ -6,6 +6,7 @@
 #include "counters.h"
 #include "entry.h"
 #include "lifecycle.h"
+#include "memory_cap.h"
 #include "real.h"
 #include "sink.h"
 
@@ -13,7 +14,8 @@ namespace vramtrace::shim {
 
 ContextPool::ContextPool(CUcontext c, int dev, bool is_primary, const CudaDriverApi& api,
                          const AllocatorSettings& settings, EventSink* s)
-    : ctx(c), device(dev), primary(is_primary), backend(api, dev), allocator(backend, settings, DeviceId{dev}, s) {}
+    : ctx(c), device(dev), primary(is_primary), backend(api, dev), capped(backend, dev),
+      allocator(capped, settings, DeviceId{dev}, s) {}
 
 void ContextPool::note_freed(DevicePtr addr, std::uint64_t bytes) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
@@ -28,6 +30,7 @@ void ContextPool::note_freed(DevicePtr addr, std::uint64_t bytes) noexcept {
 
 bool ContextPool::overlaps_unsynced(DevicePtr addr, std::uint64_t bytes) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
+  if (all_unsynced_) return true;
   if (unsynced_.empty()) return false;
   // The last range starting below addr + bytes is the only one that can overlap: ranges in the
   // set do not overlap each other (a range can only be freed again after it was handed out,
@@ -43,8 +46,15 @@ std::uint64_t ContextPool::begin_sync() noexcept {
   return ++epoch_;
 }
 
+void ContextPool::mark_all_unsynced() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  all_unsynced_ = true;
+  all_unsynced_epoch_ = epoch_;
+}
+
 void ContextPool::end_sync(std::uint64_t epoch) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
+  if (all_unsynced_ && all_unsynced_epoch_ < epoch) all_unsynced_ = false;
   for (auto it = unsynced_.begin(); it != unsynced_.end();) {
     if (it->second.second < epoch)
       it = unsynced_.erase(it);
@@ -73,6 +83,22 @@ bool ContextPool::take_exported(DevicePtr addr) noexcept {
   if (!any_exported_.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return exported_.erase(addr) != 0;
+}
+
+namespace {
+std::atomic<bool> g_other_stream{false};
+}  // namespace
+
+bool reuse_needs_sync() noexcept {
+  const ReusePolicy r = config().settings.reuse;
+  return r == ReusePolicy::device_sync ||
+         (r == ReusePolicy::lazy_sync && g_other_stream.load(std::memory_order_relaxed));
+}
+
+void note_other_stream() noexcept {
+  if (g_other_stream.load(std::memory_order_relaxed) || g_other_stream.exchange(true)) return;
+  bump(g_counters.other_streams_seen);
+  for (ContextPool* p : pools().all()) p->mark_all_unsynced();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,6 +141,8 @@ void note_device_for_trace(const DriverTable& d, CUdevice dev) noexcept {
   if (d.cuDriverGetVersion) d.cuDriverGetVersion(&version);
   if (d.cuDeviceGetName) d.cuDeviceGetName(name, sizeof name - 1, dev);
   if (d.cuDeviceTotalMem_v2) d.cuDeviceTotalMem_v2(&total, dev);
+  // Under a cap the trace describes the device the program saw (Note [capped figures]).
+  if (std::uint64_t cap = cap_of(static_cast<int>(dev)); cap != 0 && (total == 0 || cap < total)) total = cap;
   sink_note_device(static_cast<int>(dev), version, name, total);
 }
 }  // namespace
@@ -144,7 +172,11 @@ ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
     ContextPool* pool = nullptr;
     try {
       InternalScope internal;
-      pool = new ContextPool(ctx, static_cast<int>(dev), primary, d->api, config().settings, sink());
+      // The device's cap also becomes the allocator's own `limit` (PyTorch's "allowed" memory:
+      // an allocation over it fails before the device is asked, and garbage collection acts).
+      AllocatorSettings settings = config().settings;
+      settings.limit_bytes = cap_of(static_cast<int>(dev));
+      pool = new ContextPool(ctx, static_cast<int>(dev), primary, d->api, settings, sink());
     } catch (...) {
       return nullptr;
     }
@@ -192,6 +224,7 @@ int PoolRegistry::drop_if(Pred pred) noexcept {
     if (!p || !pred(*p)) continue;
     p->dropped.store(true, std::memory_order_release);
     p->backend.abandon();
+    p->capped.abandon();  // its memory died with the context: it leaves the cap's count
     slot.store(nullptr, std::memory_order_release);
     ++n;
     bump(g_counters.pools_dropped);
@@ -224,6 +257,7 @@ void PoolRegistry::abandon_all(bool forget) noexcept {
     if (!p) continue;
     p->backend.abandon();
     if (forget) {
+      p->capped.abandon();
       // Never destroyed: allocator locks may be held by threads that did not survive the fork.
       p->dropped.store(true, std::memory_order_release);
       slot.store(nullptr, std::memory_order_release);

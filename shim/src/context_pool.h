@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_api.h"
+#include "memory_cap.h"
 #include "vramtrace/caching_allocator.h"
 #include "vramtrace/cuda_driver_device.h"
 
@@ -28,6 +29,8 @@ class ContextPool {
   const int device;
   const bool primary;  ///< the device's primary context (what the runtime uses)
   CudaDriverDevice backend;
+  /// What the allocator allocates from: `backend`, counted against the device's cap (memory_cap.h).
+  CappedDevice capped;
   CachingAllocator allocator;
 
   // Note [lazy sync before reuse] (reuse:lazy_sync, the default). cudaFree synchronises
@@ -41,6 +44,19 @@ class ContextPool {
   // Stream-ordered frees (cuMemFreeAsync) never enter the set: the allocator only reuses them
   // on the same stream, or after an event (Note [stream-ordered reuse]).
 
+  // Note [single stream needs no sync] (reuse:lazy_sync). While every stream the process has
+  // used is the legacy default stream, all device work is ordered on that one stream: the kernel
+  // that last used a freed block was submitted before the free (program order, then our lock),
+  // and whatever uses the block next is submitted after the allocation, on the same stream. The
+  // reuse is then stream-ordered and needs no synchronisation, exactly as PyTorch's own cache
+  // reuses a block on its stream at once. The first sign of another stream -- cuStreamCreate or
+  // cuStreamCreateWithPriority succeeding (cudart's stream calls reach them), a per-thread
+  // default stream in a _ptsz launch or allocation -- ends that for the whole process
+  // (note_other_stream): every block freed so far becomes unsynchronised in every pool
+  // (mark_all_unsynced), so the next reuse synchronises once, and from then on frees are
+  // remembered as below. Not seen: work a driver-API program puts on CU_STREAM_PER_THREAD through
+  // a legacy (non-_ptsz) launch from several threads; reuse:device_sync covers that case.
+
   /// Remembers [addr, addr + bytes) as freed in the current epoch.
   void note_freed(DevicePtr addr, std::uint64_t bytes) noexcept;
   /// Whether [addr, addr + bytes) overlaps a range freed since the last synchronisation.
@@ -51,6 +67,9 @@ class ContextPool {
   void end_sync(std::uint64_t epoch) noexcept;
   /// One lazy synchronisation (cuCtxSynchronize on this context, which must be current).
   void sync_for_reuse() noexcept;
+  /// Everything freed so far counts as unsynchronised: the next reuse of any block synchronises
+  /// first (Note [single stream needs no sync]). Thread-safe.
+  void mark_all_unsynced() noexcept;
 
   // IPC: a block whose handle was exported is never reused (the importer may still map it):
   // its free is quarantined (research/interposition.md 5.5).
@@ -64,6 +83,8 @@ class ContextPool {
   std::mutex mu_;
   std::uint64_t epoch_ = 0;
   std::map<DevicePtr, std::pair<DevicePtr, std::uint64_t>> unsynced_;  // start -> (end, epoch)
+  bool all_unsynced_ = false;            // mark_all_unsynced since the last sync
+  std::uint64_t all_unsynced_epoch_ = 0;  // the epoch it was marked in
   std::set<DevicePtr> exported_;
   std::atomic<bool> any_exported_{false};  // lets take_exported skip the lock when nothing was
 };
@@ -109,5 +130,14 @@ class PoolRegistry {
 };
 
 PoolRegistry& pools() noexcept;
+
+/// Whether frees must be remembered and reuses checked for a synchronisation: reuse:device_sync,
+/// or reuse:lazy_sync once the process has used a stream other than the legacy default stream
+/// (Note [single stream needs no sync]). Cheap: one relaxed load on the allocation path.
+bool reuse_needs_sync() noexcept;
+
+/// The process used a stream other than the legacy default stream (first call: every pool's
+/// freed blocks become unsynchronised). Thread-safe; cheap after the first call.
+void note_other_stream() noexcept;
 
 }  // namespace vramtrace::shim

@@ -28,10 +28,11 @@ __attribute__((visibility("hidden"))) void* vt_dlsym_decide(void* handle, const 
   // Driver names only: a runtime wrapper calls "the" cudart it finds, which may not be the copy
   // behind this handle when a process holds several (PyTorch's and CuPy's); the driver hook that
   // copy reaches sees the allocation anyway.
-  if (h == Hook::none || hook_level(h) != Level::driver) return nullptr;
+  // NVML names too (nvml_hooks.cpp): frameworks dlopen libnvidia-ml.so.1 and look them up there.
+  if (h == Hook::none || hook_level(h) == Level::runtime) return nullptr;
   void* found = real(handle, name);
   if (!found) return nullptr;  // forward: glibc sets dlerror
-  note_driver_handle(handle);
+  if (hook_level(h) == Level::driver) note_driver_handle(handle);
   return hook_wrapper(h);
 }
 }

@@ -1,5 +1,5 @@
-// Device allocation hooks served by the caching allocator (policy CACHE) and cuMemGetInfo_v2
-// (REPORT). See Note [count once] (entry.h), Note [lazy sync before reuse] (context_pool.h),
+// Device allocation hooks served by the caching allocator (policy CACHE). The REPORT hooks are in
+// memory_queries.cpp. See Note [count once] (entry.h), Note [lazy sync before reuse] (context_pool.h),
 // Note [per-thread default stream] (streams.h), Note [capture passes through] (capture.h),
 // Note [no CUDA call at exit] (lifecycle.h).
 #include "capture.h"
@@ -8,6 +8,7 @@
 #include "counters.h"
 #include "entry.h"
 #include "lifecycle.h"
+#include "memory_cap.h"
 #include "passthrough.h"
 #include "real.h"
 #include "streams.h"
@@ -39,14 +40,29 @@ bool bypass_cache() noexcept {
 // program's own request would have fitted. After the allocator's OOM (it has already released its
 // cache and retried), the exact request is forwarded to the driver; if that succeeds the program
 // gets it, traced as pass-through memory, and the trace still shows the allocator's `oom` event.
+//
+// Under a cap there is no fallback: the capped device is what the allocator says it is (as for
+// PyTorch under a memory fraction, its segment rounding is part of the figure), and the program
+// gets CUDA_ERROR_OUT_OF_MEMORY (cudaErrorMemoryAllocation through the runtime) exactly where
+// `vramtrace replay --capacity` of the same sequence fails.
 template <class Fn, class... Extra>
-CUresult oom_fallback(Fn real, std::uint16_t entry, CUdeviceptr* dptr, size_t bytes, Extra... extra) noexcept {
+CUresult oom_fallback(const ContextPool& pool, Fn real, std::uint16_t entry, CUdeviceptr* dptr, size_t bytes,
+                      Extra... extra) noexcept {
+  if (cap_of(pool.device) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(dptr, bytes, extra...);
   if (r == CUDA_SUCCESS) {
     bump(g_counters.oom_fallbacks);
     passthrough_alloc(*dptr, bytes, PassKind::device, entry);
   }
   return r;
+}
+
+// Plain device memory forwarded past the cache (reuse:none, stream capture, exit) still counts
+// against the cap (memory_cap.h): refused when it would not fit. A check, not a reservation: two
+// threads forwarding at once may pass together; allocations through the cache are exact.
+bool forwarded_fits(CUdeviceptr* dptr, size_t bytes) noexcept {
+  if (!dptr || bytes == 0 || EntryScope::internal() || !enabled() || exiting()) return true;
+  return cap_admits(current_device(), bytes);
 }
 
 // Note [stream-ordered reuse]: cuMemAllocAsync/cuMemFreeAsync blocks are kept per stream by the
@@ -63,9 +79,11 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   Fn real = real_driver<Fn>(hook);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   StreamId key = stream_key(s, per_thread);
+  if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
   ContextPool* pool = nullptr;
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
       !(pool = pools().current())) {
+    if (!forwarded_fits(dptr, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytes, s);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
       if (capture_active()) bump(g_counters.capture_passthrough);
@@ -75,7 +93,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   }
   DevicePtr p = 0;
   Status st = pool->allocator.allocate(bytes, key, &p, e.entry());
-  if (st == Status::out_of_memory) return oom_fallback(real, e.entry(), dptr, bytes, s);
+  if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes, s);
   if (st != Status::ok) return to_cuda(st, *pool);
   bump(g_counters.cached_allocs);
   *dptr = p;
@@ -89,6 +107,7 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (EntryScope::internal() || !enabled()) return real(p, s);
   StreamId key = stream_key(s, per_thread);
+  if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
   Owner o = pools().owner_of(p);
   if (o.pool && o.live) {
     bump(g_counters.cached_frees);
@@ -123,6 +142,39 @@ namespace vramtrace::shim {
 void note_custom_mem_pool() noexcept { g_custom_pool.store(true, std::memory_order_relaxed); }
 }  // namespace vramtrace::shim
 
+namespace {
+
+// Set by the runtime fast path after the allocator ran out of memory for this call, so that the
+// cuMemAlloc_v2 that cudart then makes forwards the exact request (Note [no spurious OOM])
+// instead of asking the allocator a second time (one OOM, counted once).
+constinit thread_local bool t_fast_path_oom = false;
+
+/// A cuMemAlloc_v2-style allocation served by `pool` for entry point `entry` (cuMemAlloc_v2 or
+/// the runtime fast path), stream-ordered on the legacy stream, with the lazy sync of
+/// Note [lazy sync before reuse] when reuse_needs_sync().
+Status cached_alloc(ContextPool& pool, size_t bytes, std::uint16_t entry, DevicePtr* p) noexcept {
+  Status st = pool.allocator.allocate(bytes, StreamId{0}, p, entry);
+  if (st != Status::ok) return st;
+  if (reuse_needs_sync() && pool.overlaps_unsynced(*p, bytes)) pool.sync_for_reuse();
+  bump(g_counters.cached_allocs);
+  return st;
+}
+
+/// Frees the live block `p` of `o.pool` (cuMemFree_v2 or the runtime fast path).
+Status cached_free(const Owner& o, DevicePtr p, std::uint16_t entry) noexcept {
+  bump(g_counters.cached_frees);
+  if (o.pool->take_exported(p)) return Status::ok;  // quarantined (context_pool.h, IPC)
+  if (exiting()) {
+    bump(g_counters.exit_frees);
+    return Status::ok;
+  }
+  // Note [lazy sync before reuse]: remember the range before the block can be handed out again.
+  if (reuse_needs_sync()) o.pool->note_freed(p, o.block.size);
+  return o.pool->allocator.deallocate(p, entry);
+}
+
+}  // namespace
+
 extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   EntryScope e(Hook::cuMemAlloc_v2);
   using Fn = CUresult (*)(CUdeviceptr*, size_t);
@@ -131,6 +183,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   ContextPool* pool = nullptr;
   // bytes == 0 keeps the driver's CUDA_ERROR_INVALID_VALUE (research 5.10).
   if (!dptr || bytes == 0 || bypass_cache() || !(pool = pools().current())) {
+    if (!forwarded_fits(dptr, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytes);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
       if (capture_active()) bump(g_counters.capture_passthrough);
@@ -138,12 +191,14 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
     }
     return r;
   }
+  if (t_fast_path_oom) {
+    t_fast_path_oom = false;
+    return oom_fallback(*pool, real, e.entry(), dptr, bytes);
+  }
   DevicePtr p = 0;
-  Status st = pool->allocator.allocate(bytes, StreamId{0}, &p, e.entry());
-  if (st == Status::out_of_memory) return oom_fallback(real, e.entry(), dptr, bytes);
+  Status st = cached_alloc(*pool, bytes, e.entry(), &p);
+  if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes);
   if (st != Status::ok) return to_cuda(st, *pool);
-  if (config().settings.reuse == ReusePolicy::lazy_sync && pool->overlaps_unsynced(p, bytes)) pool->sync_for_reuse();
-  bump(g_counters.cached_allocs);
   *dptr = p;
   return CUDA_SUCCESS;
 }
@@ -155,17 +210,7 @@ extern "C" CUresult cuMemFree_v2(CUdeviceptr p) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (EntryScope::internal() || !enabled() || p == 0) return real(p);
   Owner o = pools().owner_of(p);
-  if (o.pool && o.live) {
-    bump(g_counters.cached_frees);
-    if (o.pool->take_exported(p)) return CUDA_SUCCESS;  // quarantined (context_pool.h, IPC)
-    if (exiting()) {
-      bump(g_counters.exit_frees);
-      return CUDA_SUCCESS;
-    }
-    // Note [lazy sync before reuse]: remember the range before the block can be handed out again.
-    if (config().settings.reuse == ReusePolicy::lazy_sync) o.pool->note_freed(p, o.block.size);
-    return to_cuda(o.pool->allocator.deallocate(p, e.entry()), *o.pool);
-  }
+  if (o.pool && o.live) return to_cuda(cached_free(o, p, e.entry()), *o.pool);
   if (o.pool) {
     // Inside our cache but not a live block: a double free (or an interior pointer). The real
     // driver answers both with CUDA_ERROR_INVALID_VALUE; forwarding would free our segment.
@@ -192,22 +237,49 @@ extern "C" CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
   return free_async(Hook::cuMemFreeAsync_ptsz, true, p, s);
 }
 
-// Idle cached bytes count as free: frameworks size their pools from this number (JAX
-// preallocation, vLLM profiling, PyTorch's OOM message), and memory we hold only for reuse is
-// free to them. NULL output pointers are accepted (OptiX passes one; HAMi-core #234/#333).
-extern "C" CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
-  EntryScope e(Hook::cuMemGetInfo_v2);
-  using Fn = CUresult (*)(size_t*, size_t*);
-  Fn real = real_driver<Fn>(Hook::cuMemGetInfo_v2);
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  size_t f = 0, t = 0;
-  CUresult r = real(&f, &t);
-  if (r != CUDA_SUCCESS) return r;
-  if (enabled() && !EntryScope::internal()) {
-    std::uint64_t cached = pools().cached_free_bytes(current_device());
-    f = static_cast<size_t>(std::min<std::uint64_t>(t, f + cached));
+// Note [runtime fast path]: PyTorch in tensor mode calls cudaMalloc and cudaFree once per tensor
+// (about 1,500 of each per GPT-2 step, measurements/h200.md). The shared cudart would check its
+// own state and then call our cuMemAlloc_v2 through its driver table; when a context is current
+// on the thread -- the context cudart itself would use, since the runtime adopts the current
+// context -- we serve the call from that context's pool directly and skip cudart. Everything
+// else goes to the real cudart, which reaches our driver hooks as before, so that cudart keeps
+// producing the error codes and cudaGetLastError state: no current context (cudart creates the
+// primary context), NULL or size 0, a capture, a pointer that is not a live block of ours (a
+// double free, host or foreign memory), and any allocator failure (after an OOM, cudart's
+// cuMemAlloc_v2 forwards the exact request once: t_fast_path_oom).
+extern "C" cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  EntryScope e(Hook::cudaMalloc);
+  auto real = reinterpret_cast<cudaError_t (*)(void**, size_t)>(real_runtime(Hook::cudaMalloc));
+  if (!real) return cudaErrorSharedObjectSymbolNotFound;
+  if (devPtr && size != 0 && e.outer() && !bypass_cache()) {
+    if (ContextPool* pool = pools().current()) {
+      DevicePtr p = 0;
+      Status st = cached_alloc(*pool, size, e.entry(), &p);
+      if (st == Status::ok) {
+        bump(g_counters.runtime_fast_allocs);
+        *devPtr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
+        return cudaSuccess;
+      }
+      t_fast_path_oom = st == Status::out_of_memory;
+      cudaError_t r = real(devPtr, size);
+      t_fast_path_oom = false;
+      return r;
+    }
   }
-  if (free_bytes) *free_bytes = f;
-  if (total_bytes) *total_bytes = t;
-  return CUDA_SUCCESS;
+  return real(devPtr, size);
+}
+
+extern "C" cudaError_t cudaFree(void* devPtr) {
+  EntryScope e(Hook::cudaFree);
+  auto real = reinterpret_cast<cudaError_t (*)(void*)>(real_runtime(Hook::cudaFree));
+  if (!real) return cudaErrorSharedObjectSymbolNotFound;
+  if (devPtr && e.outer() && !EntryScope::internal() && enabled()) {
+    const auto p = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(devPtr));
+    Owner o = pools().owner_of(p);
+    if (o.pool && o.live && cached_free(o, p, e.entry()) == Status::ok) {
+      bump(g_counters.runtime_fast_frees);
+      return cudaSuccess;
+    }
+  }
+  return real(devPtr);
 }

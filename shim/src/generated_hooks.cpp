@@ -1,5 +1,6 @@
 // Wrappers generated from hooks.def: runtime ENTER hooks and driver TRACE/PASS hooks. The other
-// policies are written by hand (driver_memory.cpp, driver_context.cpp, resolver.cpp).
+// policies are written by hand (driver_memory.cpp, driver_context.cpp, resolver.cpp,
+// memory_queries.cpp, nvml_hooks.cpp).
 #include "config.h"
 #include "entry.h"
 #include "real.h"
@@ -17,6 +18,9 @@ using namespace vramtrace::shim;
     return real_ args;                                                                 \
   }
 #define VT_GEN_runtime_WRAP(name, ret, params, args)
+#define VT_GEN_runtime_REPORT(name, ret, params, args)
+#define VT_GEN_nvml_REPORT(name, ret, params, args)
+#define VT_GEN_runtime_FAST(name, ret, params, args)
 
 // Driver: forward to the real function, then trace (Tracer<Hook::name>, tracers.h).
 #define VT_GEN_DRIVER_FORWARD(name, ret, params, args)                                 \

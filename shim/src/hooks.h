@@ -21,11 +21,11 @@ enum class Hook : std::uint16_t {
 };
 inline constexpr std::size_t kHookCount = static_cast<std::size_t>(Hook::count);
 
-enum class Level : std::uint8_t { runtime, driver };
+enum class Level : std::uint8_t { runtime, driver, nvml };
 
 /// Exact ABI name of a hook ("cuMemAlloc_v2"); "none" for Hook::none, "?" for an out-of-range id.
 const char* hook_name(std::uint16_t id) noexcept;
-/// Level of a hook (runtime or driver).
+/// Level of a hook (runtime, driver or nvml).
 Level hook_level(Hook h) noexcept;
 /// Id of an exact ABI name, Hook::none if we do not hook it. O(log n), no allocation.
 Hook hook_by_name(const char* name) noexcept;

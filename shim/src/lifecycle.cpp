@@ -40,6 +40,7 @@ void on_exit_handler() { begin_exit(); }
 void fork_child() {
   pools().abandon_all(true);
   passthrough_after_fork_child();
+  memory_cap_after_fork_child();
   capture_after_fork_child();
   real_after_fork_child();
   g_counters.reset();

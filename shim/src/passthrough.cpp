@@ -5,10 +5,17 @@
 #include <unordered_map>
 
 #include "counters.h"
+#include "memory_cap.h"
 #include "real.h"
 
 namespace vramtrace::shim {
 namespace {
+
+// Kinds of forwarded memory that occupy device memory, counted by the cap (memory_cap.h). Managed
+// memory migrates on demand (not resident), host and arrays are not device bytes we can size.
+bool device_resident(PassKind k) noexcept {
+  return k == PassKind::device || k == PassKind::pitched || k == PassKind::pool || k == PassKind::vmm;
+}
 
 struct Registry {
   std::mutex mu;
@@ -38,6 +45,7 @@ void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, PassKind ki
   } catch (...) {
     return;  // out of host memory: untracked, its free will be forwarded as unknown
   }
+  if (device_resident(kind)) hold(p.device, size_bytes, /*force=*/true);
   bump(g_counters.passthrough_allocs);
   emit(Action::segment_alloc, addr, size_bytes, stream, entry, kind, p.device);
 }
@@ -51,6 +59,7 @@ std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t en
     p = it->second;
     registry().live.erase(it);
   }
+  if (device_resident(p.kind)) unhold(p.device, p.size_bytes);
   bump(g_counters.passthrough_frees);
   emit(Action::segment_free, addr, p.size_bytes, stream, entry, p.kind, p.device);
   return p;

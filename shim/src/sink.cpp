@@ -89,9 +89,18 @@ trace::HeaderInfo base_header() {
   h.tool_version = vramtrace_version();
   h.allocator_settings = config().settings.to_string();
   const char* reuse = "lazy_sync";
+  if (config().settings.reuse == ReusePolicy::device_sync) reuse = "device_sync";
   if (config().settings.reuse == ReusePolicy::stream_ordered) reuse = "stream_ordered";
   if (config().settings.reuse == ReusePolicy::none) reuse = "none";
   h.settings.emplace_back("reuse", reuse);
+  // The memory cap (memory_cap.h) in the list form of `limit`, in bytes; absent without one. The
+  // devices' total_bytes are already the capped totals.
+  if (const DeviceLimits& l = config().limits; l.any()) {
+    std::string v;
+    for (const auto& [d, b] : l.by_device) v += (v.empty() ? "" : ",") + std::to_string(d) + ":" + std::to_string(b);
+    if (l.others_bytes != 0) v += (v.empty() ? "" : ",") + std::string("*:") + std::to_string(l.others_bytes);
+    h.settings.emplace_back("limit", "[" + v + "]");
+  }
   for (std::size_t i = 0; i < kHookCount; ++i) h.entry_points.emplace_back(hook_name(static_cast<std::uint16_t>(i)));
   return h;
 }

@@ -30,6 +30,9 @@ inline StreamId per_thread_stream_key() noexcept {
   return StreamId{(static_cast<std::uint64_t>(this_thread_id()) << 3) | 2};
 }
 
+/// Whether `key` is a per-thread default stream's key (per_thread_stream_key).
+inline bool is_per_thread_key(StreamId key) noexcept { return (key.value & 7) == 2; }
+
 /// Canonical key of `s` as passed to an entry point; `per_thread_entry` for _ptsz variants.
 inline StreamId stream_key(CUstream s, bool per_thread_entry) noexcept {
   auto v = reinterpret_cast<std::uintptr_t>(s);

@@ -30,6 +30,8 @@ TEST_CASE("settings parse PyTorch's keys") {
   CHECK(settings_from("backend:native,release_lock_on_cudamalloc:True,pinned_num_register_threads:8").to_string().empty());
   CHECK(settings_from("limit:14.58GiB").limit_bytes == static_cast<std::uint64_t>(14.58 * kGiB));
   CHECK(settings_from("reuse:stream_ordered").reuse == ReusePolicy::stream_ordered);
+  CHECK(settings_from("reuse:device_sync").reuse == ReusePolicy::device_sync);
+  CHECK(settings_from("reuse:device_sync").to_string().find("reuse:device_sync") != std::string::npos);
   CHECK(settings_from("per_process_memory_fraction:0.5").per_process_memory_fraction == Approx(0.5));
 }
 

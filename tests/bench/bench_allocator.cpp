@@ -35,6 +35,14 @@ void BM_CacheHitPair(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_CacheHitPair)->Arg(4096)->Arg(4 * 1024 * 1024)->Arg(64 * 1024 * 1024);
+// The same pairs with a fixed count, for instruction counts under callgrind (docs/benchmarks.md):
+// with --toggle-collect on this function, instructions / 100,000 = instructions per pair.
+BENCHMARK(BM_CacheHitPair)
+    ->Name("BM_CacheHitPairFixed")
+    ->Arg(4096)
+    ->Arg(4 * 1024 * 1024)
+    ->Arg(64 * 1024 * 1024)
+    ->Iterations(100000);
 
 // One trace operation, resolved ahead of time to a slot so that only the allocator is measured.
 struct Op {

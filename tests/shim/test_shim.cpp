@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -178,9 +180,11 @@ TEST_CASE("preloading into a process without CUDA changes nothing") {
 }
 
 static void check_runtime_road(const char* program, bool shared_cudart) {
-  Run plain = run({road(program)}, false);
+  // With a stream created first, so that the default policy's lazy synchronisation is exercised
+  // (Note [single stream needs no sync]; the single-stream case has its own test).
+  Run plain = run({road(program)}, false, {"ROAD_EARLY_STREAM=1"});
   REQUIRE(plain.exit_code == 0);  // the fake is faithful: the program passes without the shim
-  Run r = run({road(program)}, true);
+  Run r = run({road(program)}, true, {"ROAD_EARLY_STREAM=1"});
   REQUIRE(r.exit_code == 0);
   CHECK(r.program == plain.program);
   const Stats& s = r.stats();
@@ -199,6 +203,9 @@ static void check_runtime_road(const char* program, bool shared_cudart) {
     CHECK(get(s, "calls.cudaGetDriverEntryPointByVersion") == 1);
     CHECK(get(s, "entry.cudaMalloc") > 0);  // allocator events carry the runtime entry point
     CHECK(get(s, "entry.cuMemAlloc_v2") == get(r.program, "driver.cuMemAlloc_v2"));
+    // Note [runtime fast path]: cache hits and misses alike skip cudart when a context is current.
+    CHECK(get(s, "shim.runtime_fast_allocs") > 0);
+    CHECK(get(s, "shim.runtime_fast_frees") > 0);
   } else {
     // Static cudart: invisible at runtime level, caught at the driver level through the
     // resolver it got from our dlsym and the self-lookup (the H200 finding).
@@ -208,7 +215,9 @@ static void check_runtime_road(const char* program, bool shared_cudart) {
     CHECK(get(s, "calls.cuMemFree_v2") == get(r.program, "cudaFree"));
     CHECK(get(s, "calls.cuMemAllocAsync_ptsz") == get(r.program, "cudaMallocAsync_ptsz"));
     CHECK(get(s, "entry.cuMemAlloc_v2") > 0);
+    CHECK(get(s, "shim.runtime_fast_allocs") == 0);
   }
+  CHECK(get(s, "shim.other_streams_seen") == 1);
   CHECK(get(s, "calls.cuGetProcAddress_v2") > 0);
   CHECK(get(s, "shim.resolver_substitutions") > 0);
   CHECK(get(s, "shim.resolver_unmapped") == 0);
@@ -238,6 +247,22 @@ TEST_CASE("expandable segments through the CUDA driver backend (virtual memory c
   CHECK(get(s, "events.segment_alloc") == 3);  // only the forwarded managed, pitched, host memory
   CHECK(get(s, "shim.cached_allocs") > 0);
   no_call_after_exit(r);
+}
+
+TEST_CASE("lazy_sync: no synchronisation while the program has used only the legacy stream") {
+  // The program checks that its first reuse did not synchronise (ROAD_EXPECT=lazy, no early
+  // stream); it creates streams later, after which the policy remembers frees again.
+  for (const char* program : {"road_runtime_shared", "road_runtime_static"}) {
+    INFO(program);
+    Run r = run({road(program)}, true, {"ROAD_EXPECT=lazy"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(get(r.stats(), "shim.other_streams_seen") == 1);
+    CHECK(get(r.stats(), "shim.cached_allocs") > 0);
+  }
+  // reuse:device_sync keeps the synchronisation from the start.
+  Run d = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=reuse:device_sync", "ROAD_EXPECT=device"});
+  REQUIRE(d.exit_code == 0);
+  CHECK(get(d.stats(), "shim.lazy_syncs") >= 1);
 }
 
 TEST_CASE("reuse policies: stream_ordered never synchronises, none forwards everything") {
@@ -388,4 +413,262 @@ TEST_CASE("NVIDIA's real cudart 13 resolves the driver only through our wrappers
   }
   unlink(link.c_str());
   rmdir(dir.c_str());
+}
+
+// ------------------------------------------------------------------------------ memory cap (issue 7)
+
+namespace {
+constexpr long long kMiB = 1 << 20;
+
+/// road_caps under the shim with `conf` (empty: no VRAMTRACE_CONF), fake devices of `total_mb`.
+Run caps_run(const std::string& conf, long long total_mb = 1024) {
+  std::vector<std::string> env = {"FAKECUDA_TOTAL_MB=" + std::to_string(total_mb), "FAKECUDA_DEVICES=2"};
+  if (!conf.empty()) env.push_back("VRAMTRACE_CONF=" + conf);
+  Run r = run({road("road_caps")}, true, env);
+  REQUIRE(r.exit_code == 0);
+  return r;
+}
+
+/// Every figure of CUDA device `d` (runtime, both driver ABIs, total, both property calls, and
+/// NVML through the reversed index of the fake) against the expected (free, total). `nvml_total`
+/// and `nvml_free` are checked on the NVML device of ordinal d.
+void check_device(const Run& r, int d, long long total, long long free_b, long long nvml_total, long long nvml_free) {
+  INFO("device " << d);
+  const auto& p = r.program;
+  auto g = [&](const std::string& k) { return get(p, std::to_string(d) + "." + k); };
+  CHECK(g("rt.total") == total);
+  CHECK(g("rt.free") == free_b);
+  CHECK(g("cu.total") == total);
+  CHECK(g("cu.free") == free_b);
+  CHECK(g("cu32.total") == total);
+  CHECK(g("cu32.free") == free_b);
+  CHECK(g("totalmem") == total);
+  CHECK(g("props") == total);
+  CHECK(g("props_v2") == total);
+  CHECK(g("rt.free") <= g("rt.total"));
+  // NULL output pointers: the shim answers (the fake driver alone refuses them).
+  CHECK(g("null.rt.rc") == 0);
+  CHECK(g("null.rt.total") == total);
+  CHECK(g("null.cu.rc") == 0);
+  CHECK(g("null.cu.free") == free_b);
+  CHECK(g("null.totalmem.rc") == CUDA_ERROR_INVALID_VALUE);  // the real answer is kept
+  CHECK(g("null.props.rc") == cudaErrorInvalidValue);
+  const std::string n = "nvml" + std::to_string(1 - d);  // the fake NVML numbers devices in reverse
+  CHECK(get(p, n + ".total") == nvml_total);
+  CHECK(get(p, n + ".free") == nvml_free);
+  CHECK(get(p, n + ".used") == nvml_total - nvml_free);
+  CHECK(get(p, n + ".v2.total") == nvml_total);
+  CHECK(get(p, n + ".v2.free") == nvml_free);
+  CHECK(get(p, n + ".v2.reserved") + get(p, n + ".v2.used") == nvml_total - nvml_free);
+  CHECK(get(p, n + ".v2.reserved") == std::min<long long>(8 * kMiB, nvml_total - nvml_free));
+  CHECK(get(p, n + ".null.rc") == 2);  // NVML_ERROR_INVALID_ARGUMENT, passed through
+}
+
+std::string vramtrace_cmd() {
+  std::string v = VT_VRAMTRACE_PATH;
+  if (v.empty()) WARN("vramtrace (the reporter) is not built: skipped");
+  return v;
+}
+}  // namespace
+
+// Each device holds a live 30 MiB block and a freed 6 MiB block cached in a 20 MiB segment: the
+// fake driver has 50 MiB used on it, the program uses 30 MiB. The fake NVML adds 8 MiB reserved.
+TEST_CASE("memory cap: without a cap every figure is the device's (idle cache counted as free)") {
+  Run plain = run({road("road_caps")}, false, {"FAKECUDA_TOTAL_MB=1024", "FAKECUDA_DEVICES=2"});
+  REQUIRE(plain.exit_code == 0);
+  CHECK(get(plain.program, "0.rt.total") == 1024 * kMiB);
+  CHECK(get(plain.program, "0.null.rt.rc") == CUDA_ERROR_INVALID_VALUE);  // the fake alone refuses NULL
+  Run r = caps_run("");
+  CHECK(get(r.program, "nvml.hooked") == 1);
+  for (int d = 0; d < 2; ++d)  // free = 1024 - 50 + 20 idle; NVML untouched: 1024 - 8 - 50
+    check_device(r, d, 1024 * kMiB, (1024 - 30) * kMiB, 1024 * kMiB, (1024 - 8 - 50) * kMiB);
+  CHECK(get(r.stats(), "calls.nvmlDeviceGetMemoryInfo") == 4);  // two devices, plus the NULL calls
+  CHECK(get(r.stats(), "calls.cudaGetDeviceProperties") == 4);
+  CHECK(get(r.stats(), "calls.cuDeviceTotalMem_v2") >= 2);
+}
+
+TEST_CASE("memory cap: limit:SIZE caps every query of every device, free <= total <= physical") {
+  Run r = caps_run("limit:256MiB");
+  for (int d = 0; d < 2; ++d)  // free = 256 - 30 in use; NVML the same (its 8 MiB reserved inside the 30)
+    check_device(r, d, 256 * kMiB, (256 - 30) * kMiB, 256 * kMiB, (256 - 30) * kMiB);
+}
+
+TEST_CASE("memory cap: a cap above the physical memory reports the physical total") {
+  Run r = caps_run("limit:4GiB");
+  // NVML's free leaves out its 8 MiB reserved: 1024 - 8 - 50 + 20 idle
+  for (int d = 0; d < 2; ++d) check_device(r, d, 1024 * kMiB, (1024 - 30) * kMiB, 1024 * kMiB, (1024 - 8 - 30) * kMiB);
+}
+
+TEST_CASE("memory cap: per-device caps, unlisted devices uncapped or capped by *") {
+  Run both = caps_run("limit:[0:256MiB,1:512MiB]");
+  check_device(both, 0, 256 * kMiB, (256 - 30) * kMiB, 256 * kMiB, (256 - 30) * kMiB);
+  check_device(both, 1, 512 * kMiB, (512 - 30) * kMiB, 512 * kMiB, (512 - 30) * kMiB);
+  Run one = caps_run("limit:[1:512MiB]");
+  check_device(one, 0, 1024 * kMiB, (1024 - 30) * kMiB, 1024 * kMiB, (1024 - 8 - 50) * kMiB);  // untouched
+  check_device(one, 1, 512 * kMiB, (512 - 30) * kMiB, 512 * kMiB, (512 - 30) * kMiB);
+  Run star = caps_run("max_split_size_mb:64, limit:[1:512MiB,*:128MiB]");
+  check_device(star, 0, 128 * kMiB, (128 - 30) * kMiB, 128 * kMiB, (128 - 30) * kMiB);
+  check_device(star, 1, 512 * kMiB, (512 - 30) * kMiB, 512 * kMiB, (512 - 30) * kMiB);
+}
+
+TEST_CASE("memory cap: contexts of one device share its cap, a destroyed context gives its memory back, threads never pass it") {
+  Run plain = run({road("road_cap_contexts")}, false, {"FAKECUDA_TOTAL_MB=1024"});
+  REQUIRE(plain.exit_code == 0);
+  CHECK(get(plain.program, "a") == 51);  // 1024 / 20 without a cap
+  Run r = run({road("road_cap_contexts")}, true, {"FAKECUDA_TOTAL_MB=1024", "VRAMTRACE_CONF=limit:100MiB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(get(r.program, "a") == 5);  // 5 x 20 MiB = the cap
+  CHECK(get(r.program, "b") == 0);  // the other context of the same device gets nothing
+  CHECK(get(r.program, "b.total") == 100 * kMiB);
+  CHECK(get(r.program, "b.free") == 0);
+  CHECK(get(r.program, "b.after_destroy") == 5);
+  // 100 MiB in b's cache as five idle 20 MiB segments: 12 MiB requests take one each (a 12 MiB
+  // block does not split off a 20 MiB segment's rest for another 12 MiB), then nothing fits.
+  CHECK(get(r.program, "threads") == 5);
+  CHECK(get(r.stats(), "allocator.reserved_bytes.all.peak") <= 100 * kMiB);
+}
+
+TEST_CASE("memory cap: a bad limit is refused like any bad setting") {
+  for (const char* conf : {"limit:[0:1GiB", "limit:[x:1GiB]", "limit:[0:1GiB,0:2GiB]", "limit:[]", "limit:0", "limit:12XB"}) {
+    INFO(conf);
+    Run r = run({road("road_runtime_shared")}, true, {std::string("VRAMTRACE_CONF=") + conf, "ROAD_EXPECT=off"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.find("vramtrace: VRAMTRACE_CONF: setting 'limit'") == 0);
+    CHECK(get(r.stats(), "shim.cached_allocs") == 0);
+  }
+}
+
+namespace {
+std::string temp_dir() {
+  char tmpl[] = "/tmp/vt-cap-XXXXXX";
+  return mkdtemp(tmpl);
+}
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> out;
+  std::istringstream in(slurp(path));
+  std::string l;
+  while (std::getline(in, l)) out.push_back(l);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes, oom event with snapshot, flushed") {
+  std::string dir = temp_dir();
+  const std::string trace = dir + "/capped.jsonl";
+  Run r = run({road("road_cap_oom")}, true,
+              {"VRAMTRACE_CONF=limit:64MiB", "ROAD_CAP=1", "FAKECUDA_TOTAL_MB=1024", "VRAMTRACE_OUTPUT=" + trace});
+  REQUIRE(r.exit_code == 0);  // the program checked cudaErrorMemoryAllocation / CUDA_ERROR_OUT_OF_MEMORY
+  CHECK(get(r.program, "failed_at") == 3);
+  CHECK(get(r.program, "trace_has_oom") == 1);  // written before cudaMalloc returned
+  const Stats& s = r.stats();
+  // 40 MiB (the cached 30 MiB released), 10 MiB, 100 MiB driver, 100 MiB async: one retry each
+  CHECK(get(s, "allocator.num_alloc_retries") == 4);
+  CHECK(get(s, "allocator.num_ooms") == 3);
+  CHECK(get(s, "events.oom") == 3);
+  CHECK(get(s, "shim.oom_fallbacks") == 0);  // no fallback past the cap
+  CHECK(get(s, "allocator.reserved_bytes.all.peak") <= 64 * kMiB);
+  CHECK(get(s, "allocator.reserved_bytes.all.peak") == 62 * kMiB);
+  // The trace: header device total = the cap; each oom line has the full snapshot.
+  auto lines = lines_of(trace);
+  REQUIRE(lines.size() > 2);
+  auto header = nlohmann::json::parse(lines.front());
+  CHECK(header["devices"][0]["total_bytes"].get<long long>() == 64 * kMiB);
+  CHECK(header["settings"]["limit"] == "[*:67108864]");
+  int ooms = 0;
+  for (const auto& l : lines) {
+    auto j = nlohmann::json::parse(l);
+    if (j.value("a", "") != "oom") continue;
+    ++ooms;
+    REQUIRE(j.contains("snapshot"));
+    long long reserved = 0;
+    for (const auto& seg : j["snapshot"]["segments"]) {
+      reserved += seg["total_size"].get<long long>();
+      long long tiled = 0;
+      for (const auto& b : seg["blocks"]) tiled += b["size"].get<long long>();
+      CHECK(tiled == seg["total_size"].get<long long>());
+    }
+    if (ooms == 1) {
+      CHECK(j["r"].get<long long>() == 10 * kMiB);
+      CHECK(reserved == 60 * kMiB);                       // segments of 20 and 40 MiB
+      CHECK(j["free"].get<long long>() == 4 * kMiB);      // capped free: 64 - 60
+    }
+  }
+  CHECK(ooms == 3);
+  std::remove(trace.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("memory cap: `vramtrace oom` calls it capacity, and `replay --capacity` of the same sequence fails at the same allocation") {
+  const std::string vt = vramtrace_cmd();
+  if (vt.empty()) return;
+  std::string dir = temp_dir();
+  const std::string capped = dir + "/capped.jsonl", free_run = dir + "/free.jsonl";
+  Run a = run({road("road_cap_oom")}, true,
+              {"VRAMTRACE_CONF=limit:64MiB", "ROAD_CAP=1", "FAKECUDA_TOTAL_MB=1024", "VRAMTRACE_OUTPUT=" + capped});
+  REQUIRE(a.exit_code == 0);
+  Run b = run({road("road_cap_oom")}, true, {"FAKECUDA_TOTAL_MB=1024", "VRAMTRACE_OUTPUT=" + free_run});
+  REQUIRE(b.exit_code == 0);
+  CHECK(get(b.program, "failed_at") == -1);  // the same sequence, no cap: nothing fails
+
+  // The live OOM: the first oom line, and how many allocations succeeded before it.
+  long long live_index = 0;
+  for (const auto& l : lines_of(capped)) {
+    auto j = nlohmann::json::parse(l);
+    if (j.value("a", "") == "oom") break;
+    if (j.value("a", "") == "alloc") ++live_index;
+  }
+  CHECK(live_index == get(a.program, "failed_at"));
+  auto oom = nlohmann::json::parse(capture_cmd(vt + " oom --json --no-replay " + capped + " 2>/dev/null"));
+  REQUIRE(oom["ooms"].size() >= 1);
+  const auto& first = oom["ooms"][0];
+  CHECK(first["diagnosis"] == "capacity");
+  const auto& f = first["figures"];
+  CHECK(f["request_bytes"].get<long long>() == 10 * kMiB);
+  CHECK(f["device_total_bytes"].get<long long>() == 64 * kMiB);
+  CHECK(f["device_free_bytes"].get<long long>() == 4 * kMiB);
+  CHECK(f["reserved_bytes"].get<long long>() == 60 * kMiB);
+  CHECK(f["allocated_bytes"].get<long long>() == 60 * kMiB);
+  std::string text = capture_cmd(vt + " oom --no-replay " + capped + " 2>&1");
+  CHECK(text.find("Diagnosis: capacity") != std::string::npos);
+
+  // Replay of the uncapped recording on a 64 MiB device: same allocation, same figures.
+  auto rep = nlohmann::json::parse(capture_cmd(vt + " replay --json --capacity 64MiB " + free_run + " 2>/dev/null"));
+  REQUIRE(rep["results"].size() == 1);
+  const auto& fo = rep["results"][0]["first_oom"];
+  REQUIRE(!fo.is_null());
+  CHECK(fo["alloc_index"].get<long long>() == live_index);
+  CHECK(fo["requested_bytes"].get<long long>() == f["request_bytes"].get<long long>());
+  CHECK(fo["allocated_bytes"].get<long long>() == f["allocated_bytes"].get<long long>());
+  CHECK(fo["reserved_bytes"].get<long long>() == f["reserved_bytes"].get<long long>());
+  std::remove(capped.c_str());
+  std::remove(free_run.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("memory cap: `vramtrace run --limit` takes a size or a card name, and refuses an unknown name") {
+  const std::string vt = vramtrace_cmd();
+  if (vt.empty()) return;
+  std::string dir = temp_dir();
+  // T4: 14.58 GiB as CUDA reports it, on fake devices of 20000 MiB.
+  Run r = run({vt, "run", "--limit", "T4", "-o", dir + "/t4.jsonl", "--", road("road_caps")}, false,
+              {"FAKECUDA_TOTAL_MB=20000", "FAKECUDA_DEVICES=2", std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH});
+  REQUIRE(r.exit_code == 0);
+  const long long t4 = static_cast<long long>(14.58 * 1073741824.0) / (2 * kMiB) * (2 * kMiB);
+  CHECK(get(r.program, "0.rt.total") == t4);
+  CHECK(get(r.program, "1.props") == t4);
+  CHECK(get(r.program, "nvml0.total") == t4);
+  CHECK(r.err.find("--limit T4 = 14.58 GiB") != std::string::npos);
+  Run bad = run({vt, "run", "--limit", "T5", "--", "/bin/true"}, false, {std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("known cards: T4, V100-16GB") != std::string::npos);
+  Run per = run({vt, "run", "--conf", "limit:[0:1GiB,1:2GiB]", "-o", dir + "/p.jsonl", "--", road("road_caps")}, false,
+                {"FAKECUDA_TOTAL_MB=20000", "FAKECUDA_DEVICES=2", std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH});
+  REQUIRE(per.exit_code == 0);
+  CHECK(get(per.program, "0.rt.total") == 1024 * kMiB);
+  CHECK(get(per.program, "1.rt.total") == 2048 * kMiB);
+  Run badconf = run({vt, "run", "--conf", "limit:[0:1GiB", "--", "/bin/true"}, false,
+                    {std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH});
+  CHECK(badconf.exit_code == 2);
+  CHECK(badconf.err.find("missing ']'") != std::string::npos);
+  capture_cmd("rm -rf " + dir);
 }

@@ -15,7 +15,10 @@ namespace vramtrace {
 /// When the shim may hand a block that the program freed with cudaFree to a new request.
 /// Note [reuse policy] in shim/ explains each; replay ignores it.
 enum class ReusePolicy : std::uint8_t {
-  lazy_sync,       ///< default: one device synchronisation before reusing blocks freed since the last one
+  lazy_sync,       ///< default: stream-ordered while the program has used only the legacy default
+                   ///< stream; from its first other stream on, one device synchronisation before
+                   ///< reusing blocks freed since the last one
+  device_sync,     ///< that synchronisation from the start, whatever streams the program uses
   stream_ordered,  ///< reuse at once on the same stream (fast; for single-stream programs)
   none,            ///< no caching: every free goes to the device at once
 };

@@ -9,6 +9,9 @@
 //   FAKECUDA_DEVICES      number of devices (default 2)
 //   FAKECUDA_FAIL_ALLOC   fail the Nth cuMemAlloc_v2 with CUDA_ERROR_OUT_OF_MEMORY (1-based)
 //
+// Device queries: cuDeviceTotalMem_v2 (= FAKECUDA_TOTAL_MB), cuDeviceGetUuid_v2 (fa ce 00 <dev>
+// 00..., matched by the fake NVML), cuDeviceGetName, both cuMemGetInfo ABIs.
+//
 // Test-only exports (not CUDA): fakecuda_calls(name), fakecuda_used_bytes(dev),
 // fakecuda_live_allocations(), fakecuda_real(name).
 #define __CUDA_API_VERSION_INTERNAL 1
@@ -312,7 +315,41 @@ FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total_b) {
   *free_b = st().total_bytes - st().used[c->device];
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuMemGetInfo(unsigned int* f, unsigned int* t) { COUNT(); return CUDA_ERROR_NOT_SUPPORTED; }
+// The 32-bit ABI, saturated at 4 GiB - 1 (the fake's devices are small enough not to need it).
+FAKE_EXPORT CUresult cuMemGetInfo(unsigned int* f, unsigned int* t) {
+  COUNT();
+  Context* c = nullptr;
+  if (CUresult r = current(&c)) return r;
+  if (!f || !t) return CUDA_ERROR_INVALID_VALUE;
+  size_t total = st().total_bytes, free_b = total - st().used[c->device];
+  *t = static_cast<unsigned int>(total > 0xffffffffull ? 0xffffffffull : total);
+  *f = static_cast<unsigned int>(free_b > 0xffffffffull ? 0xffffffffull : free_b);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  COUNT();
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= st().devices) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = st().total_bytes;
+  return CUDA_SUCCESS;
+}
+// UUID of device d: fa ce 00 d 00 ... (tests/shim/fake/fake_nvml.cpp prints the same).
+FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  COUNT();
+  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= st().devices) return CUDA_ERROR_INVALID_DEVICE;
+  memset(uuid->bytes, 0, sizeof uuid->bytes);
+  uuid->bytes[0] = static_cast<char>(0xfa);
+  uuid->bytes[1] = static_cast<char>(0xce);
+  uuid->bytes[3] = static_cast<char>(dev);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  COUNT();
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  snprintf(name, static_cast<size_t>(len), "Fake CUDA device %d", dev);
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t width, size_t height, unsigned int elem) {
   COUNT();
   if (!pitch) return CUDA_ERROR_INVALID_VALUE;
@@ -536,6 +573,9 @@ const ProcEntry kProcs[] = {
     {"cuMemFree", 3020, "cuMemFree_v2", nullptr},
     {"cuMemGetInfo", 2000, "cuMemGetInfo", nullptr},
     {"cuMemGetInfo", 3020, "cuMemGetInfo_v2", nullptr},
+    {"cuDeviceTotalMem", 3020, "cuDeviceTotalMem_v2", nullptr},
+    {"cuDeviceGetUuid", 11040, "cuDeviceGetUuid_v2", nullptr},
+    {"cuDeviceGetName", 2000, "cuDeviceGetName", nullptr},
     {"cuMemAllocPitch", 3020, "cuMemAllocPitch_v2", nullptr},
     {"cuMemAllocManaged", 6000, "cuMemAllocManaged", nullptr},
     {"cuMemcpyHtoD", 3020, "cuMemcpyHtoD_v2", nullptr},
@@ -623,6 +663,9 @@ const struct { const char* name; void* fn; } kOwn[] = {
     {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&cuMemGetAllocationGranularity)},
     {"cuMemGetInfo", reinterpret_cast<void*>(&cuMemGetInfo)},
     {"cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
+    {"cuDeviceTotalMem_v2", reinterpret_cast<void*>(&cuDeviceTotalMem_v2)},
+    {"cuDeviceGetUuid_v2", reinterpret_cast<void*>(&cuDeviceGetUuid_v2)},
+    {"cuDeviceGetName", reinterpret_cast<void*>(&cuDeviceGetName)},
     {"cuMemHostAlloc", reinterpret_cast<void*>(&cuMemHostAlloc)},
     {"cuMemMap", reinterpret_cast<void*>(&cuMemMap)},
     {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},

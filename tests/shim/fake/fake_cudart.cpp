@@ -191,3 +191,33 @@ RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void*
   if (status) *status = static_cast<cudaDriverEntryPointQueryResult>(s);
   return ret(r);
 }
+
+// Device properties: name and totalGlobalMem, the latter from cuDeviceTotalMem_v2 resolved through
+// cuGetProcAddress, as NVIDIA's cudart does (so the shim's driver hook sees it).
+RT_EXPORT cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  READY();
+  if (!prop) return cudaErrorInvalidValue;
+  memset(prop, 0, sizeof *prop);
+  if (CUresult r = g.cuDeviceGetName(prop->name, sizeof prop->name, device)) return ret(r);
+  size_t total = 0;
+  if (CUresult r = g.cuDeviceTotalMem_v2(&total, device)) return ret(r);
+  prop->totalGlobalMem = total;
+  return cudaSuccess;
+}
+// CUDA 12's export. This one models a cudart that learnt the total without our resolver (read
+// before the shim was asked, or cached): it calls the driver's own function by its address, so
+// only the shim's runtime-level hook can cap it.
+RT_EXPORT cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp* prop, int device) {
+  READY();
+  if (!prop) return cudaErrorInvalidValue;
+  memset(prop, 0, sizeof *prop);
+  void* self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto real = self ? reinterpret_cast<void* (*)(const char*)>(dlsym(self, "fakecuda_real")) : nullptr;
+  auto total_mem = real ? reinterpret_cast<CUresult (*)(size_t*, CUdevice)>(real("cuDeviceTotalMem_v2")) : nullptr;
+  if (self) dlclose(self);
+  if (!total_mem) return cudaErrorInitializationError;
+  size_t total = 0;
+  if (CUresult r = total_mem(&total, device)) return ret(r);
+  prop->totalGlobalMem = total;
+  return cudaSuccess;
+}

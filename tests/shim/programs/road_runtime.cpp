@@ -39,16 +39,24 @@ static void write_read(void* d, size_t n, unsigned char seed) {
 }
 
 int main() {
-  // ROAD_EXPECT (set by the harness): lazy (default policy), ordered, none, off (no caching).
+  // ROAD_EXPECT (set by the harness): lazy (default policy), device (reuse:device_sync), ordered,
+  // none, off (no caching). ROAD_EARLY_STREAM=1: create a stream before the first allocation.
   const char* expect_env = std::getenv("ROAD_EXPECT");
   const std::string expect = expect_env ? expect_env : (under_shim() ? "lazy" : "off");
-  const bool shim = expect == "lazy" || expect == "ordered";  // blocks come from our cache
+  const bool shim = expect == "lazy" || expect == "device" || expect == "ordered";  // blocks come from our cache
+  const char* early_env = std::getenv("ROAD_EARLY_STREAM");
+  const bool early_stream = early_env && std::string(early_env) == "1";
+  cudaStream_t early = nullptr;
+  if (early_stream) CHECK_EQ(cudaStreamCreate(&early), cudaSuccess);
+  // One lazy synchronisation before the reuse below: always under reuse:device_sync; under
+  // lazy_sync only once the program has a second stream (Note [single stream needs no sync]).
+  const long expected_syncs = expect == "device" || (expect == "lazy" && early_stream) ? 1 : 0;
   size_t free0 = 0, total = 0;
   CHECK_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
   CHECK_EQ(free0, total);
 
   // Allocate, use, free, allocate the same size again: under the shim the second one is a cache
-  // hit, preceded by one lazy synchronisation (Note [lazy sync before reuse]).
+  // hit, preceded by expected_syncs lazy synchronisations (Note [lazy sync before reuse]).
   void* a = dmalloc(1 << 20);
   write_read(a, 1 << 20, 1);
   size_t f = 0;
@@ -61,7 +69,7 @@ int main() {
   if (shim) {
     CHECK_EQ(fake_calls("cuMemAlloc_v2") + fake_calls("cuMemCreate"), 1);  // one segment (or page)
     CHECK(b == a);
-    CHECK_EQ(fake_calls("cuCtxSynchronize") - syncs_before, expect == "lazy" ? 1 : 0);
+    CHECK_EQ(fake_calls("cuCtxSynchronize") - syncs_before, expected_syncs);
   }
 
   // Batched: free several blocks, then reuse them all: one synchronisation at most.

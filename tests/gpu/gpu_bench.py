@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Step-time benchmarks of libvramtrace.so on the GPU, side by side and interleaved (issues 3, 4).
+
+Each round runs every variant once, in an order rotated from round to round, so that clock and
+thermal drift spread over all variants; a variant's figure is the median over rounds of each
+run's median step time, and its ratio is that over the native figure of the same model.
+
+Variants (torch_train.py, GPT-2 124M and Llama-style 1.1B training steps):
+  native          PyTorch's own caching allocator, no shim
+  front           the shim in front of PyTorch's allocator (target <= 1.01x native)
+  tensor          tensor mode: PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the shim, reuse:lazy_sync
+                  (the default; target <= 1.03x native, peak reserved <= native)
+  tensor_ordered  the same with reuse:stream_ordered
+  tensor_device   the same with reuse:device_sync (GPT-2 only)
+  tensor_traced   tensor mode with the full trace written (VRAMTRACE_OUTPUT, plain JSON Lines as `vramtrace run` writes by default; issue 4:
+                  target <= 1.03x the untraced tensor run)
+Peak reserved: PyTorch's max_memory_reserved for native; for the shim runs the allocator's peak,
+which also holds what libraries allocate with cudaMalloc outside PyTorch's allocator (so the
+front run's shim peak is the like-for-like native figure for the tensor runs).
+
+Usage: gpu_bench.py [--rounds N] [--budget SECONDS] [--build DIR] [--models gpt2,llama]
+Writes $OUT/gpu-bench.md and gpu-bench.json (logs under $OUT/logs).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_compat as gc  # noqa: E402
+
+NOCACHE = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+
+
+def variants(model, trace_dir):
+    v = [("native", False, {}),
+         ("front", True, {}),
+         ("tensor", True, dict(NOCACHE)),
+         ("tensor_ordered", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered")),
+         ("tensor_traced", True, dict(NOCACHE, VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-%p.jsonl")))]
+    if model == "gpt2":
+        v.append(("tensor_device", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:device_sync")))
+    return v
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--budget", type=float, default=540.0)
+    ap.add_argument("--build")
+    ap.add_argument("--models", default="gpt2,llama")
+    args = ap.parse_args()
+    build = gc.find_build(args.build)
+    out = os.environ.get("OUT") or os.path.join(gc.ROOT, "gpu-bench-out")
+    R = gc.Runner(os.path.join(build, "shim", "libvramtrace.so"), out, args.budget)
+    trace_dir = os.path.join(out, "traces")
+    os.makedirs(trace_dir, exist_ok=True)
+    script = os.path.join(gc.GPU_DIR, "torch_train.py")
+    plans = {"gpt2": ["--steps", "12", "--warmup", "3"], "llama": ["--steps", "6", "--warmup", "2"]}
+    runs = {}  # (model, variant) -> list of run dicts
+    for rnd in range(args.rounds):
+        for model in args.models.split(","):
+            vs = variants(model, trace_dir)
+            k = rnd % len(vs)
+            for name, shim, env in vs[k:] + vs[:k]:
+                if name == "tensor_device" and rnd > 0:
+                    continue  # slow and not a target: one run is enough
+                for f in os.listdir(trace_dir):  # traces of earlier rounds: keep the disk small
+                    if f.startswith(model) and rnd > 0:
+                        os.remove(os.path.join(trace_dir, f))
+                r = R.run(f"{model}_{name}_r{rnd}", [sys.executable, script, "--model", model] + plans[model],
+                          shim, env, timeout=240)
+                res = r["result"] or {}
+                print(f"  round {rnd} {model} {name}: rc={r['rc']} step={res.get('step_ms_median')} "
+                      f"lazy_syncs={r['stats'].get('shim.lazy_syncs')} "
+                      f"other_streams={r['stats'].get('shim.other_streams_seen')} "
+                      f"fast={r['stats'].get('shim.runtime_fast_allocs')}" + gc.why(r), flush=True)
+                runs.setdefault((model, name), []).append(r)
+
+    rows = []
+    for model in args.models.split(","):
+        def fig(name):
+            ms = [(r["result"] or {}).get("step_ms_median") for r in runs.get((model, name), [])]
+            ms = [m for m in ms if m]
+            return (statistics.median(ms), ms) if ms else (None, ms)
+
+        base, base_all = fig("native")
+        nat = [r for r in runs.get((model, "native"), []) if r["result"]]
+        native_peak = nat[0]["result"].get("peak_reserved") if nat else None
+        front_peak = None
+        for r in runs.get((model, "front"), []):
+            front_peak = r["stats"].get("allocator.reserved_bytes.all.peak") or front_peak
+        untraced, _ = fig("tensor")
+        for name, _, _ in variants(model, trace_dir):
+            m, allm = fig(name)
+            rs = runs.get((model, name), [])
+            st = rs[-1]["stats"] if rs else {}
+            losses = {json.dumps((r["result"] or {}).get("losses")) for r in rs + nat if r["result"]}
+            target = {"front": 1.01, "tensor": 1.03}.get(name)
+            ratio = m / base if m and base else None
+            row = {"model": model, "variant": name, "step_ms": round(m, 2) if m else None,
+                   "runs_ms": [round(x, 2) for x in allm], "ratio": round(ratio, 4) if ratio else None,
+                   "target": target, "ok": all(gc.ok(r) for r in rs),
+                   "losses_identical_to_native": len(losses) == 1,
+                   "peak_reserved": native_peak if name == "native" else st.get("allocator.reserved_bytes.all.peak"),
+                   "lazy_syncs": st.get("shim.lazy_syncs"), "other_streams_seen": st.get("shim.other_streams_seen"),
+                   "runtime_fast_allocs": st.get("shim.runtime_fast_allocs"), "calls_cudaMalloc": st.get("calls.cudaMalloc")}
+            if name == "tensor_traced" and m and untraced:
+                row["ratio_vs_untraced"] = round(m / untraced, 4)
+                row["trace_bytes"] = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir)
+                                         if f.startswith(model))
+            if name.startswith("tensor"):
+                row["front_shim_peak_reserved"] = front_peak
+            rows.append(row)
+
+    head = (f"GPU benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.rounds} rounds, "
+            f"{round(time.time() - gc.T0)} s; command: scripts/gpu-bench.sh {' '.join(sys.argv[1:])}")
+    keys = ["model", "variant", "step_ms", "ratio", "target", "runs_ms", "peak_reserved", "front_shim_peak_reserved",
+            "ratio_vs_untraced", "trace_bytes", "lazy_syncs", "other_streams_seen", "runtime_fast_allocs",
+            "calls_cudaMalloc", "losses_identical_to_native", "ok"]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for r in rows:
+        lines.append("| " + " | ".join("" if r.get(k) is None else str(r.get(k)) for k in keys) + " |")
+    text = head + "\n\n" + "\n".join(lines) + "\n"
+    print("\n" + text)
+    with open(os.path.join(out, "gpu-bench.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out, "gpu-bench.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
