@@ -8,6 +8,7 @@
 #include "check_input.h"
 #include "check_report.h"
 #include "commands.h"
+#include "trace_paths.h"
 
 namespace vramtrace::cli {
 
@@ -67,8 +68,11 @@ int run_check(const CheckOptions& o) {
     throw BudgetError("no budget given: set one (e.g. --max-peak-reserved 20GiB, --no-leaks) or --budget FILE");
 
   std::vector<DeviceMeasures> measures;
-  for (std::size_t i = 0; i < o.traces.size(); ++i) {
-    auto in = load_check_input(o.traces[i], i);
+  TracePathOptions po;
+  po.include_summary_json = true;
+  const std::vector<std::string> traces = expand_trace_paths(o.traces, po);
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    auto in = load_check_input(traces[i], i);
     measures.insert(measures.end(), in.measures.begin(), in.measures.end());
   }
   std::vector<DeviceMeasures> base;
@@ -103,7 +107,7 @@ void register_check(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "check", "Check memory budgets for CI: exit 0 when all hold, 1 when one is exceeded, 2 for unusable input");
   auto o = std::make_shared<CheckOptions>();
-  cmd->add_option("traces", o->traces, "Traces (any format) or `vramtrace summary --json` documents")->required();
+  cmd->add_option("traces", o->traces, "Traces (any format) or `vramtrace summary --json` documents; globs; directories (all of them in it)")->required();
   cmd->add_option("--budget", o->budget_file, "Budget file: `key = value` lines (docs/ci.md); options override it");
   cmd->add_option("--max-peak-reserved", o->max_peak_reserved, "Limit on reserved_bytes.all.peak, e.g. 20GiB");
   cmd->add_option("--max-peak-allocated", o->max_peak_allocated, "Limit on allocated_bytes.all.peak, e.g. 18GiB");

@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "load_models.h"
 #include "report_html.h"
+#include "trace_paths.h"
 
 namespace vramtrace::cli {
 
@@ -16,12 +17,12 @@ void register_report(CLI::App& app) {
     std::string title;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("traces", opts->traces, "Trace files")->required();
+  cmd->add_option("traces", opts->traces, "Trace files, globs, or directories (all traces in them); several traces add the process x device view")->required();
   cmd->add_option("-o,--output", opts->output, "Output HTML file (default report.html)");
   cmd->add_option("--title", opts->title, "Page title");
   cmd->callback([opts]() {
     try {
-      auto models = load_models(opts->traces);
+      auto models = load_models(expand_trace_paths(opts->traces));
       ReportOptions ro;
       ro.title = opts->title;
       std::string page = render_report_html(models, ro);

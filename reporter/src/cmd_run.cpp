@@ -83,6 +83,11 @@ std::string utc_stamp(std::time_t t) {
   return buf;
 }
 
+// The default trace name: one file per process. %R is "rank<N>." in a process that a launcher
+// (torchrun, mpirun, srun) gave a rank and empty otherwise, so that the traces of a distributed
+// job sort by rank; %p keeps every process's name unique whatever the launcher sets.
+constexpr const char* kDefaultOutput = "vramtrace.%t.%R%p.jsonl";
+
 // The output name with %t fixed now (so that every process of the run shares it) and the rest
 // (%p %h %r) left for each process.
 std::string fix_start_time(const std::string& pattern, std::time_t start) {
@@ -116,7 +121,7 @@ std::vector<std::string> find_traces(const std::string& pattern, std::time_t sta
       char k = name[++i];
       if (k == 'p') {
         re += "[0-9]+";
-      } else if (k == 'h' || k == 'r') {
+      } else if (k == 'h' || k == 'r' || k == 'R') {
         re += "[^/]*";
       } else if (k == '%') {
         re += "%";
@@ -282,7 +287,7 @@ int run_command(const RunOptions& o) {
     }
   }
   const std::time_t start = std::time(nullptr);
-  const std::string pattern = fix_start_time(o.output.empty() ? "vramtrace.%t.%p.jsonl" : o.output, start);
+  const std::string pattern = fix_start_time(o.output.empty() ? kDefaultOutput : o.output, start);
   {
     fs::path dir = fs::path(pattern).parent_path();
     if (!dir.empty() && !fs::is_directory(dir)) {
@@ -370,9 +375,24 @@ int run_command(const RunOptions& o) {
       stderr, "  level  %s\n",
       o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
                 : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
-  const std::string& first = traces.front();
+  // Several processes (a launcher's ranks, fork children): the reports merge them when given all.
+  std::string args = traces.front();
+  if (traces.size() > 1 && traces.size() <= 4) {
+    for (std::size_t i = 1; i < traces.size(); ++i) args += " " + traces[i];
+  } else if (traces.size() > 4) {
+    std::string glob;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i] == '%' && i + 1 < pattern.size()) {
+        glob += pattern[i + 1] == '%' ? "%" : "*";
+        ++i;
+      } else {
+        glob += pattern[i];
+      }
+    }
+    args = "'" + glob + "'";
+  }
   std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",
-               first.c_str(), first.c_str(), first.c_str());
+               args.c_str(), args.c_str(), args.c_str());
   return rc;
 }
 
@@ -383,7 +403,7 @@ void register_run(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run a command with vramtrace preloaded and trace its GPU memory");
   cmd->add_option(
       "-o,--output", opts->output,
-      "Trace file name; %p pid, %h host, %r rank, %t start time (default vramtrace.%t.%p.jsonl; .zst compresses)");
+      "Trace file name; %p pid, %h host, %r rank, %R \"rank<N>.\" when a launcher set a rank, %t start time (default vramtrace.%t.%R%p.jsonl; .zst compresses)");
   cmd->add_option("--conf", opts->conf, "Allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax (sets VRAMTRACE_CONF)");
   cmd->add_flag(
       "--tensors", opts->tensors,

@@ -1,9 +1,12 @@
-// `vramtrace summary TRACE... [--json]`: memory_summary()-style tables and the trace's peak.
+// `vramtrace summary TRACE... [--json]`: memory_summary()-style tables and the trace's peak; with
+// several traces (files, globs, a directory) first the process x device view (processes.h).
 #include <cstdio>
 
 #include "commands.h"
 #include "load_models.h"
+#include "processes.h"
 #include "summary.h"
+#include "trace_paths.h"
 
 namespace vramtrace::cli {
 
@@ -14,15 +17,18 @@ void register_summary(CLI::App& app) {
     bool json = false;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("traces", opts->traces, "Trace files (PyTorch JSON lines, snapshot pickle, vramtrace trace)")->required();
+  cmd->add_option("traces", opts->traces, "Trace files (PyTorch JSON lines, snapshot pickle, vramtrace trace), globs, or directories (all traces in them)")->required();
   cmd->add_flag("--json", opts->json, "Print JSON with PyTorch's flat statistic names");
   cmd->callback([opts]() {
     try {
-      auto models = load_models(opts->traces);
+      auto models = load_models(expand_trace_paths(opts->traces));
       if (opts->json) {
-        std::fputs(summary_json(models).dump(2).c_str(), stdout);
+        nlohmann::json j = summary_json(models);
+        if (models.size() > 1) j["processes"] = process_device_json(process_device_view(models));
+        std::fputs(j.dump(2).c_str(), stdout);
         std::fputc('\n', stdout);
       } else {
+        if (models.size() > 1) std::fputs((render_process_device_text(process_device_view(models)) + "\n").c_str(), stdout);
         std::fputs(render_summary_text(models).c_str(), stdout);
       }
       set_exit_code(0);

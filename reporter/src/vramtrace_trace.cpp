@@ -222,6 +222,9 @@ class Reader final : public VramtraceTraceReader {
     details_.ppid = json_int(j, "ppid");
     details_.host = json_string(j, "host");
     details_.rank = json_string(j, "rank");
+    details_.local_rank = json_string(j, "local_rank");
+    if (auto v = j.find("cuda_visible_devices"); v != j.end() && v->is_string())
+      details_.cuda_visible_devices = v->get<std::string>();
     if (auto c = j.find("command_line"); c != j.end() && c->is_array()) {
       for (const json& a : *c) {
         if (a.is_string()) details_.command_line.push_back(a.get<std::string>());
@@ -257,6 +260,11 @@ class Reader final : public VramtraceTraceReader {
       header_.workload += details_.command_line[i];
     }
     header_.settings = details_.allocator_settings;
+    header_.pid = details_.pid;
+    header_.host = details_.host;
+    header_.rank = details_.rank;
+    header_.local_rank = details_.local_rank;
+    header_.cuda_visible_devices = details_.cuda_visible_devices;
     if (!details_.devices.empty()) header_.device_total_bytes = details_.devices.front().total_bytes;
   }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,8 @@ struct VramtraceHeaderDetails {
   std::int64_t ppid = 0;
   std::string host;
   std::string rank;
+  std::string local_rank;  ///< "" when absent (traces before it was added, or no launcher)
+  std::optional<std::string> cuda_visible_devices;  ///< absent when not set
   std::vector<std::string> command_line;
   std::int64_t start_unix_ns = 0;
   std::int64_t origin_monotonic_ns = 0;

@@ -300,6 +300,8 @@ void encode_header(TextBuffer& out, const HeaderFields& h) {
   append_key_int(out, "ppid", h.ppid);
   append_key_string(out, "host", h.host);
   append_key_string(out, "rank", h.rank);
+  append_key_string(out, "local_rank", h.local_rank);
+  if (h.cuda_visible_devices) append_key_string(out, "cuda_visible_devices", *h.cuda_visible_devices);
   out.append(",\"command_line\":[");
   for (std::size_t i = 0; i < h.command_line.size(); ++i) {
     if (i != 0) out.push_back(',');

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -77,6 +78,10 @@ struct HeaderFields {
   std::int64_t ppid = 0;
   std::string host;
   std::string rank;                       ///< from the launcher variables, "" if none
+  std::string local_rank;                 ///< rank within the host (LOCAL_RANK, ...), "" if none
+  /// CUDA_VISIBLE_DEVICES as the process saw it at the start; written only when set, so that a
+  /// report can tell which physical GPU each device ordinal names.
+  std::optional<std::string> cuda_visible_devices;
   std::vector<std::string> command_line;  ///< argv of the process (/proc/self/cmdline)
   std::int64_t start_unix_ns = 0;         ///< CLOCK_REALTIME at the origin
   std::int64_t origin_monotonic_ns = 0;   ///< CLOCK_MONOTONIC at the origin: events' "t" counts from here

@@ -42,6 +42,9 @@ std::string expand_output_path(std::string_view pattern, const PathFields& f) {
       case 'r':
         out += f.rank.empty() ? std::string("0") : f.rank;
         break;
+      case 'R':
+        if (!f.rank.empty()) out += "rank" + f.rank + ".";
+        break;
       case 't': {
         std::tm tm{};
         gmtime_r(&f.start_time, &tm);
@@ -63,6 +66,14 @@ std::string expand_output_path(std::string_view pattern, const PathFields& f) {
 
 std::string rank_from_environment() {
   for (const char* name : {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return {};
+}
+
+std::string local_rank_from_environment() {
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
     const char* v = std::getenv(name);
     if (v != nullptr && *v != '\0') return v;
   }

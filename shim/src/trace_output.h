@@ -19,13 +19,20 @@ struct PathFields {
   std::time_t start_time = 0;  ///< seconds since the Unix epoch; %t is its UTC "YYYYMMDD-HHMMSS"
 };
 
-/// Expands an output name: %p pid, %h host name, %r rank, %t start time (UTC, YYYYMMDD-HHMMSS),
+/// Expands an output name: %p pid, %h host name, %r rank, %R "rank<N>." when a launcher set a
+/// rank and nothing otherwise (the default name of `vramtrace run` uses it, so that the processes
+/// of a torchrun/mpirun job get names that sort by rank), %t start time (UTC, YYYYMMDD-HHMMSS),
 /// %% a literal '%'. Any other '%x' is kept as written. Pure; thread-safe.
 std::string expand_output_path(std::string_view pattern, const PathFields& fields);
 
 /// The rank from the usual launcher variables, first one set of: RANK, LOCAL_RANK (torchrun),
 /// OMPI_COMM_WORLD_RANK (Open MPI), PMI_RANK (MPICH, Intel MPI), SLURM_PROCID (srun). "" if none.
 std::string rank_from_environment();
+
+/// The rank within the host from the usual launcher variables, first one set of: LOCAL_RANK
+/// (torchrun, accelerate), OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID (MPICH, Intel
+/// MPI), SLURM_LOCALID (srun). "" if none. Reports take it as the process's own device.
+std::string local_rank_from_environment();
 
 /// `path` with "-<pid>" inserted before the first '.' of its file name ("t.jsonl.zst" ->
 /// "t-42.jsonl.zst"), or appended when the name has none: the name a fork child uses when the

@@ -165,6 +165,8 @@ bool TraceWriter::start_locked(bool in_fork_child) noexcept {
     h.ppid = ::getppid();
     h.host = host_name();
     h.rank = rank_from_environment();
+    h.local_rank = local_rank_from_environment();
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) h.cuda_visible_devices = std::string(v);
     h.command_line = read_command_line();
     h.origin_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
     h.start_unix_ns = clock_ns(CLOCK_REALTIME);

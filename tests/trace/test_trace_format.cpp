@@ -13,12 +13,14 @@ TEST_CASE("output name placeholders expand", "[trace][format]") {
   CHECK(expand_output_path("t.%p.jsonl", f) == "t.4242.jsonl");
   CHECK(expand_output_path("%h-%r-%p", f) == "node7-3-4242");
   CHECK(expand_output_path("100%%-%x-%", f) == "100%-%x-%");
+  CHECK(expand_output_path("v.%R%p.jsonl", f) == "v.rank3.4242.jsonl");
   std::string t = expand_output_path("%t", f);
   REQUIRE(t.size() == 15);
   CHECK(t[8] == '-');
   f.rank.clear();
   f.host.clear();
   CHECK(expand_output_path("%h.%r", f) == "localhost.0");
+  CHECK(expand_output_path("v.%R%p.jsonl", f) == "v.4242.jsonl");  // no launcher: no rank part
 }
 
 TEST_CASE("fork child names get the pid before the extension", "[trace][format]") {
@@ -37,6 +39,18 @@ TEST_CASE("rank comes from the first launcher variable set", "[trace][format]") 
   setenv("RANK", "2", 1);
   CHECK(rank_from_environment() == "2");
   for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) unsetenv(v);
+}
+
+TEST_CASE("local rank comes from the first per-host launcher variable set", "[trace][format]") {
+  for (const char* v : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) unsetenv(v);
+  CHECK(local_rank_from_environment().empty());
+  setenv("SLURM_LOCALID", "3", 1);
+  CHECK(local_rank_from_environment() == "3");
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
+  CHECK(local_rank_from_environment() == "2");
+  setenv("LOCAL_RANK", "1", 1);
+  CHECK(local_rank_from_environment() == "1");
+  for (const char* v : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) unsetenv(v);
 }
 
 TEST_CASE("JSON strings stay valid JSON for any bytes", "[trace][format]") {
@@ -129,6 +143,15 @@ TEST_CASE("header and trailer are single JSON lines", "[trace][format]") {
   CHECK(j["devices"][0]["total_bytes"] == 150754820096ull);
   CHECK(j["command_line"][2] == "--lr=1e-3");
   CHECK(j["settings"]["reuse"] == "lazy_sync");
+  CHECK(j["local_rank"] == "");
+  CHECK_FALSE(j.contains("cuda_visible_devices"));  // written only when set
+  h.local_rank = "1";
+  h.cuda_visible_devices = "2,3";
+  out.clear();
+  encode_header(out, h);
+  auto jr = nlohmann::json::parse(out.view());
+  CHECK(jr["local_rank"] == "1");
+  CHECK(jr["cuda_visible_devices"] == "2,3");
 
   TrailerFields t;
   t.events = 3;

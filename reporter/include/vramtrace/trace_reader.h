@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -46,6 +47,15 @@ struct TraceHeader {
   /// only once next() returned false (`allocator_settings` follows `device_traces` in the pickle).
   std::string settings;
   std::uint64_t device_total_bytes = 0;  ///< 0 when unknown
+  /// The traced process, when the trace says (vramtrace traces; PyTorch's traces do not): its
+  /// pid (0 = unknown), host name, rank and rank within the host as the launcher set them ("" =
+  /// none), and CUDA_VISIBLE_DEVICES (unset = not recorded or not set). Merged reports of several
+  /// traces use them to name processes and to find each process's own device.
+  std::int64_t pid = 0;
+  std::string host;
+  std::string rank;
+  std::string local_rank;
+  std::optional<std::string> cuda_visible_devices;
   /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any.
   std::vector<std::pair<std::string, std::int64_t>> recorded_stats;
 };

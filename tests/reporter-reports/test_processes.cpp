@@ -1,0 +1,277 @@
+// The process x device view of several traces (processes.h), on synthetic traces: case C10 of
+// ../shared/cases.md with its exact figures, each own-device rule, labels, the report's data and
+// the expansion of trace arguments (trace_paths.h).
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "processes.h"
+#include "report_html.h"
+#include "trace_paths.h"
+#include "vector_reader.h"
+#include "vramtrace/trace_reader.h"
+
+using namespace vramtrace;
+using vramtrace::testing::RecordList;
+using vramtrace::testing::VectorReader;
+
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20;
+
+struct Holding {
+  std::int32_t device;
+  std::uint64_t bytes;
+};
+
+/// One process's trace: for each holding a segment of exactly `bytes` and one block filling it
+/// (all live together), then everything freed. Times start at `t0_ns`.
+TraceModel process(TraceHeader h, const std::vector<Holding>& holdings, std::int64_t t0_ns = 0) {
+  RecordList l;
+  DevicePtr addr = 0x7f0000000000ull;
+  for (const auto& x : holdings) {
+    l.add(Action::segment_alloc, addr, x.bytes, 0, x.device);
+    l.add(Action::alloc, addr, x.bytes, 0, x.device);
+    addr += 1ull << 36;
+  }
+  addr = 0x7f0000000000ull;
+  for (const auto& x : holdings) {
+    l.add(Action::free_requested, addr, x.bytes, 0, x.device);
+    l.add(Action::free_completed, addr, x.bytes, 0, x.device);
+    addr += 1ull << 36;
+  }
+  for (auto& r : l.records) r.time_ns += t0_ns;
+  if (h.format.empty()) h.format = "vramtrace";
+  VectorReader reader(l.records, h);
+  return build_trace_model(reader);
+}
+
+TraceHeader header(const std::string& path, std::int64_t pid, const std::string& rank, const std::string& local_rank,
+                   const std::string& host = "node1") {
+  TraceHeader h;
+  h.path = path;
+  h.pid = pid;
+  h.rank = rank;
+  h.local_rank = local_rank;
+  h.host = host;
+  return h;
+}
+
+/// Case C10: 4 processes, process r allocates 2.9 GiB (2970 MiB) on device r; processes 1 to 3
+/// also about 1387 MiB on device 0.
+std::vector<TraceModel> case_c10() {
+  std::vector<TraceModel> m;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<Holding> h = {{r, 2970 * MiB}};
+    if (r > 0) h.push_back({0, 1387 * MiB});
+    m.push_back(process(header("rank" + std::to_string(r) + ".jsonl", 1000 + r, std::to_string(r), std::to_string(r)),
+                        h, r * 500));
+  }
+  return m;
+}
+
+const ProcessDeviceCell* cell(const ProcessDeviceView& v, std::size_t p, std::int32_t d) {
+  for (const auto& c : v.cells)
+    if (c.process == p && c.device == d) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("case C10: the process x device table, every cross-device process flagged, device 0 at 2.4x", "[processes]") {
+  auto models = case_c10();
+  ProcessDeviceView v = process_device_view(models);
+  REQUIRE(v.processes.size() == 4);
+  REQUIRE(v.devices.size() == 4);
+  for (int r = 0; r < 4; ++r) {
+    const auto& p = v.processes[static_cast<std::size_t>(r)];
+    CHECK(p.label == "rank " + std::to_string(r));
+    REQUIRE(p.own_device);
+    CHECK(*p.own_device == r);
+    CHECK(p.own_device_rule == "LOCAL_RANK");
+    const auto* own = cell(v, static_cast<std::size_t>(r), r);
+    REQUIRE(own);
+    CHECK(own->peak_allocated == static_cast<std::int64_t>(2970 * MiB));
+    CHECK(own->peak_reserved == static_cast<std::int64_t>(2970 * MiB));
+    if (r == 0) {
+      CHECK(p.foreign_devices.empty());
+    } else {
+      CHECK(p.foreign_devices == std::vector<std::int32_t>{0});
+      const auto* d0 = cell(v, static_cast<std::size_t>(r), 0);
+      REQUIRE(d0);
+      CHECK(d0->peak_reserved == static_cast<std::int64_t>(1387 * MiB));
+    }
+  }
+  CHECK(v.devices[0].peak_reserved_sum == static_cast<std::int64_t>((2970 + 3 * 1387) * MiB));
+  CHECK(v.devices[0].processes == 4);
+  for (int d = 1; d < 4; ++d)
+    CHECK(v.devices[static_cast<std::size_t>(d)].peak_reserved_sum == static_cast<std::int64_t>(2970 * MiB));
+  REQUIRE(v.imbalance);
+  CHECK(*v.imbalance == Approx(7131.0 / 2970.0));
+  CHECK(v.most_loaded == 0);
+  CHECK(v.least_loaded == 1);
+  CHECK(v.others_equal);
+
+  std::string text = render_process_device_text(v);
+  CHECK(text.find("Imbalance: device 0 holds 2.4x the others (6.96 GiB reserved vs 2.90 GiB on each other device).") !=
+        std::string::npos);
+  CHECK(text.find("3 of 4 processes hold memory on a device other than their own:") != std::string::npos);
+  CHECK(text.find("  rank 1: 1.35 GiB reserved on device 0 (its own device is device 1, from LOCAL_RANK=1)") !=
+        std::string::npos);
+  CHECK(text.find("  rank 0:") == std::string::npos);
+  // The table row of rank 2: nothing on device 1, its cross-device cell starred.
+  INFO(text);
+  CHECK(text.find("  rank 2             2  1.35 GiB / 1.35 GiB *                    -  2.90 GiB / 2.90 GiB") !=
+        std::string::npos);
+
+  auto j = process_device_json(v);
+  CHECK(j["cross_device"] == nlohmann::json::array({"rank 1", "rank 2", "rank 3"}));
+  CHECK(j["imbalance"]["most_loaded"] == 0);
+  CHECK(j["devices"][0]["reserved_bytes.all.peak"] == (2970 + 3 * 1387) * MiB);
+  CHECK(j["processes"][0]["cross_device"] == false);
+  CHECK(j["processes"][3]["foreign_devices"] == nlohmann::json::array({0}));
+}
+
+TEST_CASE("C10 timelines: one band per process on each device, stacked to the device's total", "[processes]") {
+  auto models = case_c10();
+  ProcessDeviceView v = process_device_view(models);
+  auto tl = process_device_timelines_json(models, v);
+  REQUIRE(tl.size() == 4);
+  CHECK(tl[0]["device"] == 0);
+  REQUIRE(tl[0]["bands"].size() == 4);
+  CHECK(tl[1]["bands"].size() == 1);
+  // The processes' events overlap in time (they start 0.5 us apart), so at some point of the axis
+  // the bands add up to all of device 0's memory; never more.
+  const auto& t = tl[0]["t"];
+  std::int64_t best = 0;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    std::int64_t sum = 0;
+    for (const auto& b : tl[0]["bands"]) sum += b["reserved"][i].get<std::int64_t>();
+    best = std::max(best, sum);
+  }
+  CHECK(best == static_cast<std::int64_t>((2970 + 3 * 1387) * MiB));
+  // Times are relative to the earliest event of any trace.
+  CHECK(t[0].get<double>() == Approx(0.0));
+}
+
+TEST_CASE("own device: CUDA_VISIBLE_DEVICES, LOCAL_RANK, rank on one host, else where most memory is", "[processes]") {
+  SECTION("the classic bug: rank 1 never selected its device, everything landed on device 0") {
+    std::vector<TraceModel> m = {process(header("a", 1, "0", "0"), {{0, 100 * MiB}}),
+                                 process(header("b", 2, "1", "1"), {{0, 100 * MiB}})};
+    auto v = process_device_view(m);
+    CHECK(v.processes[0].foreign_devices.empty());
+    CHECK(v.processes[1].foreign_devices == std::vector<std::int32_t>{0});
+    CHECK_FALSE(v.imbalance);  // one device holds memory
+    CHECK(render_process_device_text(v).find("rank 1: 100.00 MiB reserved on device 0") != std::string::npos);
+  }
+  SECTION("one GPU per process through CUDA_VISIBLE_DEVICES: device 0 of each is a different GPU") {
+    auto h0 = header("a", 1, "0", "0");
+    auto h1 = header("b", 2, "1", "1");
+    h0.cuda_visible_devices = "0";
+    h1.cuda_visible_devices = "1";
+    std::vector<TraceModel> m = {process(h0, {{0, 100 * MiB}}), process(h1, {{0, 150 * MiB}})};
+    auto v = process_device_view(m);
+    REQUIRE(v.devices.size() == 2);
+    CHECK(v.devices[1].device == 1);
+    CHECK(v.processes[1].own_device == 1);
+    CHECK(v.processes[1].own_device_rule == "CUDA_VISIBLE_DEVICES");
+    CHECK(v.processes[1].foreign_devices.empty());
+    CHECK(*v.imbalance == Approx(1.5));
+    CHECK(render_process_device_text(v).find("Every process holds memory only on its own device.") !=
+          std::string::npos);
+    // Equal loads: balanced, and the least loaded device is another one than the most loaded.
+    std::vector<TraceModel> even = {process(h0, {{0, 100 * MiB}}), process(h1, {{0, 100 * MiB}})};
+    auto e = process_device_view(even);
+    REQUIRE(e.imbalance);
+    CHECK(*e.imbalance == 1.0);
+    CHECK(e.most_loaded == 0);
+    CHECK(e.least_loaded == 1);
+    CHECK(render_process_device_text(e).find("Balance: the devices hold the same within 5%") != std::string::npos);
+  }
+  SECTION("a reordered CUDA_VISIBLE_DEVICES maps ordinals to the GPUs it names") {
+    auto h = header("a", 1, "", "");
+    h.cuda_visible_devices = "3,1";
+    auto v = process_device_view({process(h, {{0, 10 * MiB}, {1, 30 * MiB}})});
+    REQUIRE(v.devices.size() == 2);
+    CHECK(v.devices[0].device == 1);
+    CHECK(v.devices[0].peak_reserved_sum == static_cast<std::int64_t>(30 * MiB));
+    CHECK(v.devices[1].device == 3);
+    CHECK(v.processes[0].own_device == 1);  // most memory
+    CHECK(v.processes[0].foreign_devices == std::vector<std::int32_t>{3});
+  }
+  SECTION("rank without LOCAL_RANK on one host") {
+    std::vector<TraceModel> m = {process(header("a", 1, "1", ""), {{0, 10 * MiB}, {1, 5 * MiB}}),
+                                 process(header("b", 2, "0", ""), {{0, 5 * MiB}})};
+    auto v = process_device_view(m);
+    CHECK(v.processes[0].own_device_rule == "RANK");
+    CHECK(v.processes[0].foreign_devices == std::vector<std::int32_t>{0});
+  }
+  SECTION("no launcher: the device with the most memory; several hosts keep their devices apart") {
+    std::vector<TraceModel> m = {process(header("a", 1, "", "", "h1"), {{0, 10 * MiB}, {1, 50 * MiB}}),
+                                 process(header("b", 1, "", "", "h2"), {{0, 20 * MiB}})};
+    auto v = process_device_view(m);
+    CHECK(v.processes[0].own_device_rule == "most memory");
+    CHECK(v.processes[0].own_device == 1);
+    CHECK(v.processes[0].foreign_devices == std::vector<std::int32_t>{0});
+    CHECK(v.processes[0].label == "h1 pid 1");
+    REQUIRE(v.devices.size() == 3);
+    CHECK(v.devices[2].label == "h2 device 0");
+    CHECK(v.processes[1].foreign_devices.empty());
+  }
+  SECTION("same rank twice (a fork child): labels stay unique") {
+    std::vector<TraceModel> m = {process(header("a", 7, "0", "0"), {{0, MiB}}),
+                                 process(header("b", 8, "0", "0"), {{0, MiB}})};
+    auto v = process_device_view(m);
+    CHECK(v.processes[0].label == "rank 0 (pid 7)");
+    CHECK(v.processes[1].label == "rank 0 (pid 8)");
+  }
+}
+
+TEST_CASE("report data: the process section only with several traces", "[processes][report]") {
+  auto models = case_c10();
+  auto j = report_data(models);
+  REQUIRE(j.contains("processes"));
+  CHECK(j["processes"]["timelines"].size() == 4);
+  CHECK(j["processes"]["text"].get<std::string>().find("2.4x") != std::string::npos);
+  CHECK(j["title"] == "vramtrace report: rank0.jsonl, rank1.jsonl, rank2.jsonl, rank3.jsonl");
+  auto same = header("x.jsonl", 5, "0", "0");
+  same.workload = "python3 train.py";
+  auto same2 = header("y.jsonl", 6, "1", "1");
+  same2.workload = "python3 train.py";
+  CHECK(report_data({process(same, {{0, MiB}}), process(same2, {{1, MiB}})})["title"] ==
+        "vramtrace report: python3 train.py (2 processes)");
+  std::vector<TraceModel> one = {std::move(models.front())};
+  CHECK_FALSE(report_data(one).contains("processes"));
+}
+
+TEST_CASE("trace arguments: files, globs and directories", "[processes][paths]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("vt-paths-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  for (const char* n : {"b.jsonl", "a.jsonl.zst", "c.pickle", "notes.txt", "report.html", "s.json", "sub/d.jsonl"})
+    std::ofstream(dir / n) << "x";
+  auto names = [](const std::vector<std::string>& v) {
+    std::vector<std::string> out;
+    for (const auto& p : v) out.push_back(fs::path(p).filename().string());
+    return out;
+  };
+  CHECK(names(expand_trace_paths({dir.string()})) == std::vector<std::string>{"a.jsonl.zst", "b.jsonl", "c.pickle"});
+  TracePathOptions with_json;
+  with_json.include_summary_json = true;
+  CHECK(names(expand_trace_paths({dir.string()}, with_json)) ==
+        std::vector<std::string>{"a.jsonl.zst", "b.jsonl", "c.pickle", "s.json"});
+  CHECK(names(expand_trace_paths({(dir / "*.jsonl*").string()})) == std::vector<std::string>{"a.jsonl.zst", "b.jsonl"});
+  // A file named twice is read once; order is kept.
+  CHECK(names(expand_trace_paths({(dir / "b.jsonl").string(), dir.string()})) ==
+        std::vector<std::string>{"b.jsonl", "a.jsonl.zst", "c.pickle"});
+  CHECK_THROWS_WITH(expand_trace_paths({(dir / "*.nothing").string()}),
+                    Catch::Contains("no file matches this pattern"));
+  fs::create_directories(dir / "empty");
+  CHECK_THROWS_WITH(expand_trace_paths({(dir / "empty").string()}), Catch::Contains("holds no trace"));
+  // A missing plain name is kept: opening it gives the usual error.
+  CHECK(expand_trace_paths({"/nonexistent/x.jsonl"}) == std::vector<std::string>{"/nonexistent/x.jsonl"});
+  fs::remove_all(dir);
+}
