@@ -404,6 +404,7 @@ struct TraceModelBuilder::Impl {
         split_contrib(d.out.stats, *prev, +1);
         bump(d.out.stats.reserved_bytes, pool_of(*prev), static_cast<i64>(r.size));
         ++d.out.stats.num_device_alloc;
+        join_next(d, seg_addr);
         return;
       }
     }
@@ -426,6 +427,43 @@ struct TraceModelBuilder::Impl {
     bump(d.out.stats.segment, pool_of(seg), 1);
     bump(d.out.stats.reserved_bytes, pool_of(seg), static_cast<i64>(r.size));
     ++d.out.stats.num_device_alloc;
+    if (mapped_range) join_next(d, r.addr);
+  }
+
+  // A mapping that closes a hole in an expandable segment joins the segment record that starts
+  // right after it (the inverse of the split in on_segment_free): the allocator sees one
+  // contiguous mapped range again, and a block may now span the old boundary.
+  void join_next(DeviceState& d, u64 seg_addr) {
+    auto it = d.segments.find(seg_addr);
+    if (it == d.segments.end()) return;
+    Segment& s = it->second;
+    auto nit = d.segments.find(seg_addr + s.size);
+    if (nit == d.segments.end() || !s.expandable || !nit->second.expandable || nit->second.stream != s.stream) return;
+    Segment& n = nit->second;
+    split_contrib(d.out.stats, s, -1);
+    split_contrib(d.out.stats, n, -1);
+    // the free block that ends at the boundary and the one that starts there become one
+    auto last = std::prev(s.blocks.end());
+    auto first = n.blocks.begin();
+    if (last->second.state == BlockState::inactive && first->second.state == BlockState::inactive) {
+      Block merged = last->second;
+      merged.size += first->second.size;
+      const u64 a = last->first;
+      remove_free(d, s, last);
+      remove_free(d, n, first);
+      add_free(d, s, a, merged);
+    }
+    for (const auto& [a, b] : n.blocks) {
+      s.blocks.emplace(a, b);
+      if (b.state == BlockState::inactive) {
+        s.free_bytes += b.size;
+        s.n_free += 1;
+      }
+    }
+    s.size += n.size;
+    bump(d.out.stats.segment, pool_of(s), -1);
+    d.segments.erase(nit);
+    split_contrib(d.out.stats, s, +1);
   }
 
   void drop_segment(DeviceState& d, u64 addr) {

@@ -67,9 +67,10 @@ void memory_cap_after_fork_child() noexcept {
 
 // ---------------------------------------------------------------------------------------------
 
-Status CappedDevice::allocate(std::uint64_t bytes, DevicePtr* out) noexcept {
+template <class Call>
+Status CappedDevice::taking(std::uint64_t bytes, Call call) noexcept {
   if (!hold(device_, bytes)) return Status::out_of_memory;  // over the cap: the device is not asked
-  Status s = inner_.allocate(bytes, out);
+  Status s = call();
   if (s != Status::ok) {
     unhold(device_, bytes);
     return s;
@@ -78,33 +79,27 @@ Status CappedDevice::allocate(std::uint64_t bytes, DevicePtr* out) noexcept {
   return s;
 }
 
+template <class Call>
+Status CappedDevice::giving(std::uint64_t bytes, Call call) noexcept {
+  Status s = call();
+  if (s == Status::ok && !abandoned_.load(std::memory_order_acquire)) {
+    held_.fetch_sub(std::min(bytes, held_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    unhold(device_, bytes);
+  }
+  return s;
+}
+
+Status CappedDevice::allocate(std::uint64_t bytes, DevicePtr* out) noexcept {
+  return taking(bytes, [&] { return inner_.allocate(bytes, out); });
+}
 Status CappedDevice::deallocate(DevicePtr ptr, std::uint64_t bytes) noexcept {
-  Status s = inner_.deallocate(ptr, bytes);
-  if (s == Status::ok && !abandoned_.load(std::memory_order_acquire)) {
-    held_.fetch_sub(std::min(bytes, held_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
-    unhold(device_, bytes);
-  }
-  return s;
+  return giving(bytes, [&] { return inner_.deallocate(ptr, bytes); });
 }
-
 Status CappedDevice::map(DevicePtr at, std::uint64_t bytes) noexcept {
-  if (!hold(device_, bytes)) return Status::out_of_memory;
-  Status s = inner_.map(at, bytes);
-  if (s != Status::ok) {
-    unhold(device_, bytes);
-    return s;
-  }
-  held_.fetch_add(bytes, std::memory_order_relaxed);
-  return s;
+  return taking(bytes, [&] { return inner_.map(at, bytes); });
 }
-
 Status CappedDevice::unmap(DevicePtr at, std::uint64_t bytes) noexcept {
-  Status s = inner_.unmap(at, bytes);
-  if (s == Status::ok && !abandoned_.load(std::memory_order_acquire)) {
-    held_.fetch_sub(std::min(bytes, held_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
-    unhold(device_, bytes);
-  }
-  return s;
+  return giving(bytes, [&] { return inner_.unmap(at, bytes); });
 }
 
 MemInfo CappedDevice::mem_info() noexcept {

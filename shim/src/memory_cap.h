@@ -89,6 +89,13 @@ class CappedDevice final : public DeviceBackend {
   void abandon() noexcept;
 
  private:
+  /// Counts `bytes` against the cap, then runs `call` (an allocation or a mapping); undone if it fails.
+  template <class Call>
+  Status taking(std::uint64_t bytes, Call call) noexcept;
+  /// Runs `call` (a free or an unmapping); on success `bytes` leave the count (unless abandoned).
+  template <class Call>
+  Status giving(std::uint64_t bytes, Call call) noexcept;
+
   CudaDriverDevice& inner_;
   const int device_;
   std::atomic<std::uint64_t> held_{0};

@@ -8,6 +8,7 @@
 // work (InternalScope), or with a bad VRAMTRACE_CONF, is never changed.
 #include <algorithm>
 #include <climits>
+#include <limits>
 
 #include "config.h"
 #include "context_pool.h"
@@ -23,48 +24,37 @@ namespace {
 bool adjust() noexcept { return enabled() && !EntryScope::internal(); }
 }  // namespace
 
-// NULL output pointers are accepted (OptiX passes one; HAMi-core #234/#333): the real function is
-// asked with our own variables, and only the non-null outputs are written.
-extern "C" CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
-  EntryScope e(Hook::cuMemGetInfo_v2);
-  using Fn = CUresult (*)(size_t*, size_t*);
-  Fn real = real_driver<Fn>(Hook::cuMemGetInfo_v2);
+// Both cuMemGetInfo ABIs: the real function is asked with our own variables and only the
+// non-null outputs are written (NULL output pointers are accepted: OptiX passes one;
+// HAMi-core #234/#333). `T` is size_t (_v2) or unsigned int (the 32-bit ABI that libcuda still
+// exports, whose figures saturate at 4 GiB - 1 as the real one's do for larger devices).
+template <Hook H, class T>
+CUresult mem_get_info(T* free_bytes, T* total_bytes) noexcept {
+  EntryScope e(H);
+  using Fn = CUresult (*)(T*, T*);
+  Fn real = real_driver<Fn>(H);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  size_t f = 0, t = 0;
+  T f = 0, t = 0;
   CUresult r = real(&f, &t);
   if (r != CUDA_SUCCESS) return r;
   if (adjust()) {
     const int dev = current_device();
     std::uint64_t free64 = f, total64 = t;
     capped_figures(dev, pools().cached_free_bytes(dev), free64, total64);
-    f = static_cast<size_t>(free64);
-    t = static_cast<size_t>(total64);
+    constexpr std::uint64_t kMax = std::numeric_limits<T>::max();
+    f = static_cast<T>(std::min(free64, kMax));
+    t = static_cast<T>(std::min(total64, kMax));
   }
   if (free_bytes) *free_bytes = f;
   if (total_bytes) *total_bytes = t;
   return CUDA_SUCCESS;
 }
 
-// The 32-bit ABI that libcuda still exports (cuda.h declares it for the driver's own build): the
-// same figures, saturated at 4 GiB - 1 as the real one does for larger devices.
+extern "C" CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  return mem_get_info<Hook::cuMemGetInfo_v2>(free_bytes, total_bytes);
+}
 extern "C" CUresult cuMemGetInfo(unsigned int* free_bytes, unsigned int* total_bytes) {
-  EntryScope e(Hook::cuMemGetInfo);
-  using Fn = CUresult (*)(unsigned int*, unsigned int*);
-  Fn real = real_driver<Fn>(Hook::cuMemGetInfo);
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  unsigned int f = 0, t = 0;
-  CUresult r = real(&f, &t);
-  if (r != CUDA_SUCCESS) return r;
-  if (adjust()) {
-    const int dev = current_device();
-    std::uint64_t free64 = f, total64 = t;
-    capped_figures(dev, pools().cached_free_bytes(dev), free64, total64);
-    f = static_cast<unsigned int>(std::min<std::uint64_t>(free64, UINT_MAX));
-    t = static_cast<unsigned int>(std::min<std::uint64_t>(total64, UINT_MAX));
-  }
-  if (free_bytes) *free_bytes = f;
-  if (total_bytes) *total_bytes = t;
-  return CUDA_SUCCESS;
+  return mem_get_info<Hook::cuMemGetInfo>(free_bytes, total_bytes);
 }
 
 // cudaGetDeviceProperties().totalGlobalMem comes from here in NVIDIA's cudart (it resolves
