@@ -50,8 +50,11 @@ std::string rel_time(const DeviceModel& d, i64 t) {
   return "+" + format_duration(t - d.first_time_ns);
 }
 
-std::optional<i64> recorded(const TraceModel& m, const std::string& key) {
-  for (const auto& [k, v] : m.header.recorded_stats)
+/// What the trace recorded at its end for `key` on `device` (each device against its own figures).
+std::optional<i64> recorded(const TraceModel& m, std::int32_t device, const std::string& key) {
+  const auto* stats = m.header.recorded_stats_of(device);
+  if (stats == nullptr) return std::nullopt;
+  for (const auto& [k, v] : *stats)
     if (k == key) return v;
   return std::nullopt;
 }
@@ -148,7 +151,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       if (m.incomplete) out += "The trace ends abruptly (cut last line): figures are up to its last complete event.\n";
       // PyTorch's own table. Retries are not in a trace; show PyTorch's recorded count if any.
       DeviceStats shown = d.stats;
-      auto retries = recorded(m, "num_alloc_retries");
+      auto retries = recorded(m, d.device, "num_alloc_retries");
       shown.num_alloc_retries = retries.value_or(0);
       out += memory_summary_table(shown, d.device);
       out += fmt::format("Duration {}, {} events\n", format_duration(d.last_time_ns - d.first_time_ns), d.events);
@@ -181,7 +184,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       // Cross-check against the figures PyTorch recorded, when the trace has them.
       std::string check;
       for (const char* key : kCheckedKeys) {
-        auto r = recorded(m, key);
+        auto r = recorded(m, d.device, key);
         if (!r) continue;
         i64 mine = stat_value(d.stats, key);
         check += fmt::format("  {:<30} {:>16} {:>16}  {}\n", key, *r, mine, mine == *r ? "same" : "DIFFERENT");
@@ -248,7 +251,7 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
       nlohmann::json j;
       j["device"] = d.device;
       DeviceStats shown = d.stats;
-      auto retries = recorded(m, "num_alloc_retries");
+      auto retries = recorded(m, d.device, "num_alloc_retries");
       shown.num_alloc_retries = retries.value_or(0);
       j["stats"] = stats_json(shown);
       if (!retries) j["stats"]["num_alloc_retries"] = nullptr;  // not in the trace: unknown, not 0
@@ -277,7 +280,7 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
       j["ooms"] = d.ooms.size();
       nlohmann::json check = nlohmann::json::array();
       for (const char* key : kCheckedKeys) {
-        auto r = recorded(m, key);
+        auto r = recorded(m, d.device, key);
         if (!r) continue;
         i64 mine = stat_value(d.stats, key);
         check.push_back({{"name", key}, {"recorded", *r}, {"computed", mine}, {"same", mine == *r}});

@@ -270,6 +270,7 @@ class Reader final : public VramtraceTraceReader {
 
   void fill_recorded_stats() {
     header_.recorded_stats.clear();
+    header_.recorded_device_stats.clear();
     const std::vector<std::pair<std::string, std::int64_t>>* best = nullptr;
     std::int32_t best_device = 0;
     for (const auto& [device, stats] : trailer_.device_stats) {
@@ -279,6 +280,7 @@ class Reader final : public VramtraceTraceReader {
       }
     }
     if (best != nullptr) header_.recorded_stats = *best;
+    header_.recorded_device_stats = trailer_.device_stats;
   }
 
   // One line: an event (filled into `out`), the trailer, a skipped kind, or a cut last line.

@@ -56,8 +56,22 @@ struct TraceHeader {
   std::string rank;
   std::string local_rank;
   std::optional<std::string> cuda_visible_devices;
-  /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any.
+  /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any:
+  /// for a vramtrace trace, those of its lowest-numbered device.
   std::vector<std::pair<std::string, std::int64_t>> recorded_stats;
+  /// The same per device, when the trace records them per device (vramtrace's trailer); empty
+  /// otherwise. Reports compare each device with its own entry (recorded_stats_of).
+  std::vector<std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>> recorded_device_stats;
+
+  /// The recorded statistics of `device`: its own entry when the trace has per-device figures,
+  /// else recorded_stats (PyTorch's traces describe one device). Null when the trace has figures
+  /// per device but none for this one.
+  const std::vector<std::pair<std::string, std::int64_t>>* recorded_stats_of(std::int32_t device) const noexcept {
+    if (recorded_device_stats.empty()) return &recorded_stats;
+    for (const auto& [d, stats] : recorded_device_stats)
+      if (d == device) return &stats;
+    return nullptr;
+  }
 };
 
 /// A streaming reader: memory stays bounded whatever the trace's length.
