@@ -48,6 +48,22 @@ void fork_child() {
   sink_after_fork_child();
 }
 
+void install_fork_handlers() noexcept {
+  std::call_once(g_atfork_once, [] { pthread_atfork(sink_before_fork, sink_after_fork_parent, fork_child); });
+}
+
+// The fork handlers are installed when the library is loaded (a plain libc call: no setting is
+// read, no driver call). Installing them with the first pool left a window: a thread forking while
+// others were inside their first CUDA call, before any pool existed, gave a child the parent's
+// call counters (seen in CI: a child reporting calls.cudaMalloc 5).
+// The registries the child handler touches are created here too, so that a fork never finds their
+// lazy initialisation half done by another thread.
+__attribute__((constructor)) void shim_init() {
+  (void)pools();
+  passthrough_init();
+  install_fork_handlers();
+}
+
 // Last: after every atexit handler, so the trace and the stats see the whole run.
 __attribute__((destructor)) void shim_fini() {
   begin_exit();
@@ -66,7 +82,7 @@ bool exiting() noexcept { return g_exiting.load(std::memory_order_acquire); }
 
 void lifecycle_pool_created() noexcept {
   std::atexit(on_exit_handler);
-  std::call_once(g_atfork_once, [] { pthread_atfork(sink_before_fork, sink_after_fork_parent, fork_child); });
+  install_fork_handlers();
 }
 
 void write_stats_file() noexcept {

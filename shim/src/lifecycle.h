@@ -19,8 +19,8 @@ namespace vramtrace::shim {
 bool exiting() noexcept;
 
 /// Called after a pool was created: registers (once more) our atexit handler so that it runs
-/// before the handlers registered earlier, e.g. the CUDA runtime's teardown; and installs the
-/// fork handlers once.
+/// before the handlers registered earlier, e.g. the CUDA runtime's teardown. (The fork handlers
+/// are installed once, when the library is loaded.)
 void lifecycle_pool_created() noexcept;
 
 /// Writes the stats file named by VRAMTRACE_TEST_STATS_FILE ("%p" is replaced by the pid):

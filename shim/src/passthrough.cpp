@@ -72,7 +72,11 @@ bool passthrough_contains(std::uint64_t addr) noexcept {
 
 void passthrough_after_fork_child() noexcept {
   new (&registry().mu) std::mutex;  // the parent may have held it at fork
-  registry().live.clear();
+  // A parent thread may have been inside an insert at fork: the old table is abandoned (leaked),
+  // not walked.
+  new (&registry().live) std::unordered_map<std::uint64_t, PassThrough>;
 }
+
+void passthrough_init() noexcept { (void)registry(); }
 
 }  // namespace vramtrace::shim

@@ -24,6 +24,9 @@ std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t en
 bool passthrough_contains(std::uint64_t addr) noexcept;
 /// Drops every record (fork child). No events.
 void passthrough_after_fork_child() noexcept;
+/// Creates the registry now (library load), so that a fork child never meets its lazy
+/// initialisation half done by a thread that did not survive the fork.
+void passthrough_init() noexcept;
 
 /// Device ordinal of the calling thread's current context (0 if none).
 int current_device() noexcept;
