@@ -128,7 +128,7 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
     throw TraceError(fmt::format("{}: {}: {}", path, reader->position(), e.what()));
   }
   std::vector<TraceModel> models;
-  models.push_back(model.finish(reader->incomplete()));
+  models.push_back(model.finish(*reader));
   if (models.back().header.path.empty()) models.back().header.path = path;
   in.summary = summary_json(models);
   in.measures = measures_from_summary(in.summary, path);

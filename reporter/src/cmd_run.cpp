@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -109,8 +110,12 @@ std::string fix_start_time(const std::string& pattern, std::time_t start) {
 }
 
 // Trace files the run may have written: the names the pattern can expand to (any pid, host,
-// rank), plus a fork child's "-<pid>" before the extension, modified since the run started.
-std::vector<std::string> find_traces(const std::string& pattern, std::time_t start) {
+// rank), plus a fork child's "-<pid>" before the extension, modified since the run started and
+// not among `existing` (files that were there before the run: the shim never writes into an
+// existing file, so none of them is this run's, however recent).
+std::vector<std::string> find_traces(const std::string& pattern, std::time_t start,
+                                     const std::set<std::pair<dev_t, ino_t>>& existing = {},
+                                     std::set<std::pair<dev_t, ino_t>>* found_ids = nullptr) {
   fs::path p(pattern);
   fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   std::string name = p.filename().string();
@@ -146,6 +151,8 @@ std::vector<std::string> find_traces(const std::string& pattern, std::time_t sta
     if (!std::regex_match(entry.path().filename().string(), matcher)) continue;
     struct stat st {};
     if (stat(entry.path().c_str(), &st) != 0 || st.st_mtime + 1 < start) continue;
+    if (existing.count({st.st_dev, st.st_ino})) continue;
+    if (found_ids) found_ids->insert({st.st_dev, st.st_ino});
     out.push_back((dir == "." && !p.has_parent_path()) ? entry.path().filename().string() : entry.path().string());
   }
   std::sort(out.begin(), out.end());
@@ -296,6 +303,10 @@ int run_command(const RunOptions& o) {
     }
   }
 
+  // Files already matching the pattern (earlier runs) are never this run's traces.
+  std::set<std::pair<dev_t, ino_t>> existing;
+  const std::size_t existing_count = find_traces(pattern, 0, {}, &existing).size();
+
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
 
@@ -362,12 +373,18 @@ int run_command(const RunOptions& o) {
   if (rc == 127 && WIFEXITED(status)) return rc;  // exec failed: the message is printed already
 
   std::fprintf(stderr, "\nvramtrace: '%s' %s after %.1f s\n", o.command.front().c_str(), how.c_str(), seconds);
-  std::vector<std::string> traces = find_traces(pattern, start);
+  std::vector<std::string> traces = find_traces(pattern, start, existing);
   if (traces.empty()) {
     std::fprintf(stderr,
                  "  no trace was written: the program made no CUDA allocation through libvramtrace.so, or tracing\n"
                  "  failed (see the vramtrace: line above). Expected files named like %s\n",
                  pattern.c_str());
+    if (existing_count > 0) {
+      std::fprintf(stderr,
+                   "  (%zu file(s) of that name were there before the run; an existing file is never overwritten:\n"
+                   "  use %%p or %%t in -o, or remove them)\n",
+                   existing_count);
+    }
     return rc;
   }
   for (const std::string& t : traces) describe_trace(t, o.tensors);
@@ -383,7 +400,7 @@ int run_command(const RunOptions& o) {
     std::string glob;
     for (std::size_t i = 0; i < pattern.size(); ++i) {
       if (pattern[i] == '%' && i + 1 < pattern.size()) {
-        glob += pattern[i + 1] == '%' ? "%" : "*";
+        glob += pattern[i + 1] == '%' ? "%" : "*";  // may also match earlier runs' files
         ++i;
       } else {
         glob += pattern[i];

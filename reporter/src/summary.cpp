@@ -190,8 +190,10 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         check += fmt::format("  {:<30} {:>16} {:>16}  {}\n", key, *r, mine, mine == *r ? "same" : "DIFFERENT");
       }
       if (!check.empty()) {
-        out += fmt::format("\nRecorded by PyTorch vs computed from the events:\n  {:<30} {:>16} {:>16}\n", "statistic",
-                           "recorded", "computed");
+        // Our traces carry the shim allocator's figures in their trailer; PyTorch's, its own.
+        const char* by = m.header.format == "vramtrace" ? "the traced allocator" : "PyTorch";
+        out += fmt::format("\nRecorded by {} vs computed from the events:\n  {:<30} {:>16} {:>16}\n", by,
+                           "statistic", "recorded", "computed");
         out += check;
       }
       std::vector<std::string> notes = m.notes;

@@ -820,12 +820,17 @@ TraceModelBuilder::TraceModelBuilder(TraceHeader header, ModelOptions options) :
 TraceModelBuilder::~TraceModelBuilder() = default;
 void TraceModelBuilder::add(const TraceRecord& r) { impl_->add(r); }
 TraceModel TraceModelBuilder::finish(bool incomplete) { return impl_->finish(incomplete); }
+TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
+  impl_->header.recorded_stats = reader.header().recorded_stats;
+  impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
+  return impl_->finish(reader.incomplete());
+}
 
 TraceModel build_trace_model(TraceReader& reader, ModelOptions options) {
   TraceModelBuilder b(reader.header(), options);
   TraceRecord r;
   while (reader.next(r)) b.add(r);
-  return b.finish(reader.incomplete());
+  return b.finish(reader);
 }
 
 }  // namespace vramtrace

@@ -19,16 +19,17 @@ namespace {
 struct RunResult {
   int exit_code = -1;
   std::string err;
+  std::string out;  // stdout (run_vramtrace only)
 };
 
 pid_t spawn_vramtrace(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
-                      const std::string& err_path) {
+                      const std::string& err_path, const std::string& out_path = "/dev/null") {
   pid_t pid = fork();
   if (pid == 0) {
     int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(e, 2);
-    int null = ::open("/dev/null", O_WRONLY);
-    dup2(null, 1);
+    int o = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, 1);
     setenv("VRAMTRACE_LIB", TEST_PRELOAD_LIB, 1);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<std::string> copy = args;
@@ -43,12 +44,13 @@ pid_t spawn_vramtrace(const std::vector<std::string>& args, const std::vector<st
 
 RunResult run_vramtrace(const std::vector<std::string>& args, const ScratchDir& dir,
                         const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  pid_t pid = spawn_vramtrace(args, env, dir.file("run.err"));
+  pid_t pid = spawn_vramtrace(args, env, dir.file("run.err"), dir.file("run.out"));
   int status = 0;
   waitpid(pid, &status, 0);
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.err = test::read_file(dir.file("run.err"));
+  r.out = test::read_file(dir.file("run.out"));
   return r;
 }
 
@@ -95,6 +97,52 @@ TEST_CASE("run returns the command's exit code and prints the end screen", "[run
   test::ReadBack rb = test::read_all(trace);
   CHECK(rb.records.size() == 4);
   CHECK_FALSE(rb.incomplete);
+}
+
+TEST_CASE("run names only the traces this run wrote, never an earlier run's file", "[run]") {
+  ScratchDir dir;
+  // A fixed name: the second run's shim refuses to overwrite the first run's file.
+  RunResult first = run_vramtrace({"run", "-o", dir.file("same.jsonl"), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+  INFO(first.err);
+  REQUIRE(first.exit_code == 0);
+  const std::string old = only_trace(dir, "same.");
+  CHECK(first.err.find("trace  " + old) != std::string::npos);
+  RunResult second = run_vramtrace({"run", "-o", dir.file("same.jsonl"), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+  INFO(second.err);
+  CHECK(second.exit_code == 0);
+  CHECK(second.err.find("trace  " + old) == std::string::npos);
+  CHECK(second.err.find("no trace was written") != std::string::npos);
+  CHECK(second.err.find("1 file(s) of that name were there before the run") != std::string::npos);
+  // With %p, within the same second: each run lists its own file only.
+  RunResult a = run_vramtrace({"run", "-o", dir.file("p.%p.jsonl"), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+  RunResult b = run_vramtrace({"run", "-o", dir.file("p.%p.jsonl"), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+  INFO(b.err);
+  auto count = [](const std::string& s, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count(a.err, "  trace  ") == 1);
+  CHECK(count(b.err, "  trace  ") == 1);
+}
+
+TEST_CASE("a compressed trace reads like the plain one: the trailer's recorded figures too", "[run]") {
+  ScratchDir dir;
+  std::vector<std::string> summaries;
+  for (const char* name : {"plain.%p.jsonl", "zst.%p.jsonl.zst"}) {
+    RunResult r = run_vramtrace({"run", "-o", dir.file(name), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const std::string trace = only_trace(dir, std::string(name).substr(0, std::string(name).find('.') + 1));
+    RunResult s = run_vramtrace({"summary", trace}, dir);
+    INFO(s.err);
+    REQUIRE(s.exit_code == 0);
+    // The stand-in preload records 3 MiB allocated at its peak (its events add up to 2,931 KiB).
+    CHECK(s.out.find("Recorded by the traced allocator vs computed from the events") != std::string::npos);
+    CHECK(s.out.find("3145728") != std::string::npos);
+    summaries.push_back(s.out.substr(s.out.find('\n')));  // the first line names the file
+  }
+  CHECK(summaries[0] == summaries[1]);
 }
 
 TEST_CASE("run reports a command killed by a signal as 128 + signal", "[run]") {
