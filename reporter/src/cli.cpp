@@ -1,14 +1,45 @@
-// The process exit code shared by the subcommands (commands.h).
+// The process exit code shared by the subcommands, and the option checks they share (commands.h).
 #include <atomic>
+#include <string>
 
 #include "commands.h"
+#include "vramtrace/settings.h"
 
 namespace vramtrace::cli {
 namespace {
 std::atomic<int> g_exit_code{0};
+
+void refuse_empty_in(CLI::App& app, const std::vector<std::string>& allowed) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0) continue;  // a flag
+    bool exempt = false;
+    for (const std::string& name : allowed) exempt = exempt || opt->check_name(name);
+    if (exempt) continue;
+    opt->check(CLI::Validator(
+        [](std::string& v) { return v.empty() ? std::string("an empty value (an unset shell variable?)") : std::string(); },
+        "", "NonEmpty"));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) refuse_empty_in(*sub, allowed);
 }
+}  // namespace
 
 void set_exit_code(int code) { g_exit_code.store(code); }
 int exit_code() { return g_exit_code.load(); }
+
+void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_allowed) {
+  refuse_empty_in(app, empty_allowed);
+}
+
+CLI::Validator size_check(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& v) -> std::string {
+        std::uint64_t bytes = 0;
+        std::string error;
+        if (!parse_size(v, bytes, error)) return error + " (e.g. 512MiB, 14.58GiB, 16GB)";
+        if (bytes == 0 && !allow_zero) return "must be greater than 0";
+        return {};
+      },
+      "SIZE", "Size");
+}
 
 }  // namespace vramtrace::cli

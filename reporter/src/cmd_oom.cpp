@@ -26,7 +26,8 @@ void register_oom(CLI::App& app) {
   cmd->add_flag("--json", opts->json, "Print JSON");
   cmd->add_flag("--no-replay", opts->no_replay, "Skip the replays under other settings");
   cmd->add_option("--capacity", opts->capacity,
-                  "Simulated device capacity for the replays (e.g. 80GiB); default: the trace's device");
+                  "Simulated device capacity for the replays (e.g. 80GiB); default: the trace's device")
+      ->check(size_check());
   cmd->callback([opts]() {
     try {
       const auto paths = expand_trace_paths(opts->traces);

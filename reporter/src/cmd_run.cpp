@@ -260,6 +260,15 @@ int run_command(const RunOptions& o) {
   }
   std::string conf = o.conf;
   if (!o.limit.empty()) {
+    DeviceLimits in_conf;
+    std::string conf_rest, conf_error;
+    if (split_device_limits(conf, conf_rest, in_conf, conf_error) && in_conf.any()) {
+      std::fprintf(stderr,
+                   "vramtrace run: --limit %s and a limit in --conf '%s': give the cap once (per device: "
+                   "--conf limit:[0:14GiB,1:20GiB,*:16GiB])\n",
+                   o.limit.c_str(), conf.c_str());
+      return 2;
+    }
     // A size, or the name of a card (gpu_cards.h): its usable total as CUDA reports it.
     std::uint64_t bytes = 0;
     std::string error;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 #ifndef VRAMTRACE_VERSION_STRING
 #define VRAMTRACE_VERSION_STRING "0.1.0"
@@ -18,6 +20,17 @@ void register_oom(CLI::App& app);
 void register_report(CLI::App& app);
 void register_check(CLI::App& app);
 void register_diff(CLI::App& app);
+
+/// Refuses an empty value for every option and positional of every subcommand of `app` (an empty
+/// value is nearly always an unset shell variable: `--limit "$CAP"`), so that none is taken as
+/// "not given". Options named in `empty_allowed` keep empty values (`--conf ''`: the default
+/// settings, a column of `replay`'s comparison). Call after every register_X. A refusal is a
+/// usage error (exit 2).
+void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_allowed);
+
+/// CLI11 check: a byte size in the settings grammar (512MiB, 14.58GiB, 16GB, a plain byte count;
+/// vramtrace/settings.h parse_size), greater than 0 unless `allow_zero`.
+CLI::Validator size_check(bool allow_zero = false);
 
 /// Exit code conventions: 0 success, 1 a check failed / OOM found where asked, 2 unusable input
 /// or usage.

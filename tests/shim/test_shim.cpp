@@ -529,11 +529,27 @@ TEST_CASE("memory cap: contexts of one device share its cap, a destroyed context
 }
 
 TEST_CASE("memory cap: a bad limit is refused like any bad setting") {
-  for (const char* conf : {"limit:[0:1GiB", "limit:[x:1GiB]", "limit:[0:1GiB,0:2GiB]", "limit:[]", "limit:0", "limit:12XB"}) {
+  // conf, and what the message must say
+  const std::pair<const char*, const char*> cases[] = {
+      {"limit:[0:1GiB", "missing ']'"},
+      {"limit:[x:1GiB]", "not a CUDA ordinal"},
+      {"limit:[0:1GiB,0:2GiB]", "device 0 is listed twice"},
+      {"limit:[0:64MiB,*:1GiB,*:2GiB]", "* is listed twice"},
+      {"limit:[0:1GiB,]", "a stray ','"},
+      {"limit:[,0:1GiB]", "a stray ','"},
+      {"limit:1GiB]", "unbalanced"},
+      {"limit:[0:1GiB]]", "unbalanced"},
+      {"limit:[]", "empty list"},
+      {"limit:0", "greater than 0"},
+      {"limit:12XB", "limit"},
+  };
+  for (const auto& [conf, says] : cases) {
     INFO(conf);
     Run r = run({road("road_runtime_shared")}, true, {std::string("VRAMTRACE_CONF=") + conf, "ROAD_EXPECT=off"});
     REQUIRE(r.exit_code == 0);
+    INFO(r.err);
     CHECK(r.err.find("vramtrace: VRAMTRACE_CONF: setting 'limit'") == 0);
+    CHECK(r.err.find(says) != std::string::npos);
     CHECK(get(r.stats(), "shim.cached_allocs") == 0);
   }
 }

@@ -201,6 +201,41 @@ TEST_CASE("run refuses what it cannot do with exit code 2 or 127", "[run]") {
   RunResult no_cmd = run_vramtrace({"run", "-o", dir.file("n.%p.jsonl"), "--", dir.file("no-such-program")}, dir);
   CHECK(no_cmd.exit_code == 127);
   CHECK(no_cmd.err.find("cannot run") != std::string::npos);
+  // An empty value (an unset shell variable) is refused, never taken as "no cap".
+  RunResult empty_limit = run_vramtrace({"run", "--limit", "", "--", "/bin/true"}, dir);
+  CHECK(empty_limit.exit_code == 2);
+  CHECK(empty_limit.err.find("--limit: an empty value") != std::string::npos);
+  // One cap, not two that silently replace each other.
+  RunResult both = run_vramtrace({"run", "--limit", "1GiB", "--conf", "limit:[0:2GiB]", "--", "/bin/true"}, dir);
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("give the cap once") != std::string::npos);
+  for (const char* conf : {"limit:[0:64MiB,*:1GiB,*:2GiB]", "limit:[0:1GiB,]", "limit:1GiB]"}) {
+    RunResult bad = run_vramtrace({"run", "--conf", conf, "--", "/bin/true"}, dir);
+    INFO(conf << ": " << bad.err);
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.err.find("setting 'limit'") != std::string::npos);
+  }
+}
+
+TEST_CASE("reports refuse an empty or zero size option with exit code 2", "[run][options]") {
+  ScratchDir dir;
+  RunResult r = run_vramtrace({"run", "-o", dir.file("t.%p.jsonl"), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+  REQUIRE(r.exit_code == 0);
+  const std::string trace = only_trace(dir, "t.");
+  const std::vector<std::vector<std::string>> bad = {
+      {"oom", trace, "--capacity", ""},      {"oom", trace, "--capacity", "0"},
+      {"oom", trace, "--capacity", "junk"},  {"replay", trace, "--capacity", ""},
+      {"check", trace, "--max-peak-reserved", ""},
+  };
+  for (const auto& args : bad) {
+    RunResult b = run_vramtrace(args, dir);
+    INFO(args[0] << " " << args[2] << " '" << args[3] << "': " << b.err);
+    CHECK(b.exit_code == 2);
+    CHECK_FALSE(b.err.empty());
+  }
+  RunResult ok = run_vramtrace({"oom", trace, "--capacity", "80GiB"}, dir);
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
 }
 
 TEST_CASE("the Python helper's marks reach the trace", "[run][python]") {

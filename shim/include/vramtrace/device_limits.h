@@ -70,7 +70,8 @@ inline bool parse_cap(std::string_view v, std::uint64_t& out, std::string& error
 /// Reads the `limit` items of a settings string. `rest` receives the string without them
 /// (whitespace removed, items rejoined with ','), for AllocatorSettings::parse. A later `limit`
 /// item replaces an earlier one, as for every key. Returns false with `error` naming the item on
-/// a bad size, a bad ordinal, a repeated ordinal, an empty list or a missing ']'; `out` and `rest`
+/// a bad size, a bad ordinal, a repeated ordinal or `*`, an empty list or list item (a stray ','), a missing
+/// or stray bracket; `out` and `rest`
 /// are then unchanged. Thread-safe (pure).
 inline bool split_device_limits(std::string_view conf, std::string& rest, DeviceLimits& out, std::string& error) {
   using namespace device_limits_detail;
@@ -105,7 +106,16 @@ inline bool split_device_limits(std::string_view conf, std::string& rest, Device
     }
     std::string_view v = item.substr(6);
     DeviceLimits one;
-    if (v.empty() || v.front() != '[') {
+    const std::size_t brackets_inside =
+        v.size() < 2 ? std::string_view::npos : v.substr(1, v.size() - 2).find_first_of("[]");
+    const bool list = !v.empty() && v.front() == '[';
+    if ((!list && v.find_first_of("[]") != std::string_view::npos) ||
+        (list && brackets_inside != std::string_view::npos)) {
+      error = "setting 'limit': unbalanced '[' or ']' in '" + std::string(v) +
+              "' (expected limit:SIZE or limit:[0:14GiB,1:20GiB,*:16GiB])";
+      return false;
+    }
+    if (!list) {
       if (!parse_cap(v, one.others_bytes, error)) return false;
     } else {
       if (v.back() != ']') {
@@ -118,10 +128,16 @@ inline bool split_device_limits(std::string_view conf, std::string& rest, Device
         error = "setting 'limit': empty list (expected e.g. limit:[0:14GiB,1:20GiB,*:16GiB])";
         return false;
       }
-      while (!body.empty()) {
+      bool star_seen = false;
+      for (bool more = true; more;) {
         auto comma = body.find(',');
         std::string_view e = body.substr(0, comma);
-        body = comma == std::string_view::npos ? std::string_view{} : body.substr(comma + 1);
+        more = comma != std::string_view::npos;
+        if (more) body = body.substr(comma + 1);
+        if (e.empty()) {
+          error = "setting 'limit': an empty item in the list '" + std::string(v) + "' (a stray ',')";
+          return false;
+        }
         auto colon = e.find(':');
         if (colon == std::string_view::npos) {
           error = "setting 'limit': list item '" + std::string(e) + "' is not DEVICE:SIZE (DEVICE a CUDA ordinal or *)";
@@ -131,6 +147,11 @@ inline bool split_device_limits(std::string_view conf, std::string& rest, Device
         std::uint64_t bytes = 0;
         if (!parse_cap(size, bytes, error)) return false;
         if (k == "*") {
+          if (star_seen) {
+            error = "setting 'limit': * is listed twice";
+            return false;
+          }
+          star_seen = true;
           one.others_bytes = bytes;
           continue;
         }
