@@ -10,13 +10,14 @@ namespace {
 using i64 = std::int64_t;
 using u64 = std::uint64_t;
 
-OomFigures figures_for(const TraceModel& m, const StateAt& st, std::optional<u64> request, std::optional<u64> device_free) {
+OomFigures figures_for(const TraceModel& m, std::int32_t device, const StateAt& st, std::optional<u64> request,
+                       std::optional<u64> device_free) {
   OomFigures f;
   if (request) {
     f.request = *request;
     f.device_request = segment_size_for(*request);
   }
-  if (m.header.device_total_bytes) f.device_total = m.header.device_total_bytes;
+  if (u64 total = m.header.total_bytes_of(device)) f.device_total = total;
   f.device_free = device_free;
   f.allocated = static_cast<u64>(st.stats.allocated_bytes[kStatAll].current);
   f.reserved = static_cast<u64>(st.stats.reserved_bytes[kStatAll].current);
@@ -47,7 +48,7 @@ std::vector<OomCase> oom_cases(const TraceModel& m) {
       c.device = d.device;
       c.event_index = o.event_index;
       c.time_ns = o.time_ns - d.first_time_ns;
-      c.figures = figures_for(m, o.state, o.request_bytes, o.device_free_bytes);
+      c.figures = figures_for(m, d.device, o.state, o.request_bytes, o.device_free_bytes);
       c.diagnosis = diagnose(c.figures);
       c.state = &o.state;
       out.push_back(std::move(c));
@@ -58,7 +59,7 @@ std::vector<OomCase> oom_cases(const TraceModel& m) {
       c.last_state = true;
       c.event_index = d.at_end.event_index;
       c.time_ns = d.at_end.time_ns - d.first_time_ns;
-      c.figures = figures_for(m, d.at_end, std::nullopt, std::nullopt);
+      c.figures = figures_for(m, d.device, d.at_end, std::nullopt, std::nullopt);
       c.diagnosis = diagnose(c.figures);
       c.diagnosis.headline = "the trace ends abruptly; the request that failed (if any) is not in it";
       c.state = &d.at_end;

@@ -55,7 +55,8 @@ std::uint64_t whatif_capacity(const TraceModel& m, const std::vector<OomCase>& c
     if (c.last_state || !c.figures.reserved) continue;
     if (c.figures.device_free) return *c.figures.reserved + *c.figures.device_free;
   }
-  return m.header.device_total_bytes;
+  // The device of the first case: a process's devices may differ in size (or cap).
+  return cases.empty() ? m.header.device_total_bytes : m.header.total_bytes_of(cases.front().device);
 }
 
 std::vector<WhatIf> run_whatifs(const std::string& path, const TraceModel& m, std::uint64_t capacity) {

@@ -335,8 +335,8 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       nlohmann::json dj;
       dj["device"] = d.device;
       dj["duration_ms"] = ms(d.last_time_ns - t0);
-      if (m.header.device_total_bytes)
-        dj["capacity"] = m.header.device_total_bytes;
+      if (const std::uint64_t total = m.header.total_bytes_of(d.device))
+        dj["capacity"] = total;
       else
         dj["capacity"] = nullptr;
       nlohmann::json tl;

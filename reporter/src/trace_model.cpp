@@ -823,6 +823,7 @@ TraceModel TraceModelBuilder::finish(bool incomplete) { return impl_->finish(inc
 TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.recorded_stats = reader.header().recorded_stats;
   impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
+  impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
   return impl_->finish(reader.incomplete());
 }
 

@@ -146,9 +146,10 @@ class TraceModelBuilder {
   void add(const TraceRecord& r);
   /// Ends the trace; `incomplete` as the reader says.
   TraceModel finish(bool incomplete);
-  /// Ends the trace read through `reader`: incomplete as it says, and the statistics its trailer
-  /// recorded taken from its header now. A compressed trace's trailer is known only once the last
-  /// line was read, after the builder copied the header.
+  /// Ends the trace read through `reader`: incomplete as it says, and what its header learnt while
+  /// reading (the trailer's recorded statistics, devices named by later `device` records) taken
+  /// now. A compressed trace's trailer is known only once the last line was read, after the
+  /// builder copied the header.
   TraceModel finish(const TraceReader& reader);
 
   struct Impl;

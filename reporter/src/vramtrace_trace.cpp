@@ -178,12 +178,12 @@ class Reader final : public VramtraceTraceReader {
         finished_ = true;
         return false;
       }
-      // kTrailer, kSkipped: go on (the trailer must be the last line)
+      // kTrailer, kSkipped, kMeta: go on (the trailer must be the last line)
     }
   }
 
  private:
-  enum Kind { kEvent, kTrailer, kSkipped, kCut };
+  enum Kind { kEvent, kTrailer, kSkipped, kMeta, kCut };
 
   [[noreturn]] void fail(const std::string& what) const {
     throw TraceError(header_.path + ":" + std::to_string(source_->line_number()) + ": " + what);
@@ -265,7 +265,26 @@ class Reader final : public VramtraceTraceReader {
     header_.rank = details_.rank;
     header_.local_rank = details_.local_rank;
     header_.cuda_visible_devices = details_.cuda_visible_devices;
-    if (!details_.devices.empty()) header_.device_total_bytes = details_.devices.front().total_bytes;
+    for (const auto& d : details_.devices) note_device_total(d.id, d.total_bytes);
+  }
+
+  // Devices by ordinal; device_total_bytes is the lowest-numbered one's.
+  void note_device_total(std::int32_t id, std::uint64_t total) {
+    for (auto& [d, b] : header_.device_totals) {
+      if (d == id) {
+        b = total;
+        return;
+      }
+    }
+    header_.device_totals.emplace_back(id, total);
+    std::int32_t lowest = header_.device_totals.front().first;
+    header_.device_total_bytes = header_.device_totals.front().second;
+    for (const auto& [d, b] : header_.device_totals) {
+      if (d < lowest) {
+        lowest = d;
+        header_.device_total_bytes = b;
+      }
+    }
   }
 
   void fill_recorded_stats() {
@@ -463,6 +482,26 @@ class Reader final : public VramtraceTraceReader {
       return kTrailer;
     }
     if (action_text == "header") fail("a second header (two traces concatenated?)");
+    if (action_text == "device") {
+      // A device the process reached after the header was written (format 1.1).
+      json j = parse_json_line(line);
+      VramtraceHeaderDetails::Device d;
+      d.id = static_cast<std::int32_t>(json_int(j, "id"));
+      d.name = json_string(j, "name");
+      d.total_bytes = json_uint(j, "total_bytes");
+      d.uuid = json_string(j, "uuid");
+      if (d.id < 0) fail("a device record with a negative id");
+      note_device_total(d.id, d.total_bytes);
+      bool known = false;
+      for (auto& old : details_.devices) {
+        if (old.id == d.id) {
+          old = d;
+          known = true;
+        }
+      }
+      if (!known) details_.devices.push_back(std::move(d));
+      return kMeta;
+    }
     std::optional<Action> action = parse_action(action_text);
     if (!action || *action == Action::snapshot) {
       ++skipped_;

@@ -180,10 +180,12 @@ ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
     } catch (...) {
       return nullptr;
     }
+    // Named in the trace before any thread can allocate from the pool: the header (or a device
+    // record) precedes the device's first event.
+    note_device_for_trace(*d, dev);
     slot.store(pool, std::memory_order_release);
     bump(g_counters.pools_created);
     lifecycle_pool_created();
-    note_device_for_trace(*d, dev);
     return pool;
   }
   return nullptr;  // all slots taken: calls pass through

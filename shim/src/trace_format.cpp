@@ -160,6 +160,14 @@ const char* block_state_text(BlockState s) noexcept {
   return "inactive";
 }
 
+// "id":..,"name":..,"total_bytes":..[,"uuid":..] of a header device entry or a device record.
+void append_device_fields(TextBuffer& out, const DeviceInfo& d) {
+  append_key_int(out, "id", d.id, false);
+  append_key_string(out, "name", d.name);
+  append_key_int(out, "total_bytes", d.total_bytes);
+  if (!d.uuid.empty()) append_key_string(out, "uuid", d.uuid);
+}
+
 }  // namespace
 
 void append_json_string(TextBuffer& out, std::string_view s) {
@@ -291,6 +299,12 @@ void encode_snapshot(TextBuffer& out, const Snapshot& s) {
   out.append("]}");
 }
 
+void encode_device(TextBuffer& out, const DeviceInfo& d) {
+  out.append("{\"a\":\"device\",");
+  append_device_fields(out, d);
+  out.append("}\n");
+}
+
 void encode_header(TextBuffer& out, const HeaderFields& h) {
   out.append("{\"a\":\"header\"");
   append_key_string(out, "format", kFormatName);
@@ -315,13 +329,9 @@ void encode_header(TextBuffer& out, const HeaderFields& h) {
   append_key_int(out, "cuda_runtime_version", h.info.cuda_runtime_version);
   out.append(",\"devices\":[");
   for (std::size_t i = 0; i < h.info.devices.size(); ++i) {
-    const DeviceInfo& d = h.info.devices[i];
     if (i != 0) out.push_back(',');
     out.push_back('{');
-    append_key_int(out, "id", d.id, false);
-    append_key_string(out, "name", d.name);
-    append_key_int(out, "total_bytes", d.total_bytes);
-    if (!d.uuid.empty()) append_key_string(out, "uuid", d.uuid);
+    append_device_fields(out, h.info.devices[i]);
     out.push_back('}');
   }
   out.push_back(']');

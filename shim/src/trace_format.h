@@ -2,7 +2,9 @@
 //
 // One JSON object per line; every record has "a", its kind:
 //
-//   {"a":"header","format":"vramtrace","version":"1.0",...}          first line, once
+//   {"a":"header","format":"vramtrace","version":"1.1",...}          first line, once
+//   {"a":"device","id":1,"name":"NVIDIA H200","total_bytes":150109880320}   a device first
+//                                                                    reached after the header (1.1)
 //   {"a":"alloc","t":81234,"p":139637976727552,"r":1000,"b":1024,"th":4711,"e":1}
 //   {"a":"free_requested",...} {"a":"free_completed",...}           same fields as alloc
 //   {"a":"segment_alloc","t":80001,"p":139637976727552,"r":2097152,"th":4711,"e":1}
@@ -41,7 +43,7 @@ namespace vramtrace::trace {
 inline constexpr std::string_view kFormatName = "vramtrace";
 /// Major.minor. A reader refuses a newer major version; a newer minor only adds fields or record
 /// kinds, which older readers skip.
-inline constexpr std::string_view kFormatVersion = "1.0";
+inline constexpr std::string_view kFormatVersion = "1.1";
 inline constexpr int kFormatMajor = 1;
 
 /// One CUDA device as the header lists it.
@@ -150,6 +152,10 @@ void encode_snapshot(TextBuffer& out, const Snapshot& s);
 
 /// Appends the header line (with its '\n').
 void encode_header(TextBuffer& out, const HeaderFields& h);
+
+/// Appends a `device` record (with its '\n'): a device the process reached after its header
+/// was written; the same fields as an entry of the header's "devices".
+void encode_device(TextBuffer& out, const DeviceInfo& d);
 
 /// Appends the trailer line (with its '\n').
 void encode_trailer(TextBuffer& out, const TrailerFields& t);

@@ -192,6 +192,13 @@ bool TraceWriter::start_locked(bool in_fork_child) noexcept {
       return false;
     }
     origin_ns_ = h.origin_monotonic_ns;
+    {
+      std::lock_guard<std::mutex> devices_lock(devices_mu_);
+      written_devices_.clear();
+      for (const DeviceInfo& d : h.info.devices) written_devices_.push_back(d.id);
+      pending_devices_.clear();
+      devices_pending_.store(false, std::memory_order_relaxed);
+    }
     text_.clear();
     encode_header(text_, h);
     if (!file_.write(text_.view(), error)) {
@@ -279,6 +286,7 @@ void TraceWriter::fail(const std::string& message) noexcept {
 void TraceWriter::before_fork() noexcept {
   lifecycle_mu_.lock();
   marks_mu_.lock();
+  devices_mu_.lock();
   oom_mu_.lock();
   path_mu_.lock();
   fork_locked_ = true;
@@ -289,6 +297,7 @@ void TraceWriter::after_fork_parent() noexcept {
   fork_locked_ = false;
   path_mu_.unlock();
   oom_mu_.unlock();
+  devices_mu_.unlock();
   marks_mu_.unlock();
   lifecycle_mu_.unlock();
 }
@@ -298,6 +307,7 @@ void TraceWriter::after_fork_child() noexcept {
     fork_locked_ = false;
     path_mu_.unlock();
     oom_mu_.unlock();
+    devices_mu_.unlock();
     marks_mu_.unlock();
     lifecycle_mu_.unlock();
   } else {
@@ -305,6 +315,7 @@ void TraceWriter::after_fork_child() noexcept {
     new (&lifecycle_mu_) std::mutex();
     new (&marks_mu_) std::mutex();
     new (&oom_mu_) std::mutex();
+    new (&devices_mu_) std::mutex();
     new (&path_mu_) std::mutex();
   }
   new (&progress_mu_) std::mutex();
@@ -318,6 +329,9 @@ void TraceWriter::after_fork_child() noexcept {
     ring_.reset();
     text_.clear();
     pending_snapshots_.clear();
+    pending_devices_.clear();  // the child's header lists every device noted so far
+    written_devices_.clear();
+    devices_pending_.store(false, std::memory_order_relaxed);
     events_written_ = 0;
     std::fill(std::begin(counts_), std::end(counts_), 0);
     dropped_.store(0, std::memory_order_relaxed);
@@ -332,6 +346,30 @@ void TraceWriter::after_fork_child() noexcept {
 void TraceWriter::set_header_info(HeaderInfo info) noexcept {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
   options_.header = std::move(info);
+  if (state_.load(std::memory_order_acquire) != kRunning) return;  // the header will list them
+  try {
+    std::lock_guard<std::mutex> devices_lock(devices_mu_);
+    for (const DeviceInfo& d : options_.header.devices) {
+      if (std::find(written_devices_.begin(), written_devices_.end(), d.id) != written_devices_.end()) continue;
+      written_devices_.push_back(d.id);
+      pending_devices_.push_back(d);
+      // Release: an event recorded after this call is popped by the writer thread after it sees
+      // the flag, so the device record precedes the device's events.
+      devices_pending_.store(true, std::memory_order_release);
+    }
+  } catch (...) {
+    // out of host memory: the device goes unnamed in this trace (reports fall back to device 0's)
+  }
+}
+
+void TraceWriter::format_pending_devices() {
+  std::vector<DeviceInfo> devices;
+  {
+    std::lock_guard<std::mutex> lock(devices_mu_);
+    devices.swap(pending_devices_);
+    devices_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (const DeviceInfo& d : devices) encode_device(text_, d);
 }
 
 // ---- recording (any thread) ------------------------------------------------------------------
@@ -512,6 +550,7 @@ void TraceWriter::run() noexcept {
     std::size_t n = ring_.pop(batch, kPopBatch);
     if (n != 0) {
       try {
+        if (devices_pending_.load(std::memory_order_acquire)) format_pending_devices();
         for (std::size_t i = 0; i < n; ++i) format(batch[i]);
       } catch (...) {
         text_.clear();
@@ -530,6 +569,12 @@ void TraceWriter::run() noexcept {
       continue;
     }
     // The ring is empty (or its next record is still being copied in): write what we have.
+    if (devices_pending_.load(std::memory_order_acquire)) {
+      try {
+        format_pending_devices();
+      } catch (...) {
+      }
+    }
     if (!write_pending()) return;
     last_write_ns = clock_ns(CLOCK_MONOTONIC);
     batches_since_write = 0;

@@ -97,7 +97,9 @@ class TraceWriter final : public EventSink {
   bool start() noexcept;
 
   /// Replaces the header's CUDA and device information for the file not yet created (this
-  /// process's, or a fork child's). Thread-safe; no effect on a file already written.
+  /// process's, or a fork child's). When the file is already written, each device of `info`
+  /// that its header does not list is written as a `device` record (format 1.1) before the
+  /// events recorded after this call. Thread-safe.
   void set_header_info(HeaderInfo info) noexcept;
 
   /// Appends one event (time_ns, thread_id etc. as the caller stamped them). Lock-free: a copy
@@ -181,6 +183,13 @@ class TraceWriter final : public EventSink {
   mutable std::mutex marks_mu_;
   std::vector<std::string> mark_names_;  // index = id; 0 = "(too many mark names)"
   std::unordered_map<std::string, std::uint32_t> mark_ids_;
+
+  // Devices noted after the header was written (set_header_info), for `device` records.
+  std::mutex devices_mu_;
+  std::vector<DeviceInfo> pending_devices_;
+  std::vector<std::int32_t> written_devices_;  // ids in the header or in a device record
+  std::atomic<bool> devices_pending_{false};
+  void format_pending_devices();
 
   std::mutex oom_mu_;
   std::vector<std::pair<std::uint32_t, std::string>> pending_snapshots_;  // ticket -> snapshot JSON

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "load_models.h"
+#include "oom_report.h"
 #include "processes.h"
 #include "report_html.h"
 #include "trace_paths.h"
@@ -274,4 +276,44 @@ TEST_CASE("trace arguments: files, globs and directories", "[processes][paths]")
   // A missing plain name is kept: opening it gives the usual error.
   CHECK(expand_trace_paths({"/nonexistent/x.jsonl"}) == std::vector<std::string>{"/nonexistent/x.jsonl"});
   fs::remove_all(dir);
+}
+
+TEST_CASE("a device reached after the header: its device record gives its own capacity", "[processes][oom]") {
+  // Device 0 (64 MiB) in the header; device 1 (32 MiB, e.g. capped by limit:[0:64MiB,*:32MiB])
+  // reached later, then an OOM on device 1. Without the record (format 1.0) device 1's capacity
+  // is unknown, never device 0's.
+  const std::string dir = std::filesystem::temp_directory_path() / ("vt-devrec-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  for (bool with_record : {true, false}) {
+    INFO((with_record ? "with" : "without") << " the device record");
+    const std::string path = dir + (with_record ? "/rec.jsonl" : "/norec.jsonl");
+    {
+      std::ofstream f(path);
+      f << R"({"a":"header","format":"vramtrace","version":"1.1","pid":1,"devices":[{"id":0,"name":"A","total_bytes":67108864}],"allocator_settings":"","settings":{},"entry_points":[""]})"
+        << "\n"
+        << R"({"a":"segment_alloc","t":1,"d":0,"p":4096000000,"r":20971520})" << "\n"
+        << R"({"a":"alloc","t":2,"d":0,"p":4096000000,"r":1048576,"b":1048576})" << "\n";
+      if (with_record) f << R"({"a":"device","id":1,"name":"B","total_bytes":33554432})" << "\n";
+      f << R"({"a":"segment_alloc","t":3,"d":1,"p":8192000000,"r":20971520})" << "\n"
+        << R"({"a":"alloc","t":4,"d":1,"p":8192000000,"r":20971520})" << "\n"
+        << R"({"a":"oom","t":5,"d":1,"r":33554432,"b":33554432,"free":12582912})" << "\n";
+    }
+    auto models = load_models({path});
+    REQUIRE(models.size() == 1);
+    CHECK(models[0].header.total_bytes_of(0) == 64 * MiB);
+    bool saw_device1_oom = false;
+    for (const OomCase& c : oom_cases(models[0])) {
+      if (c.device != 1 || c.last_state) continue;
+      saw_device1_oom = true;
+      if (with_record) {
+        REQUIRE(c.figures.device_total.has_value());
+        CHECK(*c.figures.device_total == 32 * MiB);
+      } else {
+        CHECK_FALSE(c.figures.device_total.has_value());
+      }
+    }
+    CHECK(saw_device1_oom);
+    CHECK(models[0].header.device_total_bytes == 64 * MiB);
+  }
+  std::filesystem::remove_all(dir);
 }

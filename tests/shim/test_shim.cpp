@@ -682,6 +682,11 @@ TEST_CASE("memory cap: `vramtrace run --limit` takes a size or a card name, and 
   REQUIRE(per.exit_code == 0);
   CHECK(get(per.program, "0.rt.total") == 1024 * kMiB);
   CHECK(get(per.program, "1.rt.total") == 2048 * kMiB);
+  // Device 1 is reached after the header was written: a device record names it with its cap.
+  const std::string per_trace = slurp(dir + "/p.jsonl");
+  CHECK(per_trace.find(R"("devices":[{"id":0,)") != std::string::npos);
+  CHECK(per_trace.find(R"({"a":"device","id":1,)") != std::string::npos);
+  CHECK(per_trace.find(R"("total_bytes":2147483648)") != std::string::npos);
   Run badconf = run({vt, "run", "--conf", "limit:[0:1GiB", "--", "/bin/true"}, false,
                     {std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH});
   CHECK(badconf.exit_code == 2);

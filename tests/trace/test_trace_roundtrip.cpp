@@ -134,7 +134,7 @@ TEST_CASE("random event sequences survive writer -> reader unchanged", "[trace][
     CHECK(rb.trailer.dropped == 0);
     REQUIRE(rb.records.size() == expect.size());
     REQUIRE(rb.header.recorded_stats == stats);
-    CHECK(rb.details.version == "1.0");
+    CHECK(rb.details.version == "1.1");
     CHECK(rb.details.pid == getpid());
     CHECK(rb.details.devices.at(0).name == "Simulated GPU");
     CHECK(rb.details.entry_points.at(3) == "cudaMallocAsync");
@@ -193,6 +193,45 @@ TEST_CASE("record_oom has written the oom line when it returns", "[trace][roundt
   CHECK(text.find("\"a\":\"oom\"") != std::string::npos);
   CHECK(text.find("\"snapshot\":{\"segments\":[") != std::string::npos);
   w.close();
+}
+
+TEST_CASE("a device noted after the header is written as a device record before its events", "[trace][roundtrip]") {
+  ScratchDir dir;
+  for (Compression compression : {Compression::none, Compression::zstd}) {
+    TraceWriterOptions o = options_for(dir.file(compression == Compression::zstd ? "dev.jsonl.zst" : "dev.jsonl"));
+    o.compression = compression;
+    TraceWriter w(o);
+    REQUIRE(w.start());
+    Event e{};
+    e.action = Action::segment_alloc;
+    e.addr = 1ull << 32;
+    e.size_bytes = e.block_bytes = 2 << 20;
+    e.time_ns = TraceWriter::now_ns();
+    w.record(e);
+    HeaderInfo again = o.header;
+    again.devices.push_back({1, "Second GPU", 32ull << 20, "GPU-2"});
+    w.set_header_info(again);
+    w.set_header_info(again);  // the same device twice: one record
+    e.device = 1;
+    e.addr = 1ull << 33;
+    w.record(e);
+    w.close({});
+    if (compression == Compression::none) {
+      const std::string text = test::read_file(w.path());
+      const auto record = text.find(R"({"a":"device","id":1,"name":"Second GPU","total_bytes":33554432,"uuid":"GPU-2"})");
+      REQUIRE(record != std::string::npos);
+      CHECK(text.find(R"("a":"device")", record + 2) == std::string::npos);
+      CHECK(record < text.find(R"("d":1)"));
+    }
+    ReadBack rb = test::read_all(w.path());
+    CHECK_FALSE(rb.incomplete);
+    CHECK(rb.records.size() == 2);  // the device record is not an event
+    REQUIRE(rb.details.devices.size() == 2);
+    CHECK(rb.details.devices[1].name == "Second GPU");
+    CHECK(rb.header.total_bytes_of(1) == 32ull << 20);
+    CHECK(rb.header.total_bytes_of(0) == 80ull << 30);
+    CHECK(rb.header.device_total_bytes == 80ull << 30);
+  }
 }
 
 TEST_CASE("a cut last line and a missing trailer read as an incomplete trace", "[trace][reader]") {

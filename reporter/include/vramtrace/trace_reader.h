@@ -46,7 +46,20 @@ struct TraceHeader {
   /// Allocator settings string in force (PYTORCH_CUDA_ALLOC_CONF). For snapshots it is known
   /// only once next() returned false (`allocator_settings` follows `device_traces` in the pickle).
   std::string settings;
-  std::uint64_t device_total_bytes = 0;  ///< 0 when unknown
+  std::uint64_t device_total_bytes = 0;  ///< 0 when unknown; the lowest-numbered device's
+  /// Total memory in bytes by CUDA ordinal, when the trace names its devices (vramtrace: the
+  /// header's `devices` and later `device` records; the shim's totals are the capped ones);
+  /// empty otherwise. Use total_bytes_of.
+  std::vector<std::pair<std::int32_t, std::uint64_t>> device_totals;
+
+  /// Total memory of `device` in bytes: its own entry, else device_total_bytes when the trace
+  /// does not name devices (PyTorch's traces describe one device); 0 when unknown. O(devices).
+  std::uint64_t total_bytes_of(std::int32_t device) const noexcept {
+    if (device_totals.empty()) return device_total_bytes;
+    for (const auto& [d, b] : device_totals)
+      if (d == device) return b;
+    return 0;
+  }
   /// The traced process, when the trace says (vramtrace traces; PyTorch's traces do not): its
   /// pid (0 = unknown), host name, rank and rank within the host as the launcher set them ("" =
   /// none), and CUDA_VISIBLE_DEVICES (unset = not recorded or not set). Merged reports of several
