@@ -73,7 +73,11 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
                             std::uint64_t capacity) {
   std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format, m.header.workload.empty() ? "" : ", ",
                                 m.header.workload);
-  if (cases.empty()) {
+  if (cases.empty() && m.incomplete) {
+    // Incomplete with a device gives a last-state case; here the trace has no event at all.
+    out += fmt::format("No OOM and no allocation in this trace: it ends abruptly before its first event ({}).\n",
+                       m.incomplete_reason.empty() ? "cut last line" : m.incomplete_reason);
+  } else if (cases.empty()) {
     out += "No OOM in this trace, and it ends normally.\n";
   }
   int n = 1;

@@ -148,7 +148,10 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       out += fmt::format("Trace {} ({}{}{}), device {}\n", m.header.path, m.header.format,
                          m.header.workload.empty() ? "" : ", ", m.header.workload, d.device);
       if (!m.header.settings.empty()) out += fmt::format("Settings: {}\n", m.header.settings);
-      if (m.incomplete) out += "The trace ends abruptly (cut last line): figures are up to its last complete event.\n";
+      if (m.incomplete) {
+        out += fmt::format("The trace ends abruptly ({}): figures are up to its last complete event.\n",
+                           m.incomplete_reason.empty() ? "cut last line" : m.incomplete_reason);
+      }
       // PyTorch's own table. Retries are not in a trace; show PyTorch's recorded count if any.
       DeviceStats shown = d.stats;
       auto retries = recorded(m, d.device, "num_alloc_retries");
@@ -203,6 +206,16 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         for (const auto& n : notes) out += fmt::format("  - {}\n", n);
       }
     }
+  }
+  for (const auto& m : models) {
+    if (!m.devices.empty()) continue;
+    if (!out.empty()) out += "\n";
+    out += fmt::format("Trace {}: no events", m.header.path);
+    if (m.incomplete) {
+      out += fmt::format("; the trace ends abruptly ({})",
+                         m.incomplete_reason.empty() ? "cut last line" : m.incomplete_reason);
+    }
+    out += ".\n";
   }
   if (out.empty()) out = "No events in the trace(s).\n";
   return out;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <fmt/format.h>
+#include "vramtrace_trace.h"
 
 namespace vramtrace {
 
@@ -824,7 +825,16 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.recorded_stats = reader.header().recorded_stats;
   impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
-  return impl_->finish(reader.incomplete());
+  TraceModel m = impl_->finish(reader.incomplete());
+  if (const auto* ours = dynamic_cast<const VramtraceTraceReader*>(&reader)) {
+    m.incomplete_reason = ours->incomplete_reason();
+    if (ours->nul_bytes() != 0) {
+      m.notes.push_back(fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "
+                                    "never written (a crash or power loss while the trace grew)",
+                                    ours->nul_bytes()));
+    }
+  }
+  return m;
 }
 
 TraceModel build_trace_model(TraceReader& reader, ModelOptions options) {

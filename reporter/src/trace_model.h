@@ -114,6 +114,8 @@ struct DeviceModel {
 struct TraceModel {
   TraceHeader header;
   bool incomplete = false;            ///< the trace ended early
+  /// Why, in words ("its last line is cut", "no trailer: ..."); empty when complete or unknown.
+  std::string incomplete_reason;
   bool has_segment_events = false;
   std::uint64_t events = 0;
   std::vector<DeviceModel> devices;   ///< sorted by device id

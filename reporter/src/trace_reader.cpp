@@ -42,7 +42,14 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path) {
   auto bytes = ByteSource::open(path);
   char first = 0;
   std::size_t got = bytes->read(&first, 1);
-  if (got == 0) throw TraceError(fmt::format("{}: empty file: not a trace", path));
+  if (got == 0) {
+    if (bytes->bytes_read() > 0) {  // compressed bytes that decode to nothing: a cut .gz/.zst
+      throw TraceError(fmt::format("{}: the compressed file is cut before its first complete block: nothing to read "
+                                   "(a process killed before the trace writer's first flush?)",
+                                   path));
+    }
+    throw TraceError(fmt::format("{}: empty file: not a trace", path));
+  }
   if (static_cast<unsigned char>(first) == 0x80) return open_snapshot_trace(path);
 
   auto lines = LineSource::open(path);
@@ -54,6 +61,11 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path) {
   try {
     j = nlohmann::json::parse(line);
   } catch (const std::exception&) {
+    if (lines->truncated() && lines->line_number() == 1 && line.rfind("{\"a\":\"header\"", 0) == 0) {
+      throw TraceError(fmt::format("{}:1: a vramtrace trace whose header line is cut (the process was killed while "
+                                   "the file was being created?): nothing to read",
+                                   path));
+    }
     throw TraceError(fmt::format(
         "{}: line {}: not a known trace format (expected a PyTorch snapshot pickle, or JSON lines: PyTorch's "
         "allocator history or a vramtrace trace)",

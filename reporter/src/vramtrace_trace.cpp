@@ -148,6 +148,12 @@ class Reader final : public VramtraceTraceReader {
   const VramtraceTrailer& trailer() const override { return trailer_; }
   std::string position() const override { return "line " + std::to_string(source_->line_number()); }
   bool incomplete() const override { return incomplete_; }
+  std::string incomplete_reason() const override {
+    if (!incomplete_) return {};
+    if (cut_) return "its last line is cut";
+    return "no trailer: the process did not finish tracing; killed, crashed or still running";
+  }
+  std::uint64_t nul_bytes() const override { return nul_bytes_; }
   std::uint64_t block_bytes() const override { return block_bytes_; }
   std::uint32_t thread_id() const override { return thread_id_; }
   std::uint32_t entry_point() const override { return entry_point_; }
@@ -166,15 +172,31 @@ class Reader final : public VramtraceTraceReader {
           incomplete_ = true;
           trailer_.present = false;
         }
-        if (source_->truncated()) incomplete_ = true;
+        // A last line without its '\n' is a cut line, unless it was only NUL padding.
+        if (source_->stream_truncated() || (source_->truncated() && !last_line_nul_)) {
+          incomplete_ = true;
+          cut_ = true;
+        }
         return false;
       }
       if (line.empty()) continue;
-      if (saw_trailer_) fail("a record after the trailer (two traces concatenated?)");
+      if (line.find_first_not_of('\0') == std::string_view::npos) {
+        // NUL bytes where lines should be: blocks a file system allocated but never wrote
+        // (a crash or power loss while the file grew). Nothing was recorded there.
+        nul_bytes_ += line.size() + 1;
+        last_line_nul_ = true;
+        continue;
+      }
+      last_line_nul_ = false;
+      if (saw_trailer_) {
+        if (line.front() != '{') fail("junk after the trailer: " + excerpt(line) + " (not a record)");
+        fail("a record after the trailer (two traces concatenated?)");
+      }
       int kind = parse_line(line, out);
       if (kind == kEvent) return true;
       if (kind == kCut) {
         incomplete_ = true;
+        cut_ = true;
         finished_ = true;
         return false;
       }
@@ -184,6 +206,13 @@ class Reader final : public VramtraceTraceReader {
 
  private:
   enum Kind { kEvent, kTrailer, kSkipped, kMeta, kCut };
+
+  // The start of a bad line, printable, for messages.
+  static std::string excerpt(std::string_view line) {
+    std::string out = "'";
+    for (char c : line.substr(0, 40)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+    return out + (line.size() > 40 ? "...'" : "'");
+  }
 
   [[noreturn]] void fail(const std::string& what) const {
     throw TraceError(header_.path + ":" + std::to_string(source_->line_number()) + ": " + what);
@@ -198,9 +227,18 @@ class Reader final : public VramtraceTraceReader {
   void read_header() {
     std::string_view line;
     if (!source_->next_line(line)) {
+      if (source_->stream_truncated() || source_->bytes_read() > 0) {
+        throw TraceError(header_.path +
+                         ": no complete line: the file was cut before its header was written out (a process "
+                         "killed before the trace writer's first flush?); nothing to read");
+      }
       throw TraceError(header_.path + ": empty file, not a vramtrace trace (docs/trace-format.md)");
     }
     json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() && source_->truncated() && line.rfind("{\"a\":\"header\",\"format\":\"vramtrace\"", 0) == 0) {
+      throw TraceError(header_.path + ":1: the header line is cut (the process was killed while the file was "
+                                      "being created?); nothing to read");
+    }
     if (j.is_discarded() || !j.is_object() || json_string(j, "format") != "vramtrace") {
       throw TraceError(header_.path +
                        ":1: not a vramtrace trace: the first line must be a header with \"format\":\"vramtrace\"");
@@ -469,6 +507,7 @@ class Reader final : public VramtraceTraceReader {
       f = LineFields{};
       if (simdjson::error_code err = parse_general(line, f)) {
         if (is_last_cut_line()) return kCut;
+        if (line.front() != '{') fail("not a JSON object: " + excerpt(line) + " (one JSON object per line expected)");
         fail(std::string("malformed event: ") + simdjson::error_message(err));
       }
     }
@@ -546,6 +585,9 @@ class Reader final : public VramtraceTraceReader {
   std::string padded_;
   bool finished_ = false;
   bool saw_trailer_ = false;
+  bool cut_ = false;
+  bool last_line_nul_ = false;
+  std::uint64_t nul_bytes_ = 0;
   bool incomplete_ = false;
   std::uint64_t block_bytes_ = 0;
   std::uint32_t thread_id_ = 0;

@@ -82,6 +82,11 @@ class VramtraceTraceReader : public TraceReader {
   virtual const Snapshot* oom_snapshot() const = 0;
   /// Lines skipped because their kind is unknown (written by a newer minor version).
   virtual std::uint64_t skipped_records() const = 0;
+  /// Why incomplete() holds, in words for a report ("its last line is cut", "no trailer: ...");
+  /// empty when complete. Known once next() returned false.
+  virtual std::string incomplete_reason() const = 0;
+  /// Bytes of NUL-only lines skipped (file-system blocks never written after a crash).
+  virtual std::uint64_t nul_bytes() const = 0;
 };
 
 /// Opens a vramtrace trace (plain, .gz or .zst by magic bytes). Throws TraceError naming the file

@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "trace_test_util.h"
@@ -143,6 +145,70 @@ TEST_CASE("a compressed trace reads like the plain one: the trailer's recorded f
     summaries.push_back(s.out.substr(s.out.find('\n')));  // the first line names the file
   }
   CHECK(summaries[0] == summaries[1]);
+}
+
+TEST_CASE("damaged traces: each kind of damage is named, nothing readable is lost", "[run][damaged]") {
+  ScratchDir dir;
+  for (const char* name : {"d.%p.jsonl", "d.%p.jsonl.zst"}) {
+    RunResult r = run_vramtrace({"run", "-o", dir.file(name), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+    REQUIRE(r.exit_code == 0);
+  }
+  std::string plain_path, zst_path;
+  for (const auto& f : test::files_in(dir.path())) {
+    const std::string base = std::filesystem::path(f).filename().string();
+    if (base.rfind("d.", 0) != 0) continue;
+    (base.size() > 4 && base.substr(base.size() - 4) == ".zst" ? zst_path : plain_path) = f;
+  }
+  REQUIRE(!plain_path.empty());
+  REQUIRE(!zst_path.empty());
+  const std::string plain = test::read_file(plain_path);
+  const std::string zst = test::read_file(zst_path);
+  const std::size_t trailer_at = plain.rfind("{\"a\":\"trailer\"");
+  REQUIRE(trailer_at != std::string::npos);
+  auto write = [&](const std::string& file, const std::string& text) {
+    std::ofstream(dir.file(file), std::ios::binary) << text;
+    return dir.file(file);
+  };
+  struct Case {
+    std::string file, text, summary_says, oom_says;
+    int exit_code;
+  };
+  const std::string nuls(4096, '\0');
+  const std::vector<Case> cases = {
+      {"cut.jsonl.zst", zst.substr(0, 20), "cut before its first complete block", "cut before its first complete block", 2},
+      {"notrailer.jsonl", plain.substr(0, trailer_at), "ends abruptly (no trailer: the process did not finish tracing",
+       "the trace ends abruptly", 0},
+      {"cutline.jsonl", plain.substr(0, trailer_at - 10), "ends abruptly (its last line is cut)", "the trace ends abruptly", 0},
+      {"junk.jsonl", plain + "garbage here\n", "junk after the trailer: 'garbage here'", "junk after the trailer", 2},
+      {"junkmid.jsonl", plain.substr(0, trailer_at) + "garbage here\n" + plain.substr(trailer_at),
+       "not a JSON object: 'garbage here'", "not a JSON object", 2},
+      {"nul.jsonl", plain + nuls, "4097 NUL bytes where lines should be were skipped", "No OOM in this trace, and it ends normally", 0},
+      {"headeronly.jsonl", plain.substr(0, plain.find('\n') + 1), "no events; the trace ends abruptly (no trailer",
+       "ends abruptly before its first event (no trailer", 0},
+      {"cuthdr.jsonl", plain.substr(0, 30), "header line is cut", "header line is cut", 2},
+  };
+  for (const Case& c : cases) {
+    INFO(c.file);
+    const std::string path = write(c.file, c.text);
+    RunResult s = run_vramtrace({"summary", path}, dir);
+    INFO("summary: " << s.out << s.err);
+    CHECK(s.exit_code == c.exit_code);
+    CHECK((s.out + s.err).find(c.summary_says) != std::string::npos);
+    RunResult o = run_vramtrace({"oom", path}, dir);
+    INFO("oom: " << o.out << o.err);
+    CHECK(o.exit_code == c.exit_code);
+    CHECK((o.out + o.err).find(c.oom_says) != std::string::npos);
+  }
+  // The NUL padding hides nothing: the same figures as the intact file, which stays complete.
+  RunResult intact = run_vramtrace({"summary", plain_path}, dir);
+  RunResult padded = run_vramtrace({"summary", dir.file("nul.jsonl")}, dir);
+  CHECK(padded.out.find("ends abruptly") == std::string::npos);
+  CHECK(padded.out.find("Recorded by the traced allocator") != std::string::npos);
+  auto figures = [](const std::string& out) {  // from after the file name to the notes
+    const std::size_t from = out.find('\n');
+    return out.substr(from, out.find("\nNotes:") - from);
+  };
+  CHECK(figures(intact.out) == figures(padded.out));
 }
 
 TEST_CASE("run reports a command killed by a signal as 128 + signal", "[run]") {
