@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
+#include "spawn_util.h"
 
 namespace fs = std::filesystem;
 
@@ -25,68 +25,31 @@ namespace {
 
 constexpr long long MiB = 1ll << 20;
 
-struct Dir {
-  std::string path;
-  Dir() {
-    char tmpl[] = "/tmp/vt-ranks-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~Dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+namespace test = vramtrace::test;
+using test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+struct Dir : test::TempDir {
+  Dir() : test::TempDir("vt-ranks") {}
+};
 
 /// The environment of the tests, without anything that would change what the shim or the fake
 /// driver does, plus `extra`.
 std::vector<std::string> clean_env(const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string s = *e;
-    bool drop = false;
-    for (const char* p : {"LD_PRELOAD=", "LD_LIBRARY_PATH=", "VRAMTRACE_", "ROAD_", "FAKECUDA_",
-                          "RANK=", "LOCAL_RANK=", "OMPI_", "PMI_", "SLURM_", "CUDA_VISIBLE_DEVICES="})
-      drop = drop || s.rfind(p, 0) == 0;
-    if (!drop) env.push_back(s);
-  }
-  env.push_back(std::string("LD_LIBRARY_PATH=") + VT_FAKELIB_DIR);
-  env.push_back("FAKECUDA_DEVICES=3");
-  for (const auto& e : extra) env.push_back(e);
-  return env;
+  std::vector<std::string> env = {"FAKECUDA_DEVICES=3"};
+  env.insert(env.end(), extra.begin(), extra.end());
+  return test::clean_environment(env, VT_FAKELIB_DIR,
+                                 {"RANK=", "LOCAL_RANK=", "OMPI_", "PMI_", "SLURM_", "CUDA_VISIBLE_DEVICES="});
 }
 
 /// Starts argv (stdout/stderr to files in `dir`, named after `tag`) in `cwd`; returns its pid.
 pid_t spawn(std::vector<std::string> argv, const std::vector<std::string>& env, const std::string& dir,
             const std::string& tag, const std::string& cwd = "") {
-  std::vector<std::string> e = env;
-  std::vector<char*> cargv, cenv;
   if (!cwd.empty()) argv.insert(argv.begin(), {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", cwd});
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& s : e) cenv.push_back(s.data());
-  cenv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, (dir + "/" + tag + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (dir + "/" + tag + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  return pid;
+  return test::spawn_captured(argv, env, dir + "/" + tag + ".out", dir + "/" + tag + ".err");
 }
 
 int wait_for(pid_t pid, const std::string& dir, const std::string& tag) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const int code = test::wait_exit_code(pid);
   if (code != 0)
     UNSCOPED_INFO(tag << " exit " << code << "\nstdout:\n"
                       << slurp(dir + "/" + tag + ".out") << "\nstderr:\n"

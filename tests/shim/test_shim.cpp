@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -21,11 +22,13 @@
 #include <vector>
 
 #include "cuda_api.h"
+#include "spawn_util.h"
 
 extern char** environ;
 
 namespace {
 
+namespace test = vramtrace::test;
 using Stats = std::map<std::string, long long>;
 
 struct Run {
@@ -39,12 +42,7 @@ struct Run {
   }
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using test::slurp;
 
 Stats parse_kv(const std::string& text, const std::string& prefix = "") {
   Stats s;
@@ -68,50 +66,20 @@ long long get(const Stats& s, const std::string& k) {
 /// `preload`.
 Run run(std::vector<std::string> argv, bool preload, std::vector<std::string> extra_env = {},
         std::string libpath = VT_FAKELIB_DIR) {
-  char tmpl[] = "/tmp/vt-shim-test-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string s = *e;
-    if (s.rfind("LD_PRELOAD=", 0) == 0 || s.rfind("LD_LIBRARY_PATH=", 0) == 0 || s.rfind("VRAMTRACE_", 0) == 0 ||
-        s.rfind("ROAD_", 0) == 0 || s.rfind("FAKECUDA_", 0) == 0)
-      continue;
-    env.push_back(s);
-  }
-  env.push_back("LD_LIBRARY_PATH=" + libpath);
+  test::TempDir dir;
+  std::vector<std::string> env = {"VRAMTRACE_TEST_STATS_FILE=" + dir.file("stats.%p")};
   if (preload) env.push_back(std::string("LD_PRELOAD=") + VT_SHIM_PATH);
-  env.push_back("VRAMTRACE_TEST_STATS_FILE=" + dir + "/stats.%p");
-  for (auto& e : extra_env) env.push_back(e);
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, (dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
   Run r;
-  int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(dir + "/out");
-  r.err = slurp(dir + "/err");
+  r.exit_code = test::wait_exit_code(
+      test::spawn_captured(argv, test::clean_environment(env, libpath), dir.file("out"), dir.file("err")));
+  r.out = slurp(dir.file("out"));
+  r.err = slurp(dir.file("err"));
   r.program = parse_kv(r.out, "program.");
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* ent = readdir(d)) {
-      std::string n = ent->d_name;
-      if (n.rfind("stats.", 0) == 0) r.stats_by_pid[std::atol(n.c_str() + 6)] = parse_kv(slurp(dir + "/" + n));
-      std::remove((dir + "/" + n).c_str());
-    }
-    closedir(d);
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("stats.", 0) == 0) r.stats_by_pid[std::atol(n.c_str() + 6)] = parse_kv(slurp(e.path().string()));
   }
-  rmdir(dir.c_str());
   if (r.exit_code != 0) UNSCOPED_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   return r;
 }

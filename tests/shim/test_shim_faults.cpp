@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
+#include "spawn_util.h"
 
 namespace {
 
@@ -43,12 +43,8 @@ struct Result {
   std::vector<std::string> traces;        // trace files left in the run's directory
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace test = vramtrace::test;
+using test::slurp;
 
 std::string temp_dir() {
   char tmpl[] = "/tmp/vt-shim-faults-XXXXXX";
@@ -73,54 +69,21 @@ void remove_dir(const std::string& dir) {
 /// dir/err.
 pid_t spawn(const std::vector<std::string>& argv, bool preload, const Env& extra, const std::string& dir) {
   Env env;
-  for (char** e = environ; *e; ++e) {
-    std::string s = *e;
-    if (s.rfind("LD_PRELOAD=", 0) == 0 || s.rfind("LD_LIBRARY_PATH=", 0) == 0 || s.rfind("VRAMTRACE_", 0) == 0 ||
-        s.rfind("FAKECUDA_", 0) == 0)
-      continue;
-    env.push_back(s);
-  }
-  env.push_back(std::string("LD_LIBRARY_PATH=") + VT_FAKELIB_DIR);
   if (preload) {
     env.push_back(std::string("LD_PRELOAD=") + VT_SHIM_PATH);
     env.push_back("VRAMTRACE_OUTPUT=" + dir + "/trace.%p.jsonl");
     env.push_back("VRAMTRACE_TRACE_FLUSH_MS=10");
     env.push_back("VRAMTRACE_TEST_STATS_FILE=" + dir + "/stats.%p");
   }
-  for (const auto& e : extra) env.push_back(e);
-  std::vector<std::string> args = argv;
-  std::vector<char*> cargv, cenv;
-  for (auto& a : args) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, (dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  // Default dispositions and no blocked signal, as a program started from a terminal has: a
-  // shell running ctest in the background ignores SIGINT, and exec keeps ignored signals ignored.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, cargv[0], &fa, &attr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  REQUIRE(rc == 0);
-  return pid;
+  env.insert(env.end(), extra.begin(), extra.end());
+  // Default signal dispositions: the tests below kill the program with SIGINT too.
+  return test::spawn_captured(argv, test::clean_environment(env, VT_FAKELIB_DIR), dir + "/out", dir + "/err",
+                              /*default_signals=*/true);
 }
 
 Result collect(pid_t pid, const std::string& dir) {
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
   Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = test::wait_exit_code(pid);
   r.out = slurp(dir + "/out");
   r.err = slurp(dir + "/err");
   std::istringstream in(r.out);
@@ -181,25 +144,13 @@ struct Summary {
 
 /// `vramtrace summary --json TRACE`: the reporter's reader, as a user runs it.
 Summary summarise(const std::string& trace) {
-  const std::string dir = temp_dir();
-  pid_t pid = 0;
-  std::vector<std::string> args = {VT_VRAMTRACE_BIN, "summary", "--json", trace};
-  std::vector<char*> cargv;
-  for (auto& a : args) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, (dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  REQUIRE(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&fa);
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
+  test::TempDir dir("vt-shim-faults");
   Summary s;
-  s.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  s.out = slurp(dir + "/out");
-  s.err = slurp(dir + "/err");
-  remove_dir(dir);
+  s.exit_code = test::wait_exit_code(test::spawn_captured({VT_VRAMTRACE_BIN, "summary", "--json", trace},
+                                                          test::clean_environment({}, ""), dir.file("out"),
+                                                          dir.file("err")));
+  s.out = slurp(dir.file("out"));
+  s.err = slurp(dir.file("err"));
   if (s.exit_code == 0) {
     const auto j = nlohmann::json::parse(s.out);
     REQUIRE(j.at("traces").size() == 1);
