@@ -125,14 +125,14 @@ std::string memory_summary_table(const DeviceStats& s, int device, bool abbrevia
       if (abbreviated && idx != kStatAll) break;
       const Stat& st = a[idx];
       lines.push_back(row(name, fmtv(st.current, all.current), fmtv(st.peak, all.peak), fmtv(st.allocated, all.allocated),
-                          fmtv(st.freed, all.freed)));
+                          fmtv(st.freed(), all.freed())));
     }
   }
   lines.push_back(std::string(75, '-'));
   for (const auto& [st, name] : {std::pair<const Stat*, const char*>{&s.oversize_allocations, "Oversize allocations"},
                                  {&s.oversize_segments, "Oversize GPU segments"}}) {
     lines.push_back(row(name, format_count_col(st->current, st->current), format_count_col(st->peak, st->peak),
-                        format_count_col(st->allocated, st->allocated), format_count_col(st->freed, st->freed)));
+                        format_count_col(st->allocated, st->allocated), format_count_col(st->freed(), st->freed())));
   }
   lines.push_back(std::string(75, '='));
   std::string out;

@@ -151,7 +151,7 @@ std::uint64_t run_threads(const std::string& conf, std::uint64_t capacity, int r
     const DeviceStats st = a.stats();
     CHECK(st.allocation[kStatAll].current == static_cast<std::int64_t>(all.size()));
     CHECK(st.allocation[kStatAll].allocated == static_cast<std::int64_t>(allocs));
-    CHECK(st.allocation[kStatAll].freed == static_cast<std::int64_t>(frees));
+    CHECK(st.allocation[kStatAll].freed() == static_cast<std::int64_t>(frees));
     // A block freed while another stream still uses it (record_stream) stays active, and its
     // requested bytes stay counted, until its event completes (PyTorch's free_block rule).
     std::uint64_t pending_requested = 0;

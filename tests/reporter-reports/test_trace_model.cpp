@@ -88,7 +88,7 @@ TEST_CASE("free_requested drops allocated, free_completed drops active and merge
   CHECK(c.segment[kStatAll].current == 0);
   CHECK(c.inactive_split_bytes[kStatAll].current == 0);
   CHECK(c.allocated_bytes[kStatAll].allocated == 2048);
-  CHECK(c.allocated_bytes[kStatAll].freed == 2048);
+  CHECK(c.allocated_bytes[kStatAll].freed() == 2048);
   CHECK(c.num_device_alloc == 1);
   CHECK(c.num_device_free == 1);
   CHECK(m3.devices[0].layout_conflicts == 0);

@@ -10,23 +10,29 @@
 namespace vramtrace {
 
 /// current / peak / allocated (cumulative increase) / freed (cumulative decrease), as c10's Stat.
+///
+/// `freed` is not stored: current = (current at the last reset_accumulated) + allocated - freed
+/// always holds, so freed() derives it and a decrease touches one field (the allocator's free
+/// path makes ten decreases per free; docs/benchmarks.md).
 struct Stat {
   std::int64_t current = 0;
   std::int64_t peak = 0;
   std::int64_t allocated = 0;
-  std::int64_t freed = 0;
+  std::int64_t base = 0;  ///< current at the last reset_accumulated (0 before any)
 
   void increase(std::int64_t amount) noexcept {
     current += amount;
     if (current > peak) peak = current;
     allocated += amount;
   }
-  void decrease(std::int64_t amount) noexcept {
-    current -= amount;
-    freed += amount;
-  }
+  void decrease(std::int64_t amount) noexcept { current -= amount; }
+  /// Cumulative decrease since the start (or the last reset_accumulated).
+  std::int64_t freed() const noexcept { return base + allocated - current; }
   void reset_peak() noexcept { peak = current; }
-  void reset_accumulated() noexcept { allocated = freed = 0; }
+  void reset_accumulated() noexcept {
+    allocated = 0;
+    base = current;
+  }
 };
 
 /// Index of a per-pool stat array: PyTorch's "all", "small_pool", "large_pool".
