@@ -253,6 +253,10 @@ nlohmann::json trace_identity_json(const TraceModel& m) {
   t["incomplete"] = m.incomplete;
   t["events"] = m.events;
   t["notes"] = m.notes;
+  // The process, when the trace names it (vramtrace traces): diff pairs processes by rank.
+  if (m.header.pid != 0) t["pid"] = m.header.pid;
+  if (!m.header.host.empty()) t["host"] = m.header.host;
+  if (!m.header.rank.empty()) t["rank"] = m.header.rank;
   return t;
 }
 

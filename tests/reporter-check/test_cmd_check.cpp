@@ -259,3 +259,50 @@ TEST_CASE("diff names more live memory as the cause when peak allocated grows", 
   CHECK(same.out.find("No difference beyond the noise margin") != std::string::npos);
   CHECK(sh(kVt + " diff " + flat_trace() + " /nonexistent").rc == 2);
 }
+
+namespace {
+// A vramtrace trace of one rank: one segment holding one allocation of `mib` MiB.
+void write_rank_trace(const fs::path& path, int rank, int mib) {
+  std::ofstream f(path);
+  const std::uint64_t bytes = static_cast<std::uint64_t>(mib) * kMiB;
+  f << R"({"a":"header","format":"vramtrace","version":"1.1","pid":)" << 100 + rank << R"(,"rank":")" << rank
+    << R"(","devices":[{"id":0,"name":"GPU","total_bytes":85899345920}],"allocator_settings":"","settings":{},"entry_points":[""]})"
+    << "\n";
+  f << R"({"a":"segment_alloc","t":1,"p":4294967296,"r":)" << bytes << "}\n";
+  f << R"({"a":"alloc","t":2,"p":4294967296,"r":)" << bytes << "}\n";
+}
+}  // namespace
+
+TEST_CASE("diff of two jobs: one trace per process on each side, paired by rank", "[cmd][diff][ranks]") {
+  const fs::path base = dir() / "job_base", now = dir() / "job_new";
+  fs::create_directories(base);
+  fs::create_directories(now);
+  write_rank_trace(base / "a.jsonl", 0, 10);
+  write_rank_trace(base / "b.jsonl", 1, 10);
+  // NEW's file names sort the other way round: pairing must follow the ranks, not the names.
+  write_rank_trace(now / "a.jsonl", 1, 40);
+  write_rank_trace(now / "b.jsonl", 0, 10);
+  auto r = sh(kVt + " diff " + base.string() + " " + now.string());
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("2 processes on each side, paired by rank") != std::string::npos);
+  const auto rank0 = r.out.find("=== rank 0 ===");
+  const auto rank1 = r.out.find("=== rank 1 ===");
+  REQUIRE(rank0 != std::string::npos);
+  REQUIRE(rank1 != std::string::npos);
+  CHECK(rank0 < rank1);
+  CHECK(r.out.find("No difference beyond the noise margin", rank0) < rank1);
+  CHECK(r.out.find("NEW needs more memory: peak allocated +30.00 MiB", rank1) != std::string::npos);
+  auto j = sh(kVt + " diff --json " + base.string() + " " + now.string());
+  REQUIRE(j.rc == 0);
+  auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["pairing"] == "rank");
+  REQUIRE(doc["pairs"].size() == 2);
+  CHECK(doc["pairs"][1]["rank"] == "1");
+  CHECK(doc["pairs"][1]["base"].get<std::string>().find("b.jsonl") != std::string::npos);
+  CHECK(doc["pairs"][1]["new"].get<std::string>().find("a.jsonl") != std::string::npos);
+  // A job against one trace: refused, not compared with the first file.
+  auto mismatch = sh(kVt + " diff " + base.string() + " " + (now / "a.jsonl").string());
+  CHECK(mismatch.rc == 2);
+  CHECK(mismatch.out.find("BASE has 2 trace(s) (processes) and NEW has 1") != std::string::npos);
+}
