@@ -934,6 +934,7 @@ struct CachingAllocator::Impl {
         e.block_bytes = p.alloc_size;
         e.stream = stream.value;
         e.aux = info.free_bytes;
+        e.addr = static_cast<DevicePtr>(stats.num_alloc_retries);
         e.device = device.value;
         e.thread_id = current_thread_id();
         e.action = Action::oom;

@@ -49,6 +49,7 @@ std::vector<OomCase> oom_cases(const TraceModel& m) {
       c.event_index = o.event_index;
       c.time_ns = o.time_ns - d.first_time_ns;
       c.figures = figures_for(m, d.device, o.state, o.request_bytes, o.device_free_bytes);
+      c.retries = o.retries;
       c.diagnosis = diagnose(c.figures);
       c.state = &o.state;
       out.push_back(std::move(c));
@@ -105,7 +106,11 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     line("largest free block in the cache", f.largest_free_block);
     line("inactive split (non-releasable)", f.inactive_split);
     out += fmt::format("  {:<38} {:>12}\n", "active", fb(st.active_bytes[kStatAll].current));
-    out += fmt::format("  {:<38} {:>12}\n", "cudaMalloc retries before it", "not recorded in traces");
+    if (c.retries) {
+      out += fmt::format("  {:<38} {:>12}\n", "cudaMalloc retries (this one included)", *c.retries);
+    } else if (!c.last_state) {
+      out += fmt::format("  {:<38} {:>12}\n", "cudaMalloc retries before it", "not recorded in this trace");
+    }
     for (const auto& a : c.diagnosis.arithmetic) out += fmt::format("  {}\n", a.formula);
     out += fmt::format("  Diagnosis: {} - {}\n", diagnosis_code_name(c.diagnosis.code), c.diagnosis.headline);
     for (const auto& r : c.diagnosis.reasons) out += fmt::format("    because {}\n", r);
@@ -157,7 +162,10 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     put("largest_free_block_bytes", f.largest_free_block);
     put("inactive_split_bytes", f.inactive_split);
     fig["active_bytes"] = c.state->stats.active_bytes[kStatAll].current;
-    fig["num_alloc_retries"] = nullptr;
+    if (c.retries)
+      fig["num_alloc_retries"] = *c.retries;
+    else
+      fig["num_alloc_retries"] = nullptr;
     o["figures"] = fig;
     o["diagnosis"] = diagnosis_code_name(c.diagnosis.code);
     o["headline"] = c.diagnosis.headline;

@@ -23,6 +23,9 @@ struct OomCase {
   std::uint64_t event_index = 0;
   std::int64_t time_ns = 0;         ///< relative to the device's first event
   OomFigures figures;
+  /// The allocator's num_alloc_retries at the failure (vramtrace traces from format 1.1); empty
+  /// when the trace does not record it (PyTorch's history has no retry event).
+  std::optional<std::uint64_t> retries;
   Diagnosis diagnosis;
   const StateAt* state = nullptr;   ///< points into the model
 };

@@ -757,6 +757,7 @@ struct TraceModelBuilder::Impl {
         o.time_ns = r.time_ns;
         o.request_bytes = r.size;
         o.device_free_bytes = r.device_free;
+        if (r.oom_retries >= 0) o.retries = static_cast<std::uint64_t>(r.oom_retries);
         if (d.out.ooms.size() < opt.max_oom_states) {
           capture(d, o.state, r.time_ns, events);
         } else {

@@ -78,6 +78,7 @@ struct OomRecord {
   std::int64_t time_ns = 0;
   std::uint64_t request_bytes = 0;   ///< size the oom event carries (the allocation asked of the device)
   std::uint64_t device_free_bytes = 0;
+  std::optional<std::uint64_t> retries;  ///< num_alloc_retries at the failure, when the trace says
   StateAt state;
 };
 

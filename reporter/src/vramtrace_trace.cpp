@@ -345,6 +345,7 @@ class Reader final : public VramtraceTraceReader {
     std::string_view action;
     std::int64_t t = 0, d = 0;
     std::uint64_t s = 0, p = 0, r = 0, free_bytes = 0, th = 0, e = 0, k = 0;
+    std::optional<std::uint64_t> retries;
     std::optional<std::uint64_t> b;
     bool has_name = false;
   };
@@ -427,6 +428,8 @@ class Reader final : public VramtraceTraceReader {
         f.th = v;
       } else if (key == "free") {
         f.free_bytes = v;
+      } else if (key == "retries") {
+        f.retries = v;
       }
     }
   }
@@ -487,6 +490,10 @@ class Reader final : public VramtraceTraceReader {
         err = value.get_uint64().get(f.th);
       } else if (key == "free") {
         err = value.get_uint64().get(f.free_bytes);
+      } else if (key == "retries") {
+        std::uint64_t v = 0;
+        err = value.get_uint64().get(v);
+        if (!err) f.retries = v;
       } else if (key == "name") {
         std::string_view name;
         err = value.get_string().get(name);
@@ -556,6 +563,7 @@ class Reader final : public VramtraceTraceReader {
       out.time_ns = f.t < 0 ? INT64_MIN : INT64_MAX;
     out.device = static_cast<std::int32_t>(f.d);
     out.device_free = f.free_bytes;
+    out.oom_retries = f.retries && *f.retries <= static_cast<std::uint64_t>(INT64_MAX) ? static_cast<std::int64_t>(*f.retries) : -1;
     block_bytes_ = f.b ? *f.b : f.r;
     thread_id_ = static_cast<std::uint32_t>(f.th);
     entry_point_ = static_cast<std::uint32_t>(f.e);

@@ -226,7 +226,15 @@ void encode_event(TextBuffer& out, const Event& e, std::int64_t origin_ns, std::
     p = put_lit(p, ",\"s\":");
     p = put_int(p, e.stream);
   }
-  if (e.action != Action::mark) {
+  if (e.action == Action::oom) {
+    p = put_lit(p, ",\"r\":");
+    p = put_int(p, e.size_bytes);
+    if (e.block_bytes != e.size_bytes) {
+      p = put_lit(p, ",\"b\":");
+      p = put_int(p, e.block_bytes);
+    }
+  }
+  if (e.action != Action::mark && e.action != Action::oom) {
     p = put_lit(p, ",\"p\":");
     p = put_int(p, e.addr);
     p = put_lit(p, ",\"r\":");
@@ -253,6 +261,8 @@ void encode_event(TextBuffer& out, const Event& e, std::int64_t origin_ns, std::
   if (e.action == Action::oom) {
     p = put_lit(p, ",\"free\":");
     p = put_int(p, e.aux);
+    p = put_lit(p, ",\"retries\":");  // num_alloc_retries at the failure (Event::addr, 1.1)
+    p = put_int(p, e.addr);
   }
   out.advance(static_cast<std::size_t>(p - start));
   if (e.action == Action::mark) {

@@ -527,6 +527,11 @@ std::string temp_dir() {
   char tmpl[] = "/tmp/vt-cap-XXXXXX";
   return mkdtemp(tmpl);
 }
+std::string fmt_retries(long long n) {
+  char line[128];
+  std::snprintf(line, sizeof line, "  %-38s %12lld", "cudaMalloc retries (this one included)", n);
+  return line;
+}
 std::vector<std::string> lines_of(const std::string& path) {
   std::vector<std::string> out;
   std::istringstream in(slurp(path));
@@ -612,8 +617,14 @@ TEST_CASE("memory cap: `vramtrace oom` calls it capacity, and `replay --capacity
   CHECK(f["device_free_bytes"].get<long long>() == 4 * kMiB);
   CHECK(f["reserved_bytes"].get<long long>() == 60 * kMiB);
   CHECK(f["allocated_bytes"].get<long long>() == 60 * kMiB);
+  // The cache was released and the allocation retried before this first OOM (format 1.1): the
+  // count is at least this OOM's own retry and at most the run's final count.
+  const long long retries_at_oom = f["num_alloc_retries"].get<long long>();
+  CHECK(retries_at_oom >= 1);
+  CHECK(retries_at_oom <= get(a.stats(), "allocator.num_alloc_retries"));
   std::string text = capture_cmd(vt + " oom --no-replay " + capped + " 2>&1");
   CHECK(text.find("Diagnosis: capacity") != std::string::npos);
+  CHECK(text.find(fmt_retries(retries_at_oom)) != std::string::npos);
 
   // Replay of the uncapped recording on a 64 MiB device: same allocation, same figures.
   auto rep = nlohmann::json::parse(capture_cmd(vt + " replay --json --capacity 64MiB " + free_run + " 2>/dev/null"));

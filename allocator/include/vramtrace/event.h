@@ -49,7 +49,8 @@ enum class PoolKind : std::uint8_t { small = 0, large = 1 };
 ///  - segment_map, segment_unmap: `addr`/`size_bytes` the range of pages mapped or unmapped in an
 ///    expandable segment.
 ///  - oom: `size_bytes` the request, `block_bytes` the segment size the allocator asked the device
-///    for, `aux` the device's free bytes (cudaMemGetInfo) at the failure.
+///    for, `aux` the device's free bytes (cudaMemGetInfo) at the failure, `addr` the allocator's
+///    num_alloc_retries at the failure (its own retry included; there is no address).
 ///  - mark: `aux` the id of the mark's name in the sink's string table.
 struct Event {
   std::uint64_t time_ns = 0;     ///< monotonic clock (CLOCK_MONOTONIC) in nanoseconds

@@ -30,6 +30,9 @@ struct TraceRecord {
   std::int64_t time_ns = 0;     ///< as recorded (PyTorch: time_us * 1000, Unix epoch); 0 if absent
   std::int32_t device = 0;
   std::uint64_t device_free = 0;  ///< oom only
+  /// oom only: the allocator's num_alloc_retries at the failure (this OOM's own retry included);
+  /// -1 when the trace does not say (PyTorch's traces, vramtrace format 1.0).
+  std::int64_t oom_retries = -1;
   /// For segment_* records of vramtrace traces: 0 when the segment is the caching allocator's
   /// own, otherwise the kind of memory the shim passed through untouched ("k" in
   /// docs/trace-format.md: 1 device, 2 managed, 3 pitched, 4 pool, 5 pinned host, 6 array,
