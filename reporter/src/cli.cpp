@@ -13,7 +13,10 @@ void refuse_empty_in(CLI::App& app, const std::vector<std::string>& allowed) {
   for (CLI::Option* opt : app.get_options()) {
     if (opt->get_type_size() == 0) continue;  // a flag
     bool exempt = false;
-    for (const std::string& name : allowed) exempt = exempt || opt->check_name(name);
+    for (const std::string& entry : allowed) {  // "SUBCOMMAND --option"
+      const auto space = entry.find(' ');
+      exempt = exempt || (entry.substr(0, space) == app.get_name() && opt->check_name(entry.substr(space + 1)));
+    }
     if (exempt) continue;
     opt->check(CLI::Validator(
         [](std::string& v) { return v.empty() ? std::string("an empty value (an unset shell variable?)") : std::string(); },

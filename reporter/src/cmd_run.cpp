@@ -91,6 +91,16 @@ constexpr const char* kDefaultOutput = "vramtrace.%t.%R%p.jsonl";
 
 // The output name with %t fixed now (so that every process of the run shares it) and the rest
 // (%p %h %r) left for each process.
+// Whether the output pattern uses %`key` (pid 'p', start time 't', ...).
+bool pattern_has(const std::string& pattern, char key) {
+  for (std::size_t i = 0; i + 1 < pattern.size(); ++i) {
+    if (pattern[i] != '%') continue;
+    if (pattern[i + 1] == key) return true;
+    ++i;  // "%%" and other keys
+  }
+  return false;
+}
+
 std::string fix_start_time(const std::string& pattern, std::time_t start) {
   std::string out;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
@@ -164,14 +174,14 @@ struct DevicePeaks {
   std::int64_t reserved = 0, reserved_peak = 0;
 };
 
-// One trace's part of the end screen.
-void describe_trace(const std::string& path, bool tensors) {
+// One trace's part of the end screen. False when the file cannot be read as a trace.
+bool describe_trace(const std::string& path, bool tensors) {
   std::unique_ptr<VramtraceTraceReader> reader;
   try {
     reader = open_vramtrace_trace_details(path);
   } catch (const TraceError& e) {
     std::fprintf(stderr, "  %s: unreadable: %s\n", path.c_str(), e.what());
-    return;
+    return false;
   }
   std::map<std::int32_t, DevicePeaks> peaks;
   std::uint64_t events = 0, ooms = 0;
@@ -248,6 +258,7 @@ void describe_trace(const std::string& path, bool tensors) {
     std::fprintf(stderr, "    OOMs: %s  (vramtrace oom %s)\n", with_commas(ooms).c_str(), path.c_str());
   }
   (void)tensors;
+  return true;
 }
 
 int run_command(const RunOptions& o) {
@@ -299,6 +310,23 @@ int run_command(const RunOptions& o) {
     std::string rest, error;
     if (!split_device_limits(conf, rest, limits, error) || !AllocatorSettings::parse(rest, settings, error)) {
       std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
+      return 2;
+    }
+  }
+  if (!o.output.empty()) {
+    const std::string& out = o.output;
+    std::error_code ec;
+    if (out.back() == '/' || fs::is_directory(out, ec)) {
+      std::fprintf(stderr,
+                   "vramtrace run: -o '%s' is a directory; give a file name in it, e.g. -o %s%svramtrace.%%p.jsonl\n",
+                   out.c_str(), out.c_str(), out.back() == '/' ? "" : "/");
+      return 2;
+    }
+    if (out.size() > 3 && out.compare(out.size() - 3, 3, ".gz") == 0) {
+      std::fprintf(stderr,
+                   "vramtrace run: -o '%s': traces are written plain or zstd-compressed; end the name in .jsonl or "
+                   ".jsonl.zst (gzip a finished trace if you need .gz: the reports read it)\n",
+                   out.c_str());
       return 2;
     }
   }
@@ -389,14 +417,25 @@ int run_command(const RunOptions& o) {
                  "  failed (see the vramtrace: line above). Expected files named like %s\n",
                  pattern.c_str());
     if (existing_count > 0) {
+      const bool has_p = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 'p');
+      const bool has_t = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 't');
       std::fprintf(stderr,
                    "  (%zu file(s) of that name were there before the run; an existing file is never overwritten:\n"
-                   "  use %%p or %%t in -o, or remove them)\n",
-                   existing_count);
+                   "  %s, or remove them)\n",
+                   existing_count,
+                   has_t && !has_p ? "%t has one-second resolution, add %p to -o" : "use %p or %t in -o");
     }
     return rc;
   }
-  for (const std::string& t : traces) describe_trace(t, o.tensors);
+  {
+    // Files that are not readable traces (a file the program itself wrote under a matching
+    // name) are shown as such and left out of the suggested commands.
+    std::vector<std::string> readable;
+    for (const std::string& t : traces)
+      if (describe_trace(t, o.tensors)) readable.push_back(t);
+    traces = std::move(readable);
+    if (traces.empty()) return rc;
+  }
   std::fprintf(
       stderr, "  level  %s\n",
       o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"

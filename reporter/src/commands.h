@@ -23,8 +23,8 @@ void register_diff(CLI::App& app);
 
 /// Refuses an empty value for every option and positional of every subcommand of `app` (an empty
 /// value is nearly always an unset shell variable: `--limit "$CAP"`), so that none is taken as
-/// "not given". Options named in `empty_allowed` keep empty values (`--conf ''`: the default
-/// settings, a column of `replay`'s comparison). Call after every register_X. A refusal is a
+/// "not given". Options named in `empty_allowed` as "SUBCOMMAND --option" keep empty values
+/// (`replay --conf ''`: the default settings, a column of the comparison). Call after every register_X. A refusal is a
 /// usage error (exit 2).
 void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_allowed);
 

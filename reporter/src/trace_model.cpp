@@ -161,6 +161,8 @@ struct DeviceState {
   std::unordered_map<u64, Block> orphans;  // allocs in no known segment
   std::multiset<u64> free_sizes;           // inactive block sizes, for the largest free block
   bool peak_pending = false;               // state equals a new peak not captured yet
+  u64 peak_event = 0;                      // global index of the event that made the pending peak
+  u64 last_event = 0;                      // global index of this device's last event
   i64 captured_peak = -1;
   u64 snapshot_cost = 0;                   // blocks copied for peak states
   // timeline
@@ -330,6 +332,7 @@ struct TraceModelBuilder::Impl {
     }
     for (const auto& [addr, b] : d.orphans)
       live.push_back({addr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event, b.state == BlockState::active_pending_free});
+    d.snapshot_cost += d.orphans.size();  // copied too: counts against the peak-copy budget
     std::size_t n = std::min(opt.top_n, live.size());
     std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
                       [](const LiveAllocation& a, const LiveAllocation& b) {
@@ -346,7 +349,9 @@ struct TraceModelBuilder::Impl {
     i64 peak = d.out.stats.allocated_bytes[kStatAll].current;
     if (peak <= d.captured_peak) return;
     d.captured_peak = peak;
-    const u64 index = events ? events - 1 : 0;
+    // The event that made the peak (events of other devices may have come since; this device's
+    // state has not changed since it).
+    const u64 index = d.peak_event;
     if (!opt.capture_peak_after_event.empty()) return;  // second pass: only the given event
     if (d.snapshot_cost > opt.peak_copy_budget_per_event * events + opt.peak_copy_budget_base) {
       // Too many new peaks to copy the layout at each: keep the exact figures, defer the layout.
@@ -367,7 +372,10 @@ struct TraceModelBuilder::Impl {
 
   void note_peak(DeviceState& d) {
     const auto& a = d.out.stats.allocated_bytes[kStatAll];
-    if (a.current == a.peak && a.current > d.captured_peak) d.peak_pending = true;
+    if (a.current == a.peak && a.current > d.captured_peak) {
+      d.peak_pending = true;
+      d.peak_event = events;
+    }
   }
 
   // --- events --------------------------------------------------------------------------------
@@ -585,7 +593,8 @@ struct TraceModelBuilder::Impl {
   }
 
   void on_alloc(DeviceState& d, const TraceRecord& r) {
-    u64 rounded = rules.round_size(r.size);
+    // The block size the trace recorded (vramtrace's "b"), else the allocator's rounding.
+    u64 rounded = r.block_size != 0 ? r.block_size : rules.round_size(r.size);
     u64 seg_addr = 0;
     Segment* s = segment_of(d, r.addr, &seg_addr);
     Block nb;
@@ -779,6 +788,7 @@ struct TraceModelBuilder::Impl {
       if (it != opt.capture_peak_after_event.end() && it->second == events) capture(d, d.out.at_peak, d.out.last_time_ns, events);
     }
     sample(d, r.time_ns);
+    d.last_event = events;
     ++d.out.events;
     ++events;
   }
@@ -792,7 +802,7 @@ struct TraceModelBuilder::Impl {
     m.notes = notes;
     for (auto& [id, d] : devices) {
       settle_peak(d);
-      capture(d, d.out.at_end, d.out.last_time_ns, events ? events - 1 : 0);
+      capture(d, d.out.at_end, d.out.last_time_ns, d.last_event);
       d.out.timeline = std::move(d.buckets);
       if (d.out.orphan_allocs)
         d.out.notes.push_back(fmt::format("{} allocations at addresses in no segment of the trace: counted as allocated, "

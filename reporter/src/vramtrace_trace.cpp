@@ -563,6 +563,9 @@ class Reader final : public VramtraceTraceReader {
       out.time_ns = f.t < 0 ? INT64_MIN : INT64_MAX;
     out.device = static_cast<std::int32_t>(f.d);
     out.device_free = f.free_bytes;
+    out.block_size = (*action == Action::alloc || *action == Action::free_requested || *action == Action::free_completed)
+                         ? (f.b ? *f.b : f.r)
+                         : 0;
     out.oom_retries = f.retries && *f.retries <= static_cast<std::uint64_t>(INT64_MAX) ? static_cast<std::int64_t>(*f.retries) : -1;
     block_bytes_ = f.b ? *f.b : f.r;
     thread_id_ = static_cast<std::uint32_t>(f.th);

@@ -126,6 +126,21 @@ TEST_CASE("run names only the traces this run wrote, never an earlier run's file
   };
   CHECK(count(a.err, "  trace  ") == 1);
   CHECK(count(b.err, "  trace  ") == 1);
+  // %t alone: two runs in one second collide; the advice is to add %p.
+  RunResult t1 = run_vramtrace({"run", "-o", dir.file("t.%t.jsonl"), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+  RunResult t2 = run_vramtrace({"run", "-o", dir.file("t.%t.jsonl"), "--", TRACE_CHILD_PATH, "exit", "0"}, dir);
+  if (t2.err.find("no trace was written") != std::string::npos) {  // the same second
+    CHECK(t2.err.find("%t has one-second resolution, add %p to -o") != std::string::npos);
+  }
+  // A file the program itself wrote under a matching name: shown as unreadable, left out of the
+  // suggested commands.
+  const std::string junk_writer = "echo hello > " + dir.file("j.123.jsonl") + "; exec " + TRACE_CHILD_PATH + " exit 0";
+  RunResult j = run_vramtrace({"run", "-o", dir.file("j.%p.jsonl"), "--", "/bin/sh", "-c", junk_writer}, dir);
+  INFO(j.err);
+  CHECK(j.exit_code == 0);
+  CHECK(j.err.find("j.123.jsonl: unreadable") != std::string::npos);
+  const std::string next = j.err.substr(j.err.find("Next:"));
+  CHECK(next.find("j.123.jsonl") == std::string::npos);
 }
 
 TEST_CASE("a compressed trace reads like the plain one: the trailer's recorded figures too", "[run]") {
@@ -139,9 +154,11 @@ TEST_CASE("a compressed trace reads like the plain one: the trailer's recorded f
     RunResult s = run_vramtrace({"summary", trace}, dir);
     INFO(s.err);
     REQUIRE(s.exit_code == 0);
-    // The stand-in preload records 3 MiB allocated at its peak (its events add up to 2,931 KiB).
+    // The stand-in preload records 3 MiB allocated at its peak: three 1 MiB blocks for requests
+    // of 1,000,000 bytes.
     CHECK(s.out.find("Recorded by the traced allocator vs computed from the events") != std::string::npos);
-    CHECK(s.out.find("3145728") != std::string::npos);
+    // The trace's block sizes ("b") are used: computed equals recorded.
+    CHECK(s.out.find("allocated_bytes.all.peak                3145728          3145728  same") != std::string::npos);
     summaries.push_back(s.out.substr(s.out.find('\n')));  // the first line names the file
   }
   CHECK(summaries[0] == summaries[1]);
@@ -275,6 +292,15 @@ TEST_CASE("run refuses what it cannot do with exit code 2 or 127", "[run]") {
   RunResult both = run_vramtrace({"run", "--limit", "1GiB", "--conf", "limit:[0:2GiB]", "--", "/bin/true"}, dir);
   CHECK(both.exit_code == 2);
   CHECK(both.err.find("give the cap once") != std::string::npos);
+  RunResult empty_conf = run_vramtrace({"run", "--conf", "", "--", "/bin/true"}, dir);
+  CHECK(empty_conf.exit_code == 2);
+  CHECK(empty_conf.err.find("--conf: an empty value") != std::string::npos);
+  RunResult to_dir = run_vramtrace({"run", "-o", dir.path(), "--", "/bin/true"}, dir);
+  CHECK(to_dir.exit_code == 2);
+  CHECK(to_dir.err.find("is a directory; give a file name in it") != std::string::npos);
+  RunResult gz = run_vramtrace({"run", "-o", dir.file("t.%p.jsonl.gz"), "--", "/bin/true"}, dir);
+  CHECK(gz.exit_code == 2);
+  CHECK(gz.err.find("plain or zstd-compressed") != std::string::npos);
   for (const char* conf : {"limit:[0:64MiB,*:1GiB,*:2GiB]", "limit:[0:1GiB,]", "limit:1GiB]"}) {
     RunResult bad = run_vramtrace({"run", "--conf", conf, "--", "/bin/true"}, dir);
     INFO(conf << ": " << bad.err);

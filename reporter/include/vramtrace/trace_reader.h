@@ -30,6 +30,10 @@ struct TraceRecord {
   std::int64_t time_ns = 0;     ///< as recorded (PyTorch: time_us * 1000, Unix epoch); 0 if absent
   std::int32_t device = 0;
   std::uint64_t device_free = 0;  ///< oom only
+  /// alloc and free_*: the block bytes handed out, when the trace records them (vramtrace traces:
+  /// "b", or "r" when "b" is absent); 0 = not recorded (PyTorch's traces): the model derives
+  /// it with the allocator's rounding rules.
+  std::uint64_t block_size = 0;
   /// oom only: the allocator's num_alloc_retries at the failure (this OOM's own retry included);
   /// -1 when the trace does not say (PyTorch's traces, vramtrace format 1.0).
   std::int64_t oom_retries = -1;
