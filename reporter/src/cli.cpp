@@ -33,9 +33,21 @@ void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_al
   refuse_empty_in(app, empty_allowed);
 }
 
+CLI::Validator count_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v.empty()) return "an empty value (an unset shell variable?)";
+        if (v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+          return "'" + v + "' is not a count (a whole number >= 0)";
+        return {};
+      },
+      "COUNT", "Count");
+}
+
 CLI::Validator size_check(bool allow_zero) {
   return CLI::Validator(
       [allow_zero](std::string& v) -> std::string {
+        if (v.empty()) return "an empty value (an unset shell variable?)";
         std::uint64_t bytes = 0;
         std::string error;
         if (!parse_size(v, bytes, error)) return error + " (e.g. 512MiB, 14.58GiB, 16GB)";

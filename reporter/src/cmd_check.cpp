@@ -71,9 +71,23 @@ int run_check(const CheckOptions& o) {
   TracePathOptions po;
   po.include_summary_json = true;
   const std::vector<std::string> traces = expand_trace_paths(o.traces, po);
+  // Traces that end abruptly: their figures stop at the last event, so a budget that passes may
+  // not hold for the whole run. Said in every format; the verdict is unchanged.
+  std::vector<std::pair<std::string, std::string>> incomplete;  // path, reason
   for (std::size_t i = 0; i < traces.size(); ++i) {
     auto in = load_check_input(traces[i], i);
     measures.insert(measures.end(), in.measures.begin(), in.measures.end());
+    for (const auto& t : in.summary.value("traces", nlohmann::json::array())) {
+      if (t.value("incomplete", false))
+        incomplete.emplace_back(t.value("path", traces[i]), t.value("incomplete_reason", std::string("cut last line")));
+    }
+  }
+  std::string warnings;
+  for (const auto& [path, reason] : incomplete) {
+    const std::string what = path + " ends abruptly (" + reason +
+                             "): its figures stop at its last event, so a budget that passes here may not hold for "
+                             "the whole run";
+    warnings += o.format == "github" ? "::warning::" + what + "\n" : "warning: " + what + "\n";
   }
   std::vector<DeviceMeasures> base;
   if (budgets.baseline) base = load_check_input(*budgets.baseline).measures;
@@ -81,7 +95,11 @@ int run_check(const CheckOptions& o) {
 
   std::string text;
   if (o.format == "json") {
-    text = check_json(results, measures).dump(2) + "\n";
+    nlohmann::json j = check_json(results, measures);
+    nlohmann::json inc = nlohmann::json::array();
+    for (const auto& [path, reason] : incomplete) inc.push_back({{"trace", path}, {"reason", reason}});
+    j["incomplete_traces"] = inc;
+    text = j.dump(2) + "\n";
   } else if (o.format == "junit") {
     text = render_check_junit(results);
   } else if (o.format == "github") {
@@ -89,14 +107,19 @@ int run_check(const CheckOptions& o) {
   } else {
     text = render_check_text(results);
   }
+  // Text and GitHub annotations carry the warnings inline; JSON has "incomplete_traces" and
+  // JUnit none, so their warnings go to standard error (the document stays valid).
+  const bool inline_warnings = o.format == "text" || o.format == "github" || o.format.empty();
+  if (inline_warnings) text = warnings + text;
   if (o.output.empty() || o.output == "-") {
+    if (!inline_warnings) std::fputs(warnings.c_str(), stderr);
     std::fputs(text.c_str(), stdout);
   } else {
     std::ofstream out(o.output, std::ios::binary);
     out << text;
     if (!out.flush()) throw BudgetError(o.output + ": cannot write the report");
     // The verdict still goes to the terminal so that the CI log shows it.
-    std::fputs(render_check_text(results).c_str(), stdout);
+    std::fputs((warnings + render_check_text(results)).c_str(), stdout);
   }
   return check_exit_code(results);
 }
@@ -112,8 +135,8 @@ void register_check(CLI::App& app) {
   cmd->add_option("--max-peak-reserved", o->max_peak_reserved, "Limit on reserved_bytes.all.peak, e.g. 20GiB");
   cmd->add_option("--max-peak-allocated", o->max_peak_allocated, "Limit on allocated_bytes.all.peak, e.g. 18GiB");
   cmd->add_option("--max-reserved-ratio", o->max_reserved_ratio, "Limit on peak reserved / peak allocated, e.g. 1.3");
-  cmd->add_option("--max-ooms", o->max_ooms, "Limit on num_ooms")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-retries", o->max_retries, "Limit on num_alloc_retries")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-ooms", o->max_ooms, "Limit on num_ooms")->check(count_check());
+  cmd->add_option("--max-retries", o->max_retries, "Limit on num_alloc_retries")->check(count_check());
   cmd->add_flag("--no-leaks", o->no_leaks, "Fail when allocated memory grows significantly per step after warm-up");
   cmd->add_option("--max-growth", o->max_growth, "Limit on the fitted growth per step, e.g. 1MiB");
   cmd->add_option("--baseline", o->baseline, "An earlier `vramtrace summary --json` (or trace) to compare peaks with");

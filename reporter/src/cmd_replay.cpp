@@ -71,7 +71,7 @@ void print_text(const ReplayReport& rep, bool multi_device) {
   fmt::print("trace     {} ({}{}{})\n", h.path, h.format, h.workload.empty() ? "" : ", workload " + h.workload,
              fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : h.settings));
   fmt::print("events    {} ({} allocation requests){}\n", rep.events, rep.alloc_requests,
-             rep.incomplete ? " -- the trace's last line is cut off" : "");
+             rep.incomplete ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event" : "");
   auto table = rows(rep.results);
   if (rep.results.size() == 1) {
     const ReplayResult& r = rep.results[0];

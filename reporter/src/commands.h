@@ -32,6 +32,9 @@ void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_al
 /// vramtrace/settings.h parse_size), greater than 0 unless `allow_zero`.
 CLI::Validator size_check(bool allow_zero = false);
 
+/// CLI11 check: a whole number >= 0 (a count), in plain words when it is not.
+CLI::Validator count_check();
+
 /// Exit code conventions: 0 success, 1 a check failed / OOM found where asked, 2 unusable input
 /// or usage.
 void set_exit_code(int code);

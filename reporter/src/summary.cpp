@@ -251,6 +251,7 @@ nlohmann::json trace_identity_json(const TraceModel& m) {
   t["workload"] = m.header.workload;
   t["settings"] = m.header.settings;
   t["incomplete"] = m.incomplete;
+  if (m.incomplete) t["incomplete_reason"] = m.incomplete_reason.empty() ? "cut last line" : m.incomplete_reason;
   t["events"] = m.events;
   t["notes"] = m.notes;
   // The process, when the trace names it (vramtrace traces): diff pairs processes by rank.

@@ -507,6 +507,7 @@ TEST_CASE("memory cap: a bad limit is refused like any bad setting") {
       {"limit:[,0:1GiB]", "a stray ','"},
       {"limit:1GiB]", "unbalanced"},
       {"limit:[0:1GiB]]", "unbalanced"},
+      {"limit:[0:1GiB *:2GiB]", "a ',' missing between list items?"},
       {"limit:[]", "empty list"},
       {"limit:0", "greater than 0"},
       {"limit:12XB", "limit"},

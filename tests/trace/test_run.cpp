@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -216,6 +217,19 @@ TEST_CASE("damaged traces: each kind of damage is named, nothing readable is los
     CHECK(o.exit_code == c.exit_code);
     CHECK((o.out + o.err).find(c.oom_says) != std::string::npos);
   }
+  // check passes an incomplete trace's budgets but says its figures stop early, in every format.
+  RunResult chk = run_vramtrace({"check", dir.file("notrailer.jsonl"), "--max-peak-reserved", "1GiB"}, dir);
+  INFO(chk.out << chk.err);
+  CHECK(chk.exit_code == 0);
+  CHECK(chk.out.find("warning: " + dir.file("notrailer.jsonl") + " ends abruptly (no trailer") != std::string::npos);
+  RunResult chk_json =
+      run_vramtrace({"check", dir.file("notrailer.jsonl"), "--max-peak-reserved", "1GiB", "--format", "json"}, dir);
+  CHECK(chk_json.exit_code == 0);
+  const auto cj = nlohmann::json::parse(chk_json.out);
+  REQUIRE(cj["incomplete_traces"].size() == 1);
+  CHECK(cj["incomplete_traces"][0]["reason"].get<std::string>().find("no trailer") == 0);
+  RunResult chk_intact = run_vramtrace({"check", plain_path, "--max-peak-reserved", "1GiB"}, dir);
+  CHECK(chk_intact.out.find("warning:") == std::string::npos);
   // The NUL padding hides nothing: the same figures as the intact file, which stays complete.
   RunResult intact = run_vramtrace({"summary", plain_path}, dir);
   RunResult padded = run_vramtrace({"summary", dir.file("nul.jsonl")}, dir);
@@ -317,7 +331,8 @@ TEST_CASE("reports refuse an empty or zero size option with exit code 2", "[run]
   const std::vector<std::vector<std::string>> bad = {
       {"oom", trace, "--capacity", ""},      {"oom", trace, "--capacity", "0"},
       {"oom", trace, "--capacity", "junk"},  {"replay", trace, "--capacity", ""},
-      {"check", trace, "--max-peak-reserved", ""},
+      {"check", trace, "--max-peak-reserved", ""}, {"check", trace, "--max-ooms", ""},
+      {"check", trace, "--max-ooms", "-1"},
   };
   for (const auto& args : bad) {
     RunResult b = run_vramtrace(args, dir);

@@ -55,6 +55,10 @@ inline bool parse_ordinal(std::string_view s, int& out) {
 }
 inline bool parse_cap(std::string_view v, std::uint64_t& out, std::string& error) {
   std::string e;
+  if (v.find(':') != std::string_view::npos) {
+    error = "setting 'limit': '" + std::string(v) + "' is not a size (a ',' missing between list items?)";
+    return false;
+  }
   if (!parse_size(v, out, e)) {
     error = "setting 'limit': " + e;
     return false;
