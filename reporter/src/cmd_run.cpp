@@ -89,8 +89,6 @@ std::string utc_stamp(std::time_t t) {
 // job sort by rank; %p keeps every process's name unique whatever the launcher sets.
 constexpr const char* kDefaultOutput = "vramtrace.%t.%R%p.jsonl";
 
-// The output name with %t fixed now (so that every process of the run shares it) and the rest
-// (%p %h %r) left for each process.
 // Whether the output pattern uses %`key` (pid 'p', start time 't', ...).
 bool pattern_has(const std::string& pattern, char key) {
   for (std::size_t i = 0; i + 1 < pattern.size(); ++i) {
@@ -101,6 +99,8 @@ bool pattern_has(const std::string& pattern, char key) {
   return false;
 }
 
+// The output name with %t fixed now (so that every process of the run shares it) and the rest
+// (%p %h %r) left for each process.
 std::string fix_start_time(const std::string& pattern, std::time_t start) {
   std::string out;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
