@@ -216,6 +216,7 @@ bool TraceWriter::start_locked(bool in_fork_child) noexcept {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     state_.store(kRunning, std::memory_order_release);
+    thread_in_loop_.store(false, std::memory_order_relaxed);
     int rc = pthread_create(&thread_, nullptr, &TraceWriter::thread_main, this);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
@@ -285,6 +286,14 @@ void TraceWriter::fail(const std::string& message) noexcept {
 
 void TraceWriter::before_fork() noexcept {
   lifecycle_mu_.lock();
+  // A thread started just now may still be inside the C library's (or a sanitizer's) thread
+  // start-up, which allocates: let it reach its loop first.
+  while (thread_running_ && !thread_in_loop_.load(std::memory_order_acquire)) {
+    timespec pause{0, 50'000};
+    nanosleep(&pause, nullptr);
+  }
+  fork_waiting_.store(true, std::memory_order_relaxed);
+  work_mu_.lock();  // the background thread is asleep or between batches from here on
   marks_mu_.lock();
   devices_mu_.lock();
   oom_mu_.lock();
@@ -299,6 +308,8 @@ void TraceWriter::after_fork_parent() noexcept {
   oom_mu_.unlock();
   devices_mu_.unlock();
   marks_mu_.unlock();
+  work_mu_.unlock();
+  fork_waiting_.store(false, std::memory_order_relaxed);
   lifecycle_mu_.unlock();
 }
 
@@ -309,10 +320,12 @@ void TraceWriter::after_fork_child() noexcept {
     oom_mu_.unlock();
     devices_mu_.unlock();
     marks_mu_.unlock();
+    work_mu_.unlock();
     lifecycle_mu_.unlock();
   } else {
     // Another thread of the parent may have held these at fork: it does not exist here.
     new (&lifecycle_mu_) std::mutex();
+    new (&work_mu_) std::mutex();
     new (&marks_mu_) std::mutex();
     new (&oom_mu_) std::mutex();
     new (&devices_mu_) std::mutex();
@@ -320,6 +333,7 @@ void TraceWriter::after_fork_child() noexcept {
   }
   new (&progress_mu_) std::mutex();
   new (&progress_cv_) std::condition_variable();
+  fork_waiting_.store(false, std::memory_order_relaxed);
   int s = state_.load(std::memory_order_acquire);
   // The parent's thread does not exist in the child; its file and buffered events stay the
   // parent's to write.
@@ -541,11 +555,19 @@ void TraceWriter::format(const Event& e) {
 }
 
 void TraceWriter::run() noexcept {
+  thread_in_loop_.store(true, std::memory_order_release);
   Event batch[kPopBatch];
   const std::int64_t idle_sleep_ns = std::int64_t{options_.flush_interval_ms} * 1'000'000 / 4;
   std::int64_t last_write_ns = clock_ns(CLOCK_MONOTONIC);
   unsigned batches_since_write = 0;
   for (;;) {
+    // A fork in progress waits for work_mu_: stand aside until it is done (a fork takes
+    // milliseconds at most; producers meanwhile fill the ring as they would during a slow write).
+    while (fork_waiting_.load(std::memory_order_relaxed)) {
+      timespec pause{0, 50'000};
+      nanosleep(&pause, nullptr);
+    }
+    std::unique_lock<std::mutex> work(work_mu_);
     const std::uint32_t word = wake_word_.load(std::memory_order_acquire);
     std::size_t n = ring_.pop(batch, kPopBatch);
     if (n != 0) {
@@ -595,6 +617,7 @@ void TraceWriter::run() noexcept {
       return;
     }
     if (state_.load(std::memory_order_acquire) != kRunning && state_.load(std::memory_order_acquire) != kClosed) return;
+    work.unlock();
     timespec timeout{idle_sleep_ns / 1'000'000'000, idle_sleep_ns % 1'000'000'000};
     futex(&wake_word_, FUTEX_WAIT_PRIVATE, word, &timeout);
   }

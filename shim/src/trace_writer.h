@@ -130,9 +130,13 @@ class TraceWriter final : public EventSink {
   void close(const std::vector<FlatStats>& final_stats = {}) noexcept;
 
   /// pthread_atfork hooks. before_fork/after_fork_parent keep the writer's locks consistent
-  /// across fork; after_fork_child forgets the parent's file and buffered events, so that the
-  /// child writes its own file (its pid in %p, or "-<pid>" added when the name has no %p),
-  /// started lazily by the child's first event. Calling only after_fork_child also works.
+  /// across fork, and before_fork waits until the background thread is between batches (at most
+  /// one batch's formatting and write): the child never inherits a copy taken while that thread
+  /// was inside the formatter, the compressor or the host allocator, whose locks it would hold
+  /// forever in the child (glibc's malloc is fork-safe; sanitizer allocators before LLVM 17 are
+  /// not). after_fork_child forgets the parent's file and buffered events, so that the child
+  /// writes its own file (its pid in %p, or "-<pid>" added when the name has no %p), started
+  /// lazily by the child's first event. Calling only after_fork_child also works.
   void before_fork() noexcept;
   void after_fork_parent() noexcept;
   void after_fork_child() noexcept;
@@ -172,6 +176,12 @@ class TraceWriter final : public EventSink {
   std::atomic<bool> message_printed_{false};
 
   std::mutex lifecycle_mu_;  // start, close, fork restart
+  // Held by the background thread while it pops, formats and writes (not while it sleeps);
+  // before_fork takes it so that fork finds the thread between batches. fork_waiting_ makes the
+  // thread stand aside until the fork is done instead of taking the mutex again at once.
+  std::mutex work_mu_;
+  std::atomic<bool> fork_waiting_{false};
+  std::atomic<bool> thread_in_loop_{false};  // the background thread has finished starting up
   pthread_t thread_{};
   bool thread_running_ = false;
   bool fork_locked_ = false;
