@@ -77,7 +77,7 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
   if (cases.empty() && m.incomplete) {
     // Incomplete with a device gives a last-state case; here the trace has no event at all.
     out += fmt::format("No OOM and no allocation in this trace: it ends abruptly before its first event ({}).\n",
-                       m.incomplete_reason.empty() ? "cut last line" : m.incomplete_reason);
+                       m.incomplete_reason);
   } else if (cases.empty()) {
     out += "No OOM in this trace, and it ends normally.\n";
   }

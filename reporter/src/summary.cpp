@@ -150,7 +150,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       if (!m.header.settings.empty()) out += fmt::format("Settings: {}\n", m.header.settings);
       if (m.incomplete) {
         out += fmt::format("The trace ends abruptly ({}): figures are up to its last complete event.\n",
-                           m.incomplete_reason.empty() ? "cut last line" : m.incomplete_reason);
+                           m.incomplete_reason);
       }
       // PyTorch's own table. Retries are not in a trace; show PyTorch's recorded count if any.
       DeviceStats shown = d.stats;
@@ -213,7 +213,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
     out += fmt::format("Trace {}: no events", m.header.path);
     if (m.incomplete) {
       out += fmt::format("; the trace ends abruptly ({})",
-                         m.incomplete_reason.empty() ? "cut last line" : m.incomplete_reason);
+                         m.incomplete_reason);
     }
     out += ".\n";
   }
@@ -251,7 +251,7 @@ nlohmann::json trace_identity_json(const TraceModel& m) {
   t["workload"] = m.header.workload;
   t["settings"] = m.header.settings;
   t["incomplete"] = m.incomplete;
-  if (m.incomplete) t["incomplete_reason"] = m.incomplete_reason.empty() ? "cut last line" : m.incomplete_reason;
+  if (m.incomplete) t["incomplete_reason"] = m.incomplete_reason;
   t["events"] = m.events;
   t["notes"] = m.notes;
   // The process, when the trace names it (vramtrace traces): diff pairs processes by rank.

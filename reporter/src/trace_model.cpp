@@ -797,6 +797,7 @@ struct TraceModelBuilder::Impl {
     TraceModel m;
     m.header = header;
     m.incomplete = incomplete;
+    if (incomplete) m.incomplete_reason = "cut last line";  // a reader that knows more says so in finish(reader)
     m.has_segment_events = has_segment_events;
     m.events = events;
     m.notes = notes;
@@ -838,7 +839,7 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
   TraceModel m = impl_->finish(reader.incomplete());
   if (const auto* ours = dynamic_cast<const VramtraceTraceReader*>(&reader)) {
-    m.incomplete_reason = ours->incomplete_reason();
+    if (m.incomplete) m.incomplete_reason = ours->incomplete_reason();
     if (ours->nul_bytes() != 0) {
       m.notes.push_back(fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "
                                     "never written (a crash or power loss while the trace grew)",

@@ -115,7 +115,8 @@ struct DeviceModel {
 struct TraceModel {
   TraceHeader header;
   bool incomplete = false;            ///< the trace ended early
-  /// Why, in words ("its last line is cut", "no trailer: ..."); empty when complete or unknown.
+  /// Why, in words ("its last line is cut", "no trailer: ..."; "cut last line" when the reader
+  /// says no more); empty when complete.
   std::string incomplete_reason;
   bool has_segment_events = false;
   std::uint64_t events = 0;
