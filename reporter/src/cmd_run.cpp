@@ -243,6 +243,27 @@ bool describe_trace(const std::string& path, bool tensors) {
                    ? ", incomplete: the process did not finish tracing"
                    : "",
                trailer.dropped ? (", " + with_commas(trailer.dropped) + " dropped").c_str() : "");
+  auto named = [&](std::int32_t device) {
+    for (const auto& dev : h.devices)
+      if (dev.id == device) return true;
+    return false;
+  };
+  if (!scanned) {
+    // A device reached after the header is named by a `device` record that precedes its first
+    // event: read on only until every device of the trailer is named (usually near the start).
+    auto all_named = [&] {
+      for (const auto& entry : peaks)
+        if (!named(entry.first)) return false;
+      return true;
+    };
+    try {
+      TraceRecord r;
+      while (!all_named() && reader->next(r)) {
+      }
+    } catch (const TraceError&) {
+      // the names are a courtesy: the figures above come from the trailer
+    }
+  }
   if (peaks.empty()) std::fprintf(stderr, "    no device memory was allocated\n");
   for (const auto& [device, d] : peaks) {
     std::string name;

@@ -667,6 +667,8 @@ TEST_CASE("memory cap: `vramtrace run --limit` takes a size or a card name, and 
   CHECK(per_trace.find(R"("devices":[{"id":0,)") != std::string::npos);
   CHECK(per_trace.find(R"({"a":"device","id":1,)") != std::string::npos);
   CHECK(per_trace.find(R"("total_bytes":2147483648)") != std::string::npos);
+  // The end screen names it too, although the trailer spares it reading the events.
+  CHECK(per.err.find("cuda:1 Fake CUDA device 1") != std::string::npos);
   Run badconf = run({vt, "run", "--conf", "limit:[0:1GiB", "--", "/bin/true"}, false,
                     {std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH});
   CHECK(badconf.exit_code == 2);
