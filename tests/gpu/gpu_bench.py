@@ -14,11 +14,16 @@ Variants (torch_train.py, GPT-2 124M and Llama-style 1.1B training steps):
   tensor_device   the same with reuse:device_sync (GPT-2 only)
   tensor_traced   tensor mode with the full trace written (VRAMTRACE_OUTPUT, plain JSON Lines as `vramtrace run` writes by default; issue 4:
                   target <= 1.03x the untraced tensor run)
+  tensor_ordered_traced
+                  tensor_ordered with the full trace written: the tracing cost without the lazy
+                  synchronisations, whose run-to-run spread (5-20 %) hides a 3 % effect
+                  (target <= 1.03x tensor_ordered)
 Peak reserved: PyTorch's max_memory_reserved for native; for the shim runs the allocator's peak,
 which also holds what libraries allocate with cudaMalloc outside PyTorch's allocator (so the
 front run's shim peak is the like-for-like native figure for the tensor runs).
 
 Usage: gpu_bench.py [--rounds N] [--budget SECONDS] [--build DIR] [--models gpt2,llama]
+                    [--variants native,front,...] [--gpt2-steps N]
 Writes $OUT/gpu-bench.md and gpu-bench.json (logs under $OUT/logs).
 """
 import argparse
@@ -39,7 +44,9 @@ def variants(model, trace_dir):
          ("front", True, {}),
          ("tensor", True, dict(NOCACHE)),
          ("tensor_ordered", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered")),
-         ("tensor_traced", True, dict(NOCACHE, VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-%p.jsonl")))]
+         ("tensor_traced", True, dict(NOCACHE, VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-%p.jsonl"))),
+         ("tensor_ordered_traced", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered",
+                                              VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-ordered-%p.jsonl")))]
     if model == "gpt2":
         v.append(("tensor_device", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:device_sync")))
     return v
@@ -51,25 +58,29 @@ def main():
     ap.add_argument("--budget", type=float, default=540.0)
     ap.add_argument("--build")
     ap.add_argument("--models", default="gpt2,llama")
+    ap.add_argument("--variants", help="comma-separated subset of the variants (default: all)")
+    ap.add_argument("--gpt2-steps", type=int, default=12, help="timed GPT-2 steps per run")
     args = ap.parse_args()
+    wanted = set(args.variants.split(",")) if args.variants else None
     build = gc.find_build(args.build)
     out = os.environ.get("OUT") or os.path.join(gc.ROOT, "gpu-bench-out")
     R = gc.Runner(os.path.join(build, "shim", "libvramtrace.so"), out, args.budget)
     trace_dir = os.path.join(out, "traces")
     os.makedirs(trace_dir, exist_ok=True)
     script = os.path.join(gc.GPU_DIR, "torch_train.py")
-    plans = {"gpt2": ["--steps", "12", "--warmup", "3"], "llama": ["--steps", "6", "--warmup", "2"]}
+    plans = {"gpt2": ["--steps", str(args.gpt2_steps), "--warmup", "3"], "llama": ["--steps", "6", "--warmup", "2"]}
     runs = {}  # (model, variant) -> list of run dicts
     for rnd in range(args.rounds):
         for model in args.models.split(","):
-            vs = variants(model, trace_dir)
+            vs = [v for v in variants(model, trace_dir) if wanted is None or v[0] in wanted]
             k = rnd % len(vs)
             for name, shim, env in vs[k:] + vs[:k]:
                 if name == "tensor_device" and rnd > 0:
                     continue  # slow and not a target: one run is enough
-                for f in os.listdir(trace_dir):  # traces of earlier rounds: keep the disk small
-                    if f.startswith(model) and rnd > 0:
-                        os.remove(os.path.join(trace_dir, f))
+                if name.endswith("_traced"):  # this variant's earlier trace: keep the disk small
+                    for f in os.listdir(trace_dir):
+                        if f.startswith(model) and ("-ordered-" in f) == (name == "tensor_ordered_traced"):
+                            os.remove(os.path.join(trace_dir, f))
                 r = R.run(f"{model}_{name}_r{rnd}", [sys.executable, script, "--model", model] + plans[model],
                           shim, env, timeout=240)
                 res = r["result"] or {}
@@ -93,7 +104,10 @@ def main():
         for r in runs.get((model, "front"), []):
             front_peak = r["stats"].get("allocator.reserved_bytes.all.peak") or front_peak
         untraced, _ = fig("tensor")
+        untraced_ordered, _ = fig("tensor_ordered")
         for name, _, _ in variants(model, trace_dir):
+            if wanted is not None and name not in wanted:
+                continue
             m, allm = fig(name)
             rs = runs.get((model, name), [])
             st = rs[-1]["stats"] if rs else {}
@@ -107,10 +121,11 @@ def main():
                    "peak_reserved": native_peak if name == "native" else st.get("allocator.reserved_bytes.all.peak"),
                    "lazy_syncs": st.get("shim.lazy_syncs"), "other_streams_seen": st.get("shim.other_streams_seen"),
                    "runtime_fast_allocs": st.get("shim.runtime_fast_allocs"), "calls_cudaMalloc": st.get("calls.cudaMalloc")}
-            if name == "tensor_traced" and m and untraced:
-                row["ratio_vs_untraced"] = round(m / untraced, 4)
+            ref = {"tensor_traced": untraced, "tensor_ordered_traced": untraced_ordered}.get(name)
+            if ref and m:
+                row["ratio_vs_untraced"] = round(m / ref, 4)
                 row["trace_bytes"] = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir)
-                                         if f.startswith(model))
+                                         if f.startswith(model) and ("-ordered-" in f) == (name == "tensor_ordered_traced"))
             if name.startswith("tensor"):
                 row["front_shim_peak_reserved"] = front_peak
             rows.append(row)
