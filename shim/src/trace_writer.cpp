@@ -608,6 +608,9 @@ void TraceWriter::run() noexcept {
         nanosleep(&ts, nullptr);
         if (ring_.pop(batch, 1) == 1) {
           try {
+            // A device noted just before this event (and before close) still goes first: the
+            // check at the top of this iteration ran before the event was published.
+            if (devices_pending_.load(std::memory_order_acquire)) format_pending_devices();
             format(batch[0]);
           } catch (...) {
           }
