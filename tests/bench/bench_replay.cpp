@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "byte_source.h"
-#include "vramtrace/replay.h"
+#include "vramtrace/trace/byte_source.h"
+#include "analyses/replay.h"
 
 using namespace vramtrace;
 

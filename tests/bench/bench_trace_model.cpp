@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "trace_model.h"
-#include "vramtrace/trace_reader.h"
+#include "model/trace_model.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 

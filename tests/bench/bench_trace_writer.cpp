@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "trace_writer.h"
-#include "vramtrace_trace.h"
+#include "vramtrace/trace/writer.h"
+#include "vramtrace/trace/vramtrace_reader.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;

@@ -10,9 +10,9 @@
 //  - parse_printed_size of a figure's printed text gives back its bytes.
 #include <string>
 
-#include "explain.h"
+#include "analyses/explain.h"
 #include "fuzz_check.h"
-#include "oom_message.h"
+#include "analyses/oom_message.h"
 
 using namespace vramtrace;
 

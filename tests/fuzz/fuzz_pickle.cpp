@@ -15,9 +15,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "byte_source.h"
+#include "vramtrace/trace/byte_source.h"
 #include "fuzz_check.h"
-#include "pickle.h"
+#include "readers/pickle.h"
 
 using namespace vramtrace;
 using namespace vramtrace::pickle;

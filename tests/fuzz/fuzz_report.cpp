@@ -9,9 +9,9 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "report_html.h"
-#include "trace_model.h"
-#include "vramtrace/trace_reader.h"
+#include "render/report_html.h"
+#include "model/trace_model.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "vramtrace/trace_reader.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 

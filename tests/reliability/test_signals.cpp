@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "trace_writer.h"
-#include "vramtrace/trace_reader.h"
+#include "vramtrace/trace/writer.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;

@@ -22,9 +22,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "load_models.h"
-#include "report_html.h"
-#include "vramtrace/trace_reader.h"
+#include "model/load_models.h"
+#include "render/report_html.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "budgets.h"
+#include "analyses/budgets.h"
 #include "vramtrace/types.h"
 
 using namespace vramtrace;

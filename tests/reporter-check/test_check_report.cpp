@@ -10,9 +10,9 @@
 #include <regex>
 #include <sstream>
 
-#include "budgets.h"
+#include "analyses/budgets.h"
 #include "vramtrace/types.h"
-#include "check_report.h"
+#include "render/check_report.h"
 
 using namespace vramtrace;
 

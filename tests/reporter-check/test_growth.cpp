@@ -4,8 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include "growth.h"
-#include "step_series.h"
+#include "analyses/growth.h"
+#include "analyses/step_series.h"
 #include "training_sim.h"
 
 using namespace vramtrace;

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "vramtrace/trace_reader.h"
+#include "readers/open_trace.h"
 #include "vramtrace/types.h"
 
 namespace vramtrace::test {

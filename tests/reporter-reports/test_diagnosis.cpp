@@ -1,8 +1,8 @@
 // Diagnoses of OOM messages (cases M1-M4, C2-C4, C12 of ../shared/cases.md) and the arithmetic shown.
 #include <catch2/catch.hpp>
 
-#include "diagnosis.h"
-#include "explain.h"
+#include "analyses/diagnosis.h"
+#include "analyses/explain.h"
 #include "messages.h"
 
 using namespace vramtrace;

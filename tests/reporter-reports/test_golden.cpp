@@ -7,12 +7,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "explain.h"
-#include "load_models.h"
+#include "analyses/explain.h"
+#include "model/load_models.h"
 #include "messages.h"
-#include "oom_report.h"
-#include "oom_whatif.h"
-#include "summary.h"
+#include "analyses/oom_report.h"
+#include "analyses/oom_whatif.h"
+#include "analyses/summary.h"
 
 using namespace vramtrace;
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "messages.h"
-#include "oom_message.h"
+#include "analyses/oom_message.h"
 
 using namespace vramtrace;
 namespace msg = vramtrace::test_messages;

@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "load_models.h"
-#include "oom_report.h"
-#include "processes.h"
-#include "report_html.h"
-#include "trace_paths.h"
+#include "model/load_models.h"
+#include "analyses/oom_report.h"
+#include "analyses/processes.h"
+#include "render/report_html.h"
+#include "readers/trace_paths.h"
 #include "vector_reader.h"
-#include "vramtrace/trace_reader.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 using vramtrace::testing::RecordList;

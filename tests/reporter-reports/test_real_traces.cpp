@@ -3,9 +3,9 @@
 
 #include <map>
 
-#include "load_models.h"
-#include "vramtrace/trace_reader.h"
-#include "trace_model.h"
+#include "model/load_models.h"
+#include "readers/open_trace.h"
+#include "model/trace_model.h"
 
 using namespace vramtrace;
 

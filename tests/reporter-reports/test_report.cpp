@@ -1,7 +1,7 @@
 // The HTML report: strings from a trace are escaped, the data keeps every peak.
 #include <catch2/catch.hpp>
 
-#include "report_html.h"
+#include "render/report_html.h"
 #include "vector_reader.h"
 
 using namespace vramtrace;

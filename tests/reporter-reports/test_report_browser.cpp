@@ -11,9 +11,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "load_models.h"
-#include "report_html.h"
-#include "summary.h"
+#include "model/load_models.h"
+#include "render/report_html.h"
+#include "analyses/summary.h"
 #include "vector_reader.h"
 
 using namespace vramtrace;

@@ -1,7 +1,7 @@
 // The analysis model: statistics, block sizes from the layout, peak and OOM states, timeline.
 #include <catch2/catch.hpp>
 
-#include "trace_model.h"
+#include "model/trace_model.h"
 #include "vector_reader.h"
 
 using namespace vramtrace;

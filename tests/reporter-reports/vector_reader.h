@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "vramtrace/trace_reader.h"
+#include "readers/open_trace.h"
 
 namespace vramtrace::testing {
 

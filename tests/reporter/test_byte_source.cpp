@@ -3,9 +3,9 @@
 
 #include <vector>
 
-#include "byte_source.h"
+#include "vramtrace/trace/byte_source.h"
 #include "test_util.h"
-#include "vramtrace/trace_reader.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 using vramtrace::test::write_file;

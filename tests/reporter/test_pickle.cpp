@@ -4,10 +4,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "byte_source.h"
-#include "pickle.h"
+#include "vramtrace/trace/byte_source.h"
+#include "readers/pickle.h"
 #include "test_util.h"
-#include "vramtrace/trace_reader.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 using vramtrace::test::write_file;

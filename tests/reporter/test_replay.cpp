@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "test_util.h"
-#include "vramtrace/replay.h"
+#include "analyses/replay.h"
 
 using namespace vramtrace;
 using vramtrace::test::write_file;

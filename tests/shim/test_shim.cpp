@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_api.h"
+#include "base/cuda_api.h"
 #include "spawn_util.h"
 
 extern char** environ;
@@ -104,7 +104,7 @@ void no_call_after_exit(const Run& r) { CHECK(r.err.find("FAKECUDA: call after e
 TEST_CASE("exports are exactly the hooks of hooks.def, dlsym and the C API, all unversioned") {
   std::set<std::string> expected = {"dlsym", "vramtrace_mark", "vramtrace_flush", "vramtrace_version"};
 #define VT_HOOK(level, policy, name, ret, params, args) expected.insert(#name);
-#include "hooks.def"
+#include "base/hooks.def"
 #undef VT_HOOK
   std::string nm = capture_cmd(std::string("nm -D --defined-only ") + VT_SHIM_PATH);
   std::set<std::string> got;

@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-#include "trace_writer.h"
+#include "vramtrace/trace/writer.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;

@@ -2,8 +2,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "trace_format.h"
-#include "trace_output.h"
+#include "vramtrace/trace/format.h"
+#include "vramtrace/trace/output.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "trace_test_util.h"
-#include "vramtrace/replay.h"
+#include "analyses/replay.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;

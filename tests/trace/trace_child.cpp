@@ -19,7 +19,7 @@
 #include <cstring>
 #include <string>
 
-#include "trace_writer.h"
+#include "vramtrace/trace/writer.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;

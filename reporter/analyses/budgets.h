@@ -1,0 +1,116 @@
+// Memory budgets for `vramtrace check`: what a run may use, read from the command line or from a
+// budget file kept beside the tests, evaluated against the figures of `vramtrace summary --json`
+// and the growth fit (growth.h). pytest-memray's limit_memory / --fail-on-increase are the model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analyses/growth.h"
+
+namespace vramtrace {
+
+/// Unusable budgets or measurements (bad size, unknown key, malformed summary). The message names
+/// the file and line where there is one. Commands print it and exit with code 2.
+class BudgetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Parses a byte size: a non-negative number (fractions allowed) and an optional unit.
+/// Binary units KiB, MiB, GiB, TiB (and the shorthands K, M, G, T) are powers of 1024; SI units
+/// KB, MB, GB, TB are powers of 1000 (as pytest-memray's "24 MB"); B or no unit is bytes.
+/// Letters are case-insensitive, a space may separate number and unit. Returns nullopt on
+/// anything else, or beyond 2^63 bytes.
+std::optional<std::uint64_t> parse_size(std::string_view text);
+
+/// "100.00 MiB", "1.50 GiB", "512 B": binary units, two decimals. For messages.
+std::string format_bytes(double bytes);
+
+/// Every budget; unset ones are not checked. Names are the command-line options without "--".
+struct Budgets {
+  std::optional<std::uint64_t> max_peak_reserved;   ///< bytes; reserved_bytes.all.peak
+  std::optional<std::uint64_t> max_peak_allocated;  ///< bytes; allocated_bytes.all.peak
+  std::optional<double> max_reserved_ratio;         ///< reserved_bytes.all.peak / allocated_bytes.all.peak
+  std::optional<std::int64_t> max_ooms;             ///< num_ooms
+  std::optional<std::int64_t> max_retries;          ///< num_alloc_retries
+  bool no_leaks = false;                            ///< no significant growth per step
+  std::optional<std::uint64_t> max_growth;          ///< bytes per step, fitted slope
+  std::optional<std::string> baseline;              ///< path of an earlier `summary --json`
+  std::optional<double> max_increase;               ///< percent over the baseline's peaks
+  /// Absolute slack added to a baseline comparison, bytes: one 2 MiB segment (PyTorch's
+  /// kSmallBuffer, the smallest amount reserved memory moves by), so that a run which happens to
+  /// round differently does not fail a 0 % budget.
+  std::optional<std::uint64_t> noise_margin;
+  std::optional<std::int32_t> device;               ///< only this device
+
+  static constexpr std::uint64_t kDefaultNoiseMargin = 2ull << 20;
+
+  /// Fields set in `over` replace those here (command line over file); no_leaks is or-ed.
+  void merge(const Budgets& over);
+  /// True when no budget at all is set (device and noise margin alone are not budgets).
+  bool empty() const;
+};
+
+/// Reads a budget file: one `key = value` per line, '#' starts a comment, keys as the options
+/// (max-peak-reserved, max_peak_reserved, ...), values as on the command line, optionally in
+/// double quotes; no-leaks takes true/false. `baseline` is relative to the file's directory.
+/// Throws BudgetError naming the file and line for an unknown key, a bad value, or a duplicate.
+Budgets parse_budget_file(const std::string& path);
+
+/// What check measures for one device of one trace.
+struct DeviceMeasures {
+  std::string trace;                          ///< path as the summary names it
+  std::size_t trace_index = 0;                ///< position among the checked traces
+  std::int32_t device = 0;
+  std::optional<std::int64_t> peak_reserved;  ///< bytes
+  std::optional<std::int64_t> peak_allocated; ///< bytes
+  std::optional<std::int64_t> num_ooms;
+  std::optional<std::int64_t> num_alloc_retries;  ///< unknown when the trace does not record it
+  std::optional<GrowthFit> growth;            ///< absent when the input was a summary
+  std::string growth_source;                  ///< "marks", "pattern", "none", "" (no trace)
+  std::string growth_note;                    ///< why growth cannot be judged, if so
+};
+
+/// Reads the per-device figures of a `vramtrace summary --json` document ({"traces": [{"path",
+/// "devices": [{"device", "stats": {PyTorch flat names}, "ooms"}]}]}). Uses
+/// reserved_bytes.all.peak, allocated_bytes.all.peak, num_ooms (else "ooms") and
+/// num_alloc_retries (null = not recorded). Throws BudgetError naming `what` on a document of
+/// another shape.
+std::vector<DeviceMeasures> measures_from_summary(const nlohmann::json& summary, const std::string& what);
+
+enum class Verdict { pass, fail, unknown };
+const char* verdict_name(Verdict v) noexcept;
+
+/// The outcome of one budget on one device.
+struct BudgetResult {
+  std::string budget;       ///< option name, e.g. "max-peak-reserved"; "max-increase:reserved"
+  std::string trace;
+  std::int32_t device = 0;
+  Verdict verdict = Verdict::unknown;
+  std::string unit;         ///< "bytes", "bytes/step", "ratio", "count"
+  double measured = 0;      ///< measured value in `unit` (unset when unknown)
+  double allowed = 0;       ///< the budget's limit in `unit`
+  std::string measured_text;  ///< e.g. "1.20 GiB"
+  std::string allowed_text;   ///< e.g. "1.00 GiB"
+  std::string message;      ///< one sentence: budget, measured, allowed (and why, if unknown)
+  nlohmann::json details;   ///< extra figures (growth fit, baseline values)
+};
+
+/// Evaluates every set budget on every device (or on `budgets.device` only). `baseline` are the
+/// baseline's measures, matched by trace position when it has as many traces, else by device of
+/// its only trace. Throws BudgetError when budgets.device names a device absent from every trace,
+/// or a baseline comparison is asked without a baseline.
+std::vector<BudgetResult> evaluate_budgets(const Budgets& budgets, const std::vector<DeviceMeasures>& measures,
+                                           const std::vector<DeviceMeasures>* baseline);
+
+/// 0 every budget holds, 1 one failed, 2 none failed but one could not be judged (unusable input).
+int check_exit_code(const std::vector<BudgetResult>& results) noexcept;
+
+}  // namespace vramtrace

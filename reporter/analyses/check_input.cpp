@@ -1,0 +1,164 @@
+// Loading the inputs of `vramtrace check` / `vramtrace diff`. See check_input.h.
+#include "analyses/check_input.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "analyses/summary.h"
+#include "model/trace_model.h"
+#include "vramtrace/trace/vramtrace_reader.h"
+#include "readers/open_trace.h"
+
+namespace vramtrace {
+
+namespace {
+
+constexpr std::size_t kMaxSummaryBytes = std::size_t{64} << 20;
+
+std::optional<nlohmann::json> read_summary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  char c = 0;
+  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  if (!in || c != '{') return std::nullopt;
+  std::string text(1, c);
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxSummaryBytes) return std::nullopt;
+  }
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("traces") || !j["traces"].is_array()) return std::nullopt;
+  return j;
+}
+
+// Per device: allocation counts by size, and what came before the largest request.
+class EventFactsBuilder {
+ public:
+  void add(const TraceRecord& r) {
+    if (r.action == Action::oom) {
+      auto& d = devices_[r.device];
+      if (!d.seen_oom) {
+        d.seen_oom = true;
+        d.facts.live_bytes_at_oom = d.live_bytes;
+        d.facts.frees_before_oom = d.frees;
+      }
+      return;
+    }
+    if (r.action != Action::alloc && r.action != Action::free_requested && r.action != Action::free_completed) return;
+    auto& d = devices_[r.device];
+    if (r.action == Action::alloc) {
+      d.facts.alloc_count_by_size[r.size]++;
+      if (r.size > d.facts.largest_request_bytes) {
+        d.facts.largest_request_bytes = r.size;
+        d.facts.frees_before_largest = d.frees;
+        d.facts.live_before_largest = d.live.size();
+        d.facts.allocs_before_largest = d.allocs;
+        d.facts.live_bytes_before_largest = d.live_bytes;
+      }
+      if (auto [it, fresh] = d.live.try_emplace(r.addr, r.size); !fresh) {
+        d.live_bytes -= it->second;
+        it->second = r.size;
+      }
+      d.live_bytes += r.size;
+      ++d.allocs;
+    } else if (auto it = d.live.find(r.addr); it != d.live.end()) {
+      d.live_bytes -= it->second;
+      d.live.erase(it);
+      ++d.frees;
+    }
+  }
+  std::vector<DeviceEventFacts> finish() {
+    std::vector<DeviceEventFacts> out;
+    for (auto& [id, d] : devices_) {
+      d.facts.device = id;
+      out.push_back(std::move(d.facts));
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.device < b.device; });
+    return out;
+  }
+
+ private:
+  struct Device {
+    DeviceEventFacts facts;
+    std::unordered_map<std::uint64_t, std::uint64_t> live;  // addr -> requested bytes
+    std::uint64_t live_bytes = 0;
+    std::uint64_t allocs = 0;
+    std::uint64_t frees = 0;
+    bool seen_oom = false;
+  };
+  std::unordered_map<std::int32_t, Device> devices_;
+};
+
+}  // namespace
+
+bool is_summary_document(const std::string& path) { return read_summary(path).has_value(); }
+
+CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
+  CheckInput in;
+  in.path = path;
+  if (auto j = read_summary(path)) {
+    in.is_summary = true;
+    in.summary = std::move(*j);
+    in.measures = measures_from_summary(in.summary, path);
+    for (auto& m : in.measures) m.trace_index += trace_index;
+    return in;
+  }
+  auto reader = open_trace(path);
+  TraceModelBuilder model(reader->header());
+  StepSeriesBuilder steps;
+  EventFactsBuilder facts;
+  const auto* named = dynamic_cast<const VramtraceTraceReader*>(reader.get());  // marks with names
+  TraceRecord r;
+  try {
+    while (reader->next(r)) {
+      model.add(r);
+      steps.add(r, named && r.action == Action::mark ? std::string_view(named->mark_name()) : std::string_view{});
+      facts.add(r);
+    }
+  } catch (const TraceError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw TraceError(fmt::format("{}: {}: {}", path, reader->position(), e.what()));
+  }
+  std::vector<TraceModel> models;
+  models.push_back(model.finish(*reader));
+  if (models.back().header.path.empty()) models.back().header.path = path;
+  in.summary = summary_json(models);
+  in.measures = measures_from_summary(in.summary, path);
+  in.steps = steps.finish();
+  in.facts = facts.finish();
+  for (const auto& d : models.front().devices) {
+    if (d.ooms.empty()) continue;
+    for (auto& f : in.facts) {
+      if (f.device != d.device) continue;
+      const OomRecord& o = d.ooms.front();
+      f.has_oom = true;
+      f.oom_request_bytes = o.request_bytes;
+      f.oom_device_free_bytes = o.device_free_bytes;
+      f.oom_allocated_bytes = o.state.stats.allocated_bytes[kStatAll].current;
+      f.oom_reserved_bytes = o.state.stats.reserved_bytes[kStatAll].current;
+      f.oom_largest_free_block_bytes = o.state.largest_free_block;
+    }
+  }
+  for (auto& m : in.measures) {
+    m.trace_index = trace_index;
+    m.growth_source = "none";
+    for (const auto& s : in.steps) {
+      if (s.device != m.device) continue;
+      m.growth_source = s.source;
+      m.growth_note = s.note;
+      if (s.source != "none") m.growth = fit_growth(s.samples);
+    }
+    if (m.growth_source == "none" && m.growth_note.empty()) m.growth_note = "no allocations on this device";
+  }
+  return in;
+}
+
+}  // namespace vramtrace

@@ -1,0 +1,61 @@
+// Inputs of `vramtrace check` and `vramtrace diff`: a trace (any format open_trace reads) or a
+// `vramtrace summary --json` document, turned into the summary JSON, the per-device measures and,
+// for traces, the step series and the allocation size counts.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analyses/budgets.h"
+#include "analyses/step_series.h"
+
+namespace vramtrace {
+
+/// Per device, what only a pass over the events gives (a summary document has none of it).
+struct DeviceEventFacts {
+  std::int32_t device = 0;
+  std::map<std::uint64_t, std::uint64_t> alloc_count_by_size;  ///< requested bytes -> allocs
+  /// The largest single request and what preceded it: allocations freed again before it
+  /// (temporaries) and allocations still live when it came.
+  std::uint64_t largest_request_bytes = 0;
+  std::uint64_t frees_before_largest = 0;
+  std::uint64_t live_before_largest = 0;
+  std::uint64_t allocs_before_largest = 0;
+  std::uint64_t live_bytes_before_largest = 0;  ///< requested bytes live when it came
+  /// The first OOM: requested bytes live and frees seen before it (from the events), and the
+  /// allocator's state (from the trace model). has_oom false without one.
+  bool has_oom = false;
+  std::uint64_t live_bytes_at_oom = 0;
+  std::uint64_t frees_before_oom = 0;
+  std::uint64_t oom_request_bytes = 0;
+  std::uint64_t oom_device_free_bytes = 0;
+  std::int64_t oom_allocated_bytes = 0;
+  std::int64_t oom_reserved_bytes = 0;
+  std::uint64_t oom_largest_free_block_bytes = 0;
+};
+
+/// One loaded input.
+struct CheckInput {
+  std::string path;
+  bool is_summary = false;             ///< a summary --json document, not a trace
+  nlohmann::json summary;              ///< {"traces": [...]} as `vramtrace summary --json`
+  std::vector<DeviceMeasures> measures;
+  std::vector<DeviceSteps> steps;      ///< traces only
+  std::vector<DeviceEventFacts> facts; ///< traces only
+};
+
+/// True when `path` holds one JSON object with a "traces" array (a summary document) rather than
+/// a trace. Reads at most the first 64 MiB. Never throws.
+bool is_summary_document(const std::string& path);
+
+/// Loads `path`: a summary document as is, a trace through open_trace with one pass that builds
+/// the summary model, the step series and the event facts; fits growth per device
+/// (Note [growth detection]). `trace_index` is stored in the measures. Throws TraceError or
+/// BudgetError (both: unusable input, exit 2).
+CheckInput load_check_input(const std::string& path, std::size_t trace_index = 0);
+
+}  // namespace vramtrace

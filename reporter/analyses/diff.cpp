@@ -1,0 +1,275 @@
+// `vramtrace diff`: see diff.h.
+//
+// Note [diff explanation]: one sentence per device, from the first rule that applies
+// (M = the noise margin, 2 MiB by default):
+//  1. NEW has an OOM that BASE has not. With the live bytes at NEW's failed request within M (or
+//     1 %) of BASE's live bytes before its own largest request, and NEW's largest free block
+//     smaller than the request while enough memory was free in its cache and on the device, the
+//     difference is fragmentation; if NEW freed more temporary blocks than BASE before that
+//     request, it is fragmentation from load order (case C11). With more live bytes, it is
+//     capacity: NEW holds more.
+//  2. BASE has an OOM that NEW has not: the mirror sentence.
+//  3. Peak allocated changed by more than M: NEW needs more (or less) memory, and the size whose
+//     count changed most is named.
+//  4. Peak allocated within M but peak reserved changed by more than M: the cache differs
+//     (fragmentation or caching), with the largest free block at the end.
+//  5. Otherwise: no difference beyond the margin.
+#include "analyses/diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace vramtrace {
+
+namespace {
+
+const nlohmann::json* device_entry(const CheckInput& in, std::int32_t device) {
+  const auto& traces = in.summary["traces"];
+  if (!traces.is_array() || traces.empty()) return nullptr;
+  const auto& devs = traces[0]["devices"];
+  if (!devs.is_array()) return nullptr;
+  for (const auto& d : devs)
+    if (d.value("device", -1) == device) return &d;
+  return nullptr;
+}
+
+std::optional<std::int64_t> stat(const nlohmann::json* dev, const char* key) {
+  if (!dev || !dev->contains("stats")) return std::nullopt;
+  const auto& s = (*dev)["stats"];
+  auto it = s.find(key);
+  if (it == s.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<std::int64_t>();
+}
+
+std::optional<std::uint64_t> free_block(const nlohmann::json* dev, const char* when) {
+  if (!dev || !dev->contains(when)) return std::nullopt;
+  const auto& w = (*dev)[when];
+  auto it = w.find("largest_free_block_bytes");
+  if (it == w.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<std::uint64_t>();
+}
+
+const DeviceEventFacts* facts_of(const CheckInput& in, std::int32_t device) {
+  for (const auto& f : in.facts)
+    if (f.device == device) return &f;
+  return nullptr;
+}
+
+std::string bytes(std::optional<std::int64_t> v) { return v ? format_bytes(static_cast<double>(*v)) : "-"; }
+
+std::string signed_bytes(std::int64_t v) { return (v > 0 ? "+" : "") + format_bytes(static_cast<double>(v)); }
+
+bool same_bytes(std::int64_t a, std::int64_t b, std::uint64_t margin) {
+  auto diff = static_cast<double>(std::llabs(a - b));
+  return diff <= static_cast<double>(margin) || diff <= 0.01 * static_cast<double>(std::max(std::llabs(a), std::llabs(b)));
+}
+
+std::string oom_sentence(const char* who, const char* other, const DeviceEventFacts& f, const DeviceEventFacts* of,
+                         std::uint64_t margin) {
+  const auto req = f.oom_request_bytes;
+  const std::int64_t live = f.oom_allocated_bytes;
+  const std::uint64_t cache_free =
+      f.oom_reserved_bytes > f.oom_allocated_bytes ? static_cast<std::uint64_t>(f.oom_reserved_bytes - f.oom_allocated_bytes) : 0;
+  std::string head = fmt::format("{} ran out of memory asking for {}", who, format_bytes(static_cast<double>(req)));
+  if (!of)
+    return head + fmt::format(" with {} allocated; {} has no event detail to compare.", format_bytes(static_cast<double>(live)), other);
+  // Live (requested) bytes at the failed request, against the other run's when its own largest
+  // request came (in a run that did not fail, that is the request the other one failed).
+  auto other_live = static_cast<std::int64_t>(of->has_oom ? of->live_bytes_at_oom : of->live_bytes_before_largest);
+  auto own_live = static_cast<std::int64_t>(f.live_bytes_at_oom);
+  bool same_live = same_bytes(own_live, other_live, margin);
+  bool fragmented = f.oom_largest_free_block_bytes < req && cache_free + f.oom_device_free_bytes >= req;
+  if (same_live && fragmented) {
+    std::string s = fmt::format(
+        "{} with the same live bytes as {} ({} vs {}): its largest free block was {}, smaller than the request, "
+        "although {} of its reserved memory was free and {} more on the device, so the difference is fragmentation",
+        head, other, format_bytes(static_cast<double>(own_live)), format_bytes(static_cast<double>(other_live)),
+        format_bytes(static_cast<double>(f.oom_largest_free_block_bytes)), format_bytes(static_cast<double>(cache_free)),
+        format_bytes(static_cast<double>(f.oom_device_free_bytes)));
+    std::uint64_t other_frees = of->has_oom ? of->frees_before_oom : of->frees_before_largest;
+    if (f.frees_before_oom > other_frees)
+      s += fmt::format(" from load order: {} allocated and freed {} temporary blocks among its long-lived allocations "
+                       "before that request, {} {}",
+                       who, f.frees_before_oom, other, other_frees);
+    return s + ".";
+  }
+  if (same_live)
+    return head + fmt::format(" with the same live bytes as {} ({}); its largest free block was {} and {} were free on "
+                              "the device: the device had less room (another process, or a lower memory cap).",
+                              other, format_bytes(static_cast<double>(own_live)),
+                              format_bytes(static_cast<double>(f.oom_largest_free_block_bytes)),
+                              format_bytes(static_cast<double>(f.oom_device_free_bytes)));
+  return head + fmt::format(" holding {} live against {} in {} at the same point: {} live bytes explain it (capacity).",
+                            format_bytes(static_cast<double>(own_live)), format_bytes(static_cast<double>(other_live)),
+                            other, signed_bytes(own_live - other_live));
+}
+
+std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const DeviceEventFacts* fn,
+                    std::uint64_t margin, const std::optional<std::int64_t>& ooms_base,
+                    const std::optional<std::int64_t>& ooms_new) {
+  auto fig = [&](const char* name) -> const DiffFigure* {
+    for (const auto& f : d.peaks)
+      if (f.name == name) return &f;
+    return nullptr;
+  };
+  bool new_oom = ooms_new.value_or(0) > ooms_base.value_or(0);
+  bool base_oom = ooms_base.value_or(0) > ooms_new.value_or(0);
+  if (new_oom && fn && fn->has_oom) return oom_sentence("NEW", "BASE", *fn, fb, margin);
+  if (new_oom) return fmt::format("NEW had {} OOMs, BASE {}.", ooms_new.value_or(0), ooms_base.value_or(0));
+  if (base_oom && fb && fb->has_oom) return oom_sentence("BASE", "NEW", *fb, fn, margin);
+
+  const DiffFigure* alloc = fig("allocated_bytes.all.peak");
+  const DiffFigure* res = fig("reserved_bytes.all.peak");
+  if (alloc && alloc->base && alloc->now && !same_bytes(*alloc->now, *alloc->base, margin)) {
+    std::int64_t change = *alloc->now - *alloc->base;
+    std::string s = fmt::format("NEW needs {} memory: peak allocated {} ({} vs {})", change > 0 ? "more" : "less",
+                                signed_bytes(change), bytes(alloc->now), bytes(alloc->base));
+    if (!d.sizes.empty()) {
+      const auto& top = d.sizes.front();
+      auto dc = static_cast<std::int64_t>(top.now) - static_cast<std::int64_t>(top.base);
+      s += fmt::format("; the size whose count changed most is {} ({:+} allocations)",
+                       format_bytes(static_cast<double>(top.size)), dc);
+    }
+    return s + ".";
+  }
+  if (res && res->base && res->now && !same_bytes(*res->now, *res->base, margin)) {
+    std::int64_t change = *res->now - *res->base;
+    std::string s = fmt::format(
+        "Peak allocated is the same, but peak reserved changed by {} ({} vs {}): the cache {} ", signed_bytes(change),
+        bytes(res->now), bytes(res->base), change > 0 ? "holds more" : "holds less");
+    s += change > 0 ? "(blocks that could not be reused: fragmentation or a different allocation order)"
+                    : "(better reuse of cached blocks)";
+    for (const auto& f : d.largest_free_block)
+      if (f.when == "end" && f.base && f.now)
+        s += fmt::format("; largest free block at the end {} vs {}", format_bytes(static_cast<double>(*f.now)),
+                         format_bytes(static_cast<double>(*f.base)));
+    return s + ".";
+  }
+  return fmt::format("No difference beyond the noise margin of {} in the peaks.", format_bytes(static_cast<double>(margin)));
+}
+
+}  // namespace
+
+TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64_t margin) {
+  TraceDiff out;
+  out.base_path = base.path;
+  out.new_path = now.path;
+  std::set<std::int32_t> devices;
+  for (const auto* in : {&base, &now})
+    for (const auto& m : in->measures)
+      if (m.trace_index == in->measures.front().trace_index) devices.insert(m.device);
+  static const std::pair<const char*, bool> kPeaks[] = {
+      {"allocated_bytes.all.peak", true},  {"reserved_bytes.all.peak", true},
+      {"active_bytes.all.peak", true},     {"requested_bytes.all.peak", true},
+      {"inactive_split_bytes.all.peak", true}, {"segment.all.peak", false},
+      {"allocation.all.allocated", false}, {"num_ooms", false},
+  };
+  for (std::int32_t dev : devices) {
+    DeviceDiff d;
+    d.device = dev;
+    const nlohmann::json* jb = device_entry(base, dev);
+    const nlohmann::json* jn = device_entry(now, dev);
+    for (const auto& [name, is_bytes] : kPeaks) d.peaks.push_back({name, stat(jb, name), stat(jn, name), is_bytes});
+    const DeviceEventFacts* fb = facts_of(base, dev);
+    const DeviceEventFacts* fn = facts_of(now, dev);
+    if (fb || fn) {
+      std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> counts;
+      if (fb)
+        for (const auto& [size, c] : fb->alloc_count_by_size) counts[size].first = c;
+      if (fn)
+        for (const auto& [size, c] : fn->alloc_count_by_size) counts[size].second = c;
+      for (const auto& [size, c] : counts)
+        if (c.first != c.second) d.sizes.push_back({size, c.first, c.second});
+      std::sort(d.sizes.begin(), d.sizes.end(), [](const SizeCountChange& a, const SizeCountChange& b) {
+        auto da = std::llabs(static_cast<std::int64_t>(a.now) - static_cast<std::int64_t>(a.base));
+        auto db = std::llabs(static_cast<std::int64_t>(b.now) - static_cast<std::int64_t>(b.base));
+        if (da != db) return da > db;
+        if (a.size != b.size) return a.size > b.size;
+        return false;
+      });
+      if (d.sizes.size() > 10) d.sizes.resize(10);
+    }
+    d.largest_free_block.push_back({"peak", free_block(jb, "peak"), free_block(jn, "peak")});
+    d.largest_free_block.push_back({"end", free_block(jb, "end"), free_block(jn, "end")});
+    FreeBlockFigure oom{"oom", std::nullopt, std::nullopt};
+    if (fb && fb->has_oom) oom.base = fb->oom_largest_free_block_bytes;
+    if (fn && fn->has_oom) oom.now = fn->oom_largest_free_block_bytes;
+    if (oom.base || oom.now) d.largest_free_block.push_back(oom);
+    d.explanation = explain(d, fb, fn, margin, stat(jb, "num_ooms"), stat(jn, "num_ooms"));
+    out.devices.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::string render_diff_text(const TraceDiff& t) {
+  std::string out = fmt::format("vramtrace diff\n  BASE {}\n  NEW  {}\n", t.base_path, t.new_path);
+  for (const auto& d : t.devices) {
+    out += fmt::format("\ndevice {}\n  {:<32} {:>14} {:>14} {:>24}\n", d.device, "", "BASE", "NEW", "change");
+    for (const auto& f : d.peaks) {
+      auto show = [&](std::optional<std::int64_t> v) {
+        if (!v) return std::string("-");
+        return f.bytes ? format_bytes(static_cast<double>(*v)) : std::to_string(*v);
+      };
+      std::string change = "-";
+      if (f.base && f.now) {
+        std::int64_t c = *f.now - *f.base;
+        change = f.bytes ? signed_bytes(c) : fmt::format("{:+}", c);
+        if (*f.base != 0) change += fmt::format(" ({:+.1f}%)", 100.0 * static_cast<double>(c) / static_cast<double>(*f.base));
+      }
+      out += fmt::format("  {:<32} {:>14} {:>14} {:>24}\n", f.name, show(f.base), show(f.now), change);
+    }
+    if (!d.sizes.empty()) {
+      out += fmt::format("  allocation sizes whose counts changed most\n  {:>14} {:>8} {:>8} {:>8}\n", "size", "BASE",
+                         "NEW", "change");
+      for (const auto& s : d.sizes)
+        out += fmt::format("  {:>14} {:>8} {:>8} {:>+8}\n", format_bytes(static_cast<double>(s.size)), s.base, s.now,
+                           static_cast<std::int64_t>(s.now) - static_cast<std::int64_t>(s.base));
+    }
+    out += "  largest free block";
+    for (const auto& f : d.largest_free_block) {
+      auto show = [](std::optional<std::uint64_t> v) { return v ? format_bytes(static_cast<double>(*v)) : std::string("-"); };
+      out += fmt::format("  at {}: {} vs {}", f.when, show(f.base), show(f.now));
+    }
+    out += "\n  " + d.explanation + "\n";
+  }
+  return out;
+}
+
+nlohmann::json diff_json(const TraceDiff& t) {
+  auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  nlohmann::json devs = nlohmann::json::array();
+  for (const auto& d : t.devices) {
+    nlohmann::json peaks = nlohmann::json::array();
+    for (const auto& f : d.peaks) {
+      nlohmann::json j = {{"name", f.name}, {"base", opt(f.base)}, {"new", opt(f.now)}};
+      if (f.base && f.now) {
+        j["change"] = *f.now - *f.base;
+        j["change_percent"] = *f.base != 0 ? nlohmann::json(100.0 * static_cast<double>(*f.now - *f.base) /
+                                                            static_cast<double>(*f.base))
+                                           : nlohmann::json(nullptr);
+      }
+      peaks.push_back(std::move(j));
+    }
+    nlohmann::json sizes = nlohmann::json::array();
+    for (const auto& s : d.sizes)
+      sizes.push_back({{"size", s.size},
+                       {"base", s.base},
+                       {"new", s.now},
+                       {"change", static_cast<std::int64_t>(s.now) - static_cast<std::int64_t>(s.base)}});
+    nlohmann::json lfb = nlohmann::json::array();
+    for (const auto& f : d.largest_free_block) lfb.push_back({{"when", f.when}, {"base", opt(f.base)}, {"new", opt(f.now)}});
+    devs.push_back({{"device", d.device},
+                    {"peaks", peaks},
+                    {"sizes", sizes},
+                    {"largest_free_block", lfb},
+                    {"explanation", d.explanation}});
+  }
+  return {{"base", t.base_path}, {"new", t.new_path}, {"devices", devs}};
+}
+
+}  // namespace vramtrace

@@ -1,0 +1,130 @@
+#include "analyses/explain.h"
+
+#include <fmt/format.h>
+
+namespace vramtrace {
+
+namespace {
+
+/// Each figure a message can carry: JSON key, label for people, pointer to the field.
+struct FigureField {
+  const char* key;
+  const char* label;
+  std::optional<PrintedSize> OomMessage::*field;
+};
+
+constexpr FigureField kFields[] = {
+    {"requested_bytes", "request", &OomMessage::requested},
+    {"rounded_bytes", "request rounded", &OomMessage::rounded},
+    {"device_total_bytes", "device total", &OomMessage::device_total},
+    {"device_free_bytes", "device free", &OomMessage::device_free},
+    {"allocated_bytes", "allocated", &OomMessage::allocated},
+    {"reserved_bytes", "reserved", &OomMessage::reserved},
+    {"reserved_unallocated_bytes", "reserved but unallocated", &OomMessage::reserved_unallocated},
+    {"allowed_bytes", "allowed (cap)", &OomMessage::allowed},
+    {"process_in_use_bytes", "in use by this process", &OomMessage::process_in_use},
+    {"private_pools_bytes", "in private pools", &OomMessage::private_pools},
+    {"bfc_limit_bytes", "BFC limit", &OomMessage::bfc_limit},
+    {"bfc_in_use_bytes", "BFC in use", &OomMessage::bfc_in_use},
+    {"bfc_max_in_use_bytes", "BFC max in use", &OomMessage::bfc_max_in_use},
+    {"bfc_region_bytes", "BFC regions", &OomMessage::bfc_region_bytes},
+    {"bfc_largest_free_chunk_bytes", "BFC largest free chunk", &OomMessage::bfc_largest_free_chunk},
+    {"bfc_free_chunks_bytes", "BFC free chunks", &OomMessage::bfc_free_chunks_bytes},
+};
+
+}  // namespace
+
+Explanation explain_message(std::string_view text) {
+  Explanation e;
+  e.message = parse_oom_message(text);
+  e.diagnosis = diagnose(figures_from_message(e.message));
+  return e;
+}
+
+std::string render_explain_text(const Explanation& e) {
+  const OomMessage& m = e.message;
+  const Diagnosis& d = e.diagnosis;
+  std::string out;
+  out += fmt::format("Message: {}\n", oom_message_format_description(m.format));
+  if (m.device) out += fmt::format("Device: {}\n", *m.device);
+  if (!m.allocator_name.empty()) out += fmt::format("Allocator: {}\n", m.allocator_name);
+  bool any = false;
+  for (const auto& f : kFields) {
+    const auto& v = m.*(f.field);
+    if (!v) continue;
+    if (!any) out += "\nRead from the message:\n";
+    any = true;
+    out += fmt::format("  {:<26} {:>14}  = {} bytes\n", f.label, v->text, v->bytes);
+  }
+  for (const auto& p : m.other_processes) {
+    if (!any) out += "\nRead from the message:\n";
+    any = true;
+    out += fmt::format("  {:<26} {:>14}  = {} bytes\n", fmt::format("process {} in use", p.pid), p.in_use.text, p.in_use.bytes);
+  }
+  if (m.bfc_free_chunks) out += fmt::format("  {:<26} {:>14}\n", "BFC free chunks listed", m.bfc_free_chunks);
+  if (!any && !m.exceeds_1eb) out += "\nNo figures could be read.\n";
+  if (m.truncated) out += fmt::format("\nThe message is cut off after \"{}\": figures after that point are unknown.\n", m.truncated_after);
+  if (m.format == OomMessageFormat::unknown) {
+    out += "\n";
+    for (const auto& f : m.findings) out += fmt::format("{}\n", f);
+  }
+  if (!d.arithmetic.empty()) {
+    out += "\nArithmetic:\n";
+    for (const auto& a : d.arithmetic) out += fmt::format("  {}\n", a.formula);
+  }
+  out += fmt::format("\nDiagnosis: {} - {}\n", diagnosis_code_name(d.code), d.headline);
+  for (const auto& r : d.reasons) out += fmt::format("  because {}\n", r);
+  out += fmt::format("\nNext step: {}\n", d.next_step);
+  std::vector<std::string> notes = d.notes;
+  if (m.expandable_hint) notes.push_back("the message's expandable_segments hint is printed whether or not the setting is on (pytorch/pytorch#173049)");
+  if (m.capacity_typo) notes.push_back("\"capacty\" dates the message to PyTorch 2.1");
+  if (!notes.empty()) {
+    out += "\nNotes:\n";
+    for (const auto& n : notes) out += fmt::format("  - {}\n", n);
+  }
+  return out;
+}
+
+nlohmann::json explain_json(const Explanation& e) {
+  const OomMessage& m = e.message;
+  const Diagnosis& d = e.diagnosis;
+  nlohmann::json j;
+  j["format"] = oom_message_format_name(m.format);
+  j["diagnosis"] = diagnosis_code_name(d.code);
+  j["headline"] = d.headline;
+  if (m.device) j["device"] = *m.device;
+  if (!m.allocator_name.empty()) j["allocator"] = m.allocator_name;
+  nlohmann::json figures = nlohmann::json::object();
+  nlohmann::json printed = nlohmann::json::object();
+  for (const auto& f : kFields) {
+    const auto& v = m.*(f.field);
+    if (!v) continue;
+    figures[f.key] = v->bytes;
+    printed[f.key] = v->text;
+  }
+  j["figures"] = figures;
+  j["printed"] = printed;
+  nlohmann::json procs = nlohmann::json::array();
+  for (const auto& p : m.other_processes) procs.push_back({{"pid", p.pid}, {"in_use_bytes", p.in_use.bytes}, {"printed", p.in_use.text}});
+  j["other_processes"] = procs;
+  if (m.bfc_free_chunks) j["bfc_free_chunks"] = m.bfc_free_chunks;
+  nlohmann::json derived = nlohmann::json::object();
+  nlohmann::json lines = nlohmann::json::array();
+  for (const auto& a : d.arithmetic) {
+    derived[a.name + "_bytes"] = a.bytes;
+    lines.push_back(a.formula);
+  }
+  j["derived"] = derived;
+  j["arithmetic"] = lines;
+  j["reasons"] = d.reasons;
+  j["next_step"] = d.next_step;
+  j["notes"] = d.notes;
+  j["findings"] = m.findings;
+  j["truncated"] = m.truncated;
+  if (m.truncated) j["truncated_after"] = m.truncated_after;
+  j["exceeds_1eb"] = m.exceeds_1eb;
+  j["expandable_segments_hint"] = m.expandable_hint;
+  return j;
+}
+
+}  // namespace vramtrace

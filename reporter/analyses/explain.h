@@ -1,0 +1,32 @@
+// `vramtrace explain`: a pasted OOM message read, diagnosed and printed for people or as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "analyses/diagnosis.h"
+#include "analyses/oom_message.h"
+
+namespace vramtrace {
+
+/// The message read and its diagnosis.
+struct Explanation {
+  OomMessage message;
+  Diagnosis diagnosis;
+};
+
+/// Reads and diagnoses `text` (any text; never throws on content).
+Explanation explain_message(std::string_view text);
+
+/// Text for people: what was read (each figure as printed and in bytes), the arithmetic, the
+/// verdict and the next step. Ends with a newline.
+std::string render_explain_text(const Explanation& e);
+
+/// JSON: {"format", "diagnosis", "headline", "figures": {name: bytes...}, "printed": {name: text},
+/// "other_processes": [...], "derived": {name: bytes}, "arithmetic": [lines], "reasons", "next_step",
+/// "notes", "findings", "truncated", ...}. Every figure read is present, in bytes; figures absent
+/// from the message are absent from "figures" (never zero-filled).
+nlohmann::json explain_json(const Explanation& e);
+
+}  // namespace vramtrace

@@ -1,0 +1,318 @@
+#include "analyses/summary.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "analyses/diagnosis.h"
+
+namespace vramtrace {
+
+namespace {
+
+using i64 = std::int64_t;
+
+// torch/cuda/memory.py _format_size: the unit is chosen from the "all" row's value (pref).
+std::string format_size_col(i64 sz, i64 pref) {
+  static const char* prefixes[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  const char* prefix = prefixes[0];
+  double p = static_cast<double>(pref);
+  for (int i = 1; i < 6; ++i) {
+    if (p < 768 * 1024) break;
+    prefix = prefixes[i];
+    sz /= 1024;
+    p /= 1024;
+  }
+  return fmt::format("{:6d} {}", sz, prefix);
+}
+
+std::string format_count_col(i64 cnt, i64 pref) {
+  static const char* prefixes[] = {" ", "K", "M"};
+  const char* prefix = prefixes[0];
+  double p = static_cast<double>(pref);
+  for (int i = 1; i < 3; ++i) {
+    if (p < 750 * 1000) break;
+    prefix = prefixes[i];
+    cnt /= 1000;
+    p /= 1000;
+  }
+  return fmt::format("{:7d} {} ", cnt, prefix);
+}
+
+std::string row(const std::string& name, const std::string& a, const std::string& b, const std::string& c,
+                const std::string& d) {
+  return fmt::format(" {:<21} | {} | {} | {} | {} ", name, a, b, c, d);
+}
+
+std::string hex(std::uint64_t v) { return fmt::format("0x{:x}", v); }
+
+std::string rel_time(const DeviceModel& d, i64 t) {
+  return "+" + format_duration(t - d.first_time_ns);
+}
+
+/// What the trace recorded at its end for `key` on `device` (each device against its own figures).
+std::optional<i64> recorded(const TraceModel& m, std::int32_t device, const std::string& key) {
+  const auto* stats = m.header.recorded_stats_of(device);
+  if (stats == nullptr) return std::nullopt;
+  for (const auto& [k, v] : *stats)
+    if (k == key) return v;
+  return std::nullopt;
+}
+
+/// The figures PyTorch recorded at the end of the run that the model computes too.
+const char* kCheckedKeys[] = {"allocated_bytes.all.peak", "reserved_bytes.all.peak", "active_bytes.all.peak",
+                              "requested_bytes.all.peak", "allocated_bytes.all.current", "reserved_bytes.all.current",
+                              "inactive_split_bytes.all.peak", "segment.all.peak", "allocation.all.allocated",
+                              "num_device_alloc", "num_device_free", "num_ooms"};
+
+i64 stat_value(const DeviceStats& s, const std::string& key) {
+  for (const auto& [k, v] : flatten_stats(s))
+    if (k == key) return v;
+  return 0;
+}
+
+std::string live_table(const std::vector<LiveAllocation>& v, const DeviceModel& d) {
+  std::string out = fmt::format("    {:>3}  {:>12}  {:>12}  {:>8}  {:>12}  {}\n", "#", "size", "requested", "stream",
+                                "allocated at", "address");
+  int i = 1;
+  for (const auto& a : v) {
+    out += fmt::format("    {:>3}  {:>12}  {:>12}  {:>8}  {:>12}  {}{}\n", i++, format_bytes(static_cast<i64>(a.size)),
+                       format_bytes(static_cast<i64>(a.requested_size)), a.stream, rel_time(d, a.alloc_time_ns),
+                       hex(a.address), a.pending_free ? "  (freed, pending on a stream)" : "");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_duration(std::int64_t ns) {
+  double v = static_cast<double>(ns);
+  if (ns < 0) return "-" + format_duration(-ns);
+  if (ns >= 1000000000) return fmt::format("{:.3f} s", v / 1e9);
+  if (ns >= 1000000) return fmt::format("{:.3f} ms", v / 1e6);
+  if (ns >= 1000) return fmt::format("{:.3f} us", v / 1e3);
+  return fmt::format("{} ns", ns);
+}
+
+std::string memory_summary_table(const DeviceStats& s, int device, bool abbreviated) {
+  std::vector<std::string> lines;
+  lines.push_back(std::string(75, '='));
+  lines.push_back(fmt::format(" {:16} PyTorch CUDA memory summary, device ID {:<17d} ", "", device));
+  lines.push_back(std::string(75, '-'));
+  lines.push_back(fmt::format("  {:9} CUDA OOMs: {:<12d} | {:6} cudaMalloc retries: {:<8d}  ", "", s.num_ooms, "",
+                              s.num_alloc_retries));
+  lines.push_back(std::string(75, '='));
+  lines.push_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
+  struct Metric {
+    const StatArray DeviceStats::*field;
+    const char* name;
+    bool bytes;
+  };
+  const Metric metrics[] = {
+      {&DeviceStats::allocated_bytes, "Allocated memory", true},  {&DeviceStats::active_bytes, "Active memory", true},
+      {&DeviceStats::requested_bytes, "Requested memory", true}, {&DeviceStats::reserved_bytes, "GPU reserved memory", true},
+      {&DeviceStats::inactive_split_bytes, "Non-releasable memory", true}, {&DeviceStats::allocation, "Allocations", false},
+      {&DeviceStats::active, "Active allocs", false},             {&DeviceStats::segment, "GPU reserved segments", false},
+      {&DeviceStats::inactive_split, "Non-releasable allocs", false},
+  };
+  for (const auto& m : metrics) {
+    lines.push_back(std::string(75, '-'));
+    const StatArray& a = s.*(m.field);
+    const Stat& all = a[kStatAll];
+    auto fmtv = [&](i64 v, i64 pref) { return m.bytes ? format_size_col(v, pref) : format_count_col(v, pref); };
+    std::pair<int, const char*> subs[] = {{kStatAll, m.name}, {kStatLarge, "      from large pool"}, {kStatSmall, "      from small pool"}};
+    for (const auto& [idx, name] : subs) {
+      if (abbreviated && idx != kStatAll) break;
+      const Stat& st = a[idx];
+      lines.push_back(row(name, fmtv(st.current, all.current), fmtv(st.peak, all.peak), fmtv(st.allocated, all.allocated),
+                          fmtv(st.freed(), all.freed())));
+    }
+  }
+  lines.push_back(std::string(75, '-'));
+  for (const auto& [st, name] : {std::pair<const Stat*, const char*>{&s.oversize_allocations, "Oversize allocations"},
+                                 {&s.oversize_segments, "Oversize GPU segments"}}) {
+    lines.push_back(row(name, format_count_col(st->current, st->current), format_count_col(st->peak, st->peak),
+                        format_count_col(st->allocated, st->allocated), format_count_col(st->freed(), st->freed())));
+  }
+  lines.push_back(std::string(75, '='));
+  std::string out;
+  for (const auto& l : lines) out += "|" + l + "|\n";
+  return out;
+}
+
+std::string render_summary_text(const std::vector<TraceModel>& models) {
+  std::string out;
+  for (const auto& m : models) {
+    for (const auto& d : m.devices) {
+      if (!out.empty()) out += "\n";
+      out += fmt::format("Trace {} ({}{}{}), device {}\n", m.header.path, m.header.format,
+                         m.header.workload.empty() ? "" : ", ", m.header.workload, d.device);
+      if (!m.header.settings.empty()) out += fmt::format("Settings: {}\n", m.header.settings);
+      if (m.incomplete) {
+        out += fmt::format("The trace ends abruptly ({}): figures are up to its last complete event.\n",
+                           m.incomplete_reason);
+      }
+      // PyTorch's own table. Retries are not in a trace; show PyTorch's recorded count if any.
+      DeviceStats shown = d.stats;
+      auto retries = recorded(m, d.device, "num_alloc_retries");
+      shown.num_alloc_retries = retries.value_or(0);
+      out += memory_summary_table(shown, d.device);
+      out += fmt::format("Duration {}, {} events\n", format_duration(d.last_time_ns - d.first_time_ns), d.events);
+      out += fmt::format("OOMs {}, cudaMalloc retries {}\n", d.stats.num_ooms,
+                         retries ? std::to_string(*retries) + " (as PyTorch recorded them)" : "not recorded in this trace");
+      if (d.at_peak.captured) {
+        const auto& p = d.at_peak;
+        const auto& st = p.stats;
+        i64 alloc = st.allocated_bytes[kStatAll].current, req = st.requested_bytes[kStatAll].current;
+        out += fmt::format("\nAt the peak of allocated memory ({}, event {}):\n", rel_time(d, p.time_ns), p.event_index);
+        out += fmt::format("  allocated {}  reserved {}  requested {}  active {}\n", format_bytes(alloc),
+                           format_bytes(st.reserved_bytes[kStatAll].current), format_bytes(req),
+                           format_bytes(st.active_bytes[kStatAll].current));
+        out += fmt::format("  reserved but unallocated {}  non-releasable (inactive split) {}\n",
+                           format_bytes(st.reserved_bytes[kStatAll].current - alloc),
+                           format_bytes(st.inactive_split_bytes[kStatAll].current));
+        out += fmt::format("  rounding waste (allocated - requested) {}  largest free block in the cache {}\n",
+                           format_bytes(alloc - req), format_bytes(static_cast<i64>(p.largest_free_block)));
+        if (!p.biggest.empty()) {
+          out += fmt::format("  The {} biggest allocations alive at the peak:\n", p.biggest.size());
+          out += live_table(p.biggest, d);
+        }
+      }
+      const auto& e = d.at_end;
+      i64 live_bytes = e.stats.active_bytes[kStatAll].current;
+      i64 live_n = e.stats.active[kStatAll].current;
+      out += fmt::format("\nStill allocated at the end: {} blocks, {} (reserved {})\n", live_n, format_bytes(live_bytes),
+                         format_bytes(e.stats.reserved_bytes[kStatAll].current));
+      if (!e.biggest.empty()) out += live_table(e.biggest, d);
+      // Cross-check against the figures PyTorch recorded, when the trace has them.
+      std::string check;
+      for (const char* key : kCheckedKeys) {
+        auto r = recorded(m, d.device, key);
+        if (!r) continue;
+        i64 mine = stat_value(d.stats, key);
+        check += fmt::format("  {:<30} {:>16} {:>16}  {}\n", key, *r, mine, mine == *r ? "same" : "DIFFERENT");
+      }
+      if (!check.empty()) {
+        // Our traces carry the shim allocator's figures in their trailer; PyTorch's, its own.
+        const char* by = m.header.format == "vramtrace" ? "the traced allocator" : "PyTorch";
+        out += fmt::format("\nRecorded by {} vs computed from the events:\n  {:<30} {:>16} {:>16}\n", by,
+                           "statistic", "recorded", "computed");
+        out += check;
+      }
+      std::vector<std::string> notes = m.notes;
+      notes.insert(notes.end(), d.notes.begin(), d.notes.end());
+      if (!notes.empty()) {
+        out += "\nNotes:\n";
+        for (const auto& n : notes) out += fmt::format("  - {}\n", n);
+      }
+    }
+  }
+  for (const auto& m : models) {
+    if (!m.devices.empty()) continue;
+    if (!out.empty()) out += "\n";
+    out += fmt::format("Trace {}: no events", m.header.path);
+    if (m.incomplete) {
+      out += fmt::format("; the trace ends abruptly ({})",
+                         m.incomplete_reason);
+    }
+    out += ".\n";
+  }
+  if (out.empty()) out = "No events in the trace(s).\n";
+  return out;
+}
+
+namespace {
+
+nlohmann::json live_json(const std::vector<LiveAllocation>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& l : v)
+    a.push_back({{"address", l.address},
+                 {"size", l.size},
+                 {"requested_size", l.requested_size},
+                 {"stream", l.stream},
+                 {"time_ns", l.alloc_time_ns},
+                 {"event", l.alloc_event},
+                 {"pending_free", l.pending_free}});
+  return a;
+}
+
+nlohmann::json stats_json(const DeviceStats& s) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : flatten_stats(s)) j[k] = v;
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json trace_identity_json(const TraceModel& m) {
+  nlohmann::json t;
+  t["path"] = m.header.path;
+  t["format"] = m.header.format;
+  t["workload"] = m.header.workload;
+  t["settings"] = m.header.settings;
+  t["incomplete"] = m.incomplete;
+  if (m.incomplete) t["incomplete_reason"] = m.incomplete_reason;
+  t["events"] = m.events;
+  t["notes"] = m.notes;
+  // The process, when the trace names it (vramtrace traces): diff pairs processes by rank.
+  if (m.header.pid != 0) t["pid"] = m.header.pid;
+  if (!m.header.host.empty()) t["host"] = m.header.host;
+  if (!m.header.rank.empty()) t["rank"] = m.header.rank;
+  return t;
+}
+
+nlohmann::json summary_json(const std::vector<TraceModel>& models) {
+  nlohmann::json traces = nlohmann::json::array();
+  for (const auto& m : models) {
+    nlohmann::json t = trace_identity_json(m);
+    t["has_segment_events"] = m.has_segment_events;
+    nlohmann::json devs = nlohmann::json::array();
+    for (const auto& d : m.devices) {
+      nlohmann::json j;
+      j["device"] = d.device;
+      DeviceStats shown = d.stats;
+      auto retries = recorded(m, d.device, "num_alloc_retries");
+      shown.num_alloc_retries = retries.value_or(0);
+      j["stats"] = stats_json(shown);
+      if (!retries) j["stats"]["num_alloc_retries"] = nullptr;  // not in the trace: unknown, not 0
+      j["events"] = d.events;
+      j["first_time_ns"] = d.first_time_ns;
+      j["duration_ns"] = d.last_time_ns - d.first_time_ns;
+      if (d.at_peak.captured) {
+        const auto& st = d.at_peak.stats;
+        j["peak"] = {{"event", d.at_peak.event_index},
+                     {"time_ns", d.at_peak.time_ns},
+                     {"allocated_bytes", st.allocated_bytes[kStatAll].current},
+                     {"reserved_bytes", st.reserved_bytes[kStatAll].current},
+                     {"requested_bytes", st.requested_bytes[kStatAll].current},
+                     {"active_bytes", st.active_bytes[kStatAll].current},
+                     {"inactive_split_bytes", st.inactive_split_bytes[kStatAll].current},
+                     {"rounding_waste_bytes", st.allocated_bytes[kStatAll].current - st.requested_bytes[kStatAll].current},
+                     {"largest_free_block_bytes", d.at_peak.largest_free_block},
+                     {"biggest", live_json(d.at_peak.biggest)}};
+      }
+      j["end"] = {{"live_blocks", d.at_end.stats.active[kStatAll].current},
+                  {"live_bytes", d.at_end.stats.active_bytes[kStatAll].current},
+                  {"allocated_bytes", d.at_end.stats.allocated_bytes[kStatAll].current},
+                  {"reserved_bytes", d.at_end.stats.reserved_bytes[kStatAll].current},
+                  {"largest_free_block_bytes", d.at_end.largest_free_block},
+                  {"biggest", live_json(d.at_end.biggest)}};
+      j["ooms"] = d.ooms.size();
+      nlohmann::json check = nlohmann::json::array();
+      for (const char* key : kCheckedKeys) {
+        auto r = recorded(m, d.device, key);
+        if (!r) continue;
+        i64 mine = stat_value(d.stats, key);
+        check.push_back({{"name", key}, {"recorded", *r}, {"computed", mine}, {"same", mine == *r}});
+      }
+      j["recorded_check"] = check;
+      j["notes"] = d.notes;
+      devs.push_back(j);
+    }
+    t["devices"] = devs;
+    traces.push_back(t);
+  }
+  return {{"traces", traces}};
+}
+
+}  // namespace vramtrace

@@ -1,0 +1,58 @@
+// The process exit code shared by the subcommands, and the option checks they share (commands.h).
+#include <atomic>
+#include <string>
+
+#include "commands/commands.h"
+#include "vramtrace/settings.h"
+
+namespace vramtrace::cli {
+namespace {
+std::atomic<int> g_exit_code{0};
+
+// An empty value is almost always an unset shell variable ("--limit $LIMIT").
+constexpr const char* kEmptyValue = "an empty value (an unset shell variable?)";
+}  // namespace
+
+void set_exit_code(int code) { g_exit_code.store(code); }
+int exit_code() { return g_exit_code.load(); }
+
+void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_allowed) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0) continue;  // a flag
+    bool exempt = false;
+    for (const std::string& entry : empty_allowed) {  // "SUBCOMMAND --option"
+      const auto space = entry.find(' ');
+      exempt = exempt || (entry.substr(0, space) == app.get_name() && opt->check_name(entry.substr(space + 1)));
+    }
+    if (exempt) continue;
+    opt->check(CLI::Validator(
+        [](std::string& v) { return v.empty() ? std::string(kEmptyValue) : std::string(); }, "", "NonEmpty"));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) refuse_empty_values(*sub, empty_allowed);
+}
+
+CLI::Validator count_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v.empty()) return kEmptyValue;
+        if (v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+          return "'" + v + "' is not a count (a whole number >= 0)";
+        return {};
+      },
+      "COUNT", "Count");
+}
+
+CLI::Validator size_check(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& v) -> std::string {
+        if (v.empty()) return kEmptyValue;
+        std::uint64_t bytes = 0;
+        std::string error;
+        if (!parse_size(v, bytes, error)) return error + " (e.g. 512MiB, 14.58GiB, 16GB)";
+        if (bytes == 0 && !allow_zero) return "must be greater than 0";
+        return {};
+      },
+      "SIZE", "Size");
+}
+
+}  // namespace vramtrace::cli

@@ -1,0 +1,162 @@
+// `vramtrace check TRACE... [budgets] [--format text|json|junit|github]`: memory budgets for CI.
+// Exit 0 when every budget holds, 1 when one is exceeded, 2 for unusable input or usage.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "analyses/budgets.h"
+#include "analyses/check_input.h"
+#include "render/check_report.h"
+#include "commands/commands.h"
+#include "readers/trace_paths.h"
+
+namespace vramtrace::cli {
+
+namespace {
+
+struct CheckOptions {
+  std::vector<std::string> traces;
+  std::string budget_file;
+  std::string max_peak_reserved, max_peak_allocated, max_growth, max_increase, noise_margin;
+  std::optional<double> max_reserved_ratio;
+  std::optional<std::int64_t> max_ooms, max_retries;
+  std::optional<std::int32_t> device;
+  std::string baseline;
+  bool no_leaks = false;
+  std::string format = "text";
+  std::string output;
+};
+
+std::uint64_t size_option(const std::string& name, const std::string& value) {
+  auto v = parse_size(value);
+  if (!v) throw BudgetError("--" + name + ": \"" + value + "\" is not a size (e.g. 20GiB, 512MiB, 24 MB)");
+  return *v;
+}
+
+Budgets budgets_from(const CheckOptions& o) {
+  Budgets b;
+  if (!o.budget_file.empty()) b = parse_budget_file(o.budget_file);
+  Budgets cli;
+  if (!o.max_peak_reserved.empty()) cli.max_peak_reserved = size_option("max-peak-reserved", o.max_peak_reserved);
+  if (!o.max_peak_allocated.empty()) cli.max_peak_allocated = size_option("max-peak-allocated", o.max_peak_allocated);
+  if (!o.max_growth.empty()) cli.max_growth = size_option("max-growth", o.max_growth);
+  if (!o.noise_margin.empty()) cli.noise_margin = size_option("noise-margin", o.noise_margin);
+  if (!o.max_increase.empty()) {
+    std::string v = o.max_increase;
+    if (!v.empty() && v.back() == '%') v.pop_back();
+    char* end = nullptr;
+    double pct = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || pct < 0) throw BudgetError("--max-increase: \"" + o.max_increase + "\" is not a percentage");
+    cli.max_increase = pct;
+  }
+  if (o.max_reserved_ratio) {
+    if (*o.max_reserved_ratio <= 0) throw BudgetError("--max-reserved-ratio must be positive");
+    cli.max_reserved_ratio = o.max_reserved_ratio;
+  }
+  cli.max_ooms = o.max_ooms;
+  cli.max_retries = o.max_retries;
+  cli.no_leaks = o.no_leaks;
+  if (!o.baseline.empty()) cli.baseline = o.baseline;
+  cli.device = o.device;
+  b.merge(cli);
+  return b;
+}
+
+int run_check(const CheckOptions& o) {
+  Budgets budgets = budgets_from(o);
+  if (budgets.empty())
+    throw BudgetError("no budget given: set one (e.g. --max-peak-reserved 20GiB, --no-leaks) or --budget FILE");
+
+  std::vector<DeviceMeasures> measures;
+  TracePathOptions po;
+  po.include_summary_json = true;
+  const std::vector<std::string> traces = expand_trace_paths(o.traces, po);
+  // Traces that end abruptly: their figures stop at the last event, so a budget that passes may
+  // not hold for the whole run. Said in every format; the verdict is unchanged.
+  std::vector<std::pair<std::string, std::string>> incomplete;  // path, reason
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    auto in = load_check_input(traces[i], i);
+    measures.insert(measures.end(), in.measures.begin(), in.measures.end());
+    for (const auto& t : in.summary.value("traces", nlohmann::json::array())) {
+      if (t.value("incomplete", false))
+        incomplete.emplace_back(t.value("path", traces[i]), t.value("incomplete_reason", std::string("cut last line")));
+    }
+  }
+  std::string warnings;
+  for (const auto& [path, reason] : incomplete) {
+    const std::string what = path + " ends abruptly (" + reason +
+                             "): its figures stop at its last event, so a budget that passes here may not hold for "
+                             "the whole run";
+    warnings += o.format == "github" ? "::warning::" + what + "\n" : "warning: " + what + "\n";
+  }
+  std::vector<DeviceMeasures> base;
+  if (budgets.baseline) base = load_check_input(*budgets.baseline).measures;
+  auto results = evaluate_budgets(budgets, measures, budgets.baseline ? &base : nullptr);
+
+  std::string text;
+  if (o.format == "json") {
+    nlohmann::json j = check_json(results, measures);
+    nlohmann::json inc = nlohmann::json::array();
+    for (const auto& [path, reason] : incomplete) inc.push_back({{"trace", path}, {"reason", reason}});
+    j["incomplete_traces"] = inc;
+    text = j.dump(2) + "\n";
+  } else if (o.format == "junit") {
+    text = render_check_junit(results);
+  } else if (o.format == "github") {
+    text = render_check_github(results, o.budget_file.empty() ? o.traces.front() : o.budget_file);
+  } else {
+    text = render_check_text(results);
+  }
+  // Text and GitHub annotations carry the warnings inline; JSON has "incomplete_traces" and
+  // JUnit none, so their warnings go to standard error (the document stays valid).
+  const bool inline_warnings = o.format == "text" || o.format == "github" || o.format.empty();
+  if (inline_warnings) text = warnings + text;
+  if (o.output.empty() || o.output == "-") {
+    if (!inline_warnings) std::fputs(warnings.c_str(), stderr);
+    std::fputs(text.c_str(), stdout);
+  } else {
+    std::ofstream out(o.output, std::ios::binary);
+    out << text;
+    if (!out.flush()) throw BudgetError(o.output + ": cannot write the report");
+    // The verdict still goes to the terminal so that the CI log shows it.
+    std::fputs((warnings + render_check_text(results)).c_str(), stdout);
+  }
+  return check_exit_code(results);
+}
+
+}  // namespace
+
+void register_check(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "check", "Check memory budgets for CI: exit 0 when all hold, 1 when one is exceeded, 2 for unusable input");
+  auto o = std::make_shared<CheckOptions>();
+  cmd->add_option("traces", o->traces, "Traces (any format) or `vramtrace summary --json` documents; globs; directories (all of them in it)")->required();
+  cmd->add_option("--budget", o->budget_file, "Budget file: `key = value` lines (docs/ci.md); options override it");
+  cmd->add_option("--max-peak-reserved", o->max_peak_reserved, "Limit on reserved_bytes.all.peak, e.g. 20GiB");
+  cmd->add_option("--max-peak-allocated", o->max_peak_allocated, "Limit on allocated_bytes.all.peak, e.g. 18GiB");
+  cmd->add_option("--max-reserved-ratio", o->max_reserved_ratio, "Limit on peak reserved / peak allocated, e.g. 1.3");
+  cmd->add_option("--max-ooms", o->max_ooms, "Limit on num_ooms")->check(count_check());
+  cmd->add_option("--max-retries", o->max_retries, "Limit on num_alloc_retries")->check(count_check());
+  cmd->add_flag("--no-leaks", o->no_leaks, "Fail when allocated memory grows significantly per step after warm-up");
+  cmd->add_option("--max-growth", o->max_growth, "Limit on the fitted growth per step, e.g. 1MiB");
+  cmd->add_option("--baseline", o->baseline, "An earlier `vramtrace summary --json` (or trace) to compare peaks with");
+  cmd->add_option("--max-increase", o->max_increase, "Allowed increase of each peak over the baseline, percent");
+  cmd->add_option("--noise-margin", o->noise_margin, "Absolute slack on baseline comparisons (default 2MiB)");
+  cmd->add_option("--device", o->device, "Check only this device")->check(CLI::Range(0, 1023));
+  cmd->add_option("--format", o->format, "text, json, junit or github")
+      ->check(CLI::IsMember({"text", "json", "junit", "github"}));
+  cmd->add_option("-o,--output", o->output, "Write the report here instead of standard output");
+  cmd->callback([o]() {
+    try {
+      set_exit_code(run_check(*o));
+    } catch (const TraceError& e) {
+      std::fprintf(stderr, "vramtrace check: %s\n", e.what());
+      set_exit_code(2);
+    } catch (const BudgetError& e) {
+      std::fprintf(stderr, "vramtrace check: %s\n", e.what());
+      set_exit_code(2);
+    }
+  });
+}
+
+}  // namespace vramtrace::cli

@@ -1,0 +1,78 @@
+// `vramtrace oom TRACE... [--json]`: post-mortem of each OOM, with replays under other settings.
+// With several traces (one per process of a job): the process x device view first (another
+// process's memory on the device is a cause of OOM that one trace cannot show), then each trace.
+#include <cstdio>
+
+#include "commands/commands.h"
+#include "model/load_models.h"
+#include "analyses/oom_report.h"
+#include "analyses/oom_whatif.h"
+#include "analyses/processes.h"
+#include "readers/trace_paths.h"
+
+namespace vramtrace::cli {
+
+void register_oom(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "oom", "Explain each OOM in a trace (figures, diagnosis, next step) and replay it under other settings");
+  struct Opts {
+    std::vector<std::string> traces;
+    bool json = false;
+    bool no_replay = false;
+    std::string capacity;
+  };
+  auto opts = std::make_shared<Opts>();
+  cmd->add_option("traces", opts->traces, "Trace file(s), globs, or directories (one trace per process)")->required();
+  cmd->add_flag("--json", opts->json, "Print JSON");
+  cmd->add_flag("--no-replay", opts->no_replay, "Skip the replays under other settings");
+  cmd->add_option("--capacity", opts->capacity,
+                  "Simulated device capacity for the replays (e.g. 80GiB); default: the trace's device")
+      ->check(size_check());
+  cmd->callback([opts]() {
+    try {
+      const auto paths = expand_trace_paths(opts->traces);
+      auto models = load_models(paths);
+      std::string text;
+      nlohmann::json traces = nlohmann::json::array();
+      for (std::size_t i = 0; i < models.size(); ++i) {
+        const TraceModel& m = models[i];
+        auto cases = oom_cases(m);
+        std::vector<WhatIf> whatifs;
+        std::uint64_t capacity = 0;
+        if (!opts->no_replay && !cases.empty()) {
+          std::string err;
+          capacity = whatif_capacity(m, cases, opts->capacity, err);
+          if (!err.empty()) {
+            std::fprintf(stderr, "vramtrace oom: %s\n", err.c_str());
+            set_exit_code(2);
+            return;
+          }
+          if (capacity) whatifs = run_whatifs(paths[i], m, capacity);
+        }
+        if (opts->json) {
+          traces.push_back(oom_json(m, cases, whatifs, capacity));
+        } else {
+          if (models.size() > 1) text += "\n=== " + paths[i] + " ===\n";
+          text += render_oom_text(m, cases, whatifs, capacity);
+        }
+      }
+      if (opts->json) {
+        nlohmann::json out =
+            traces.size() == 1
+                ? traces.front()
+                : nlohmann::json{{"processes", process_device_json(process_device_view(models))}, {"traces", traces}};
+        std::fputs(out.dump(2).c_str(), stdout);
+        std::fputc('\n', stdout);
+      } else {
+        if (models.size() > 1) text = render_process_device_text(process_device_view(models)) + text;
+        std::fputs(text.c_str(), stdout);
+      }
+      set_exit_code(0);
+    } catch (const TraceError& e) {
+      std::fprintf(stderr, "vramtrace oom: %s\n", e.what());
+      set_exit_code(2);
+    }
+  });
+}
+
+}  // namespace vramtrace::cli

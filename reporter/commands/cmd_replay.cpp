@@ -1,0 +1,233 @@
+// `vramtrace replay TRACE [--capacity SIZE] [--conf SETTINGS]... [--json]` (docs/replay.md).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands/commands.h"
+#include "analyses/replay.h"
+
+namespace vramtrace::cli {
+namespace {
+
+struct ReplayArgs {
+  std::string trace;
+  std::string capacity;
+  std::vector<std::string> confs;
+  bool json = false;
+};
+
+/// Capacity when neither --capacity nor the trace gives one.
+constexpr std::uint64_t kFallbackCapacity = 1024 * kGiB;
+
+std::string settings_label(const ReplayConfig& c) { return c.settings.text.empty() ? "(defaults)" : c.settings.text; }
+
+std::string bytes_cell(std::int64_t b) {
+  return fmt::format("{} ({} B)", format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(b, 0))), b);
+}
+
+std::string ratio(std::int64_t a, std::int64_t b) { return b > 0 ? fmt::format("{:.3f}", double(a) / double(b)) : "-"; }
+
+std::string oom_cell(const ReplayResult& r) {
+  if (!r.first_oom) return fmt::format("{}", r.stats.num_ooms);
+  const FirstOom& o = *r.first_oom;
+  return fmt::format("{} (first: alloc #{} of {}, with {} allocated, {} reserved)", r.stats.num_ooms, o.alloc_index,
+                     format_size(o.requested_bytes), format_size(o.allocated_bytes), format_size(o.reserved_bytes));
+}
+
+/// Rows of the report: label and one cell per result.
+std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::vector<ReplayResult>& results) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  auto add = [&](std::string label, auto cell) {
+    std::vector<std::string> cells;
+    for (const auto& r : results) cells.push_back(cell(r));
+    out.emplace_back(std::move(label), std::move(cells));
+  };
+  add("capacity", [](const ReplayResult& r) { return format_size(r.config.capacity_bytes); });
+  add("peak requested", [](const ReplayResult& r) { return bytes_cell(r.stats.requested_bytes[kStatAll].peak); });
+  add("peak allocated", [](const ReplayResult& r) { return bytes_cell(r.stats.allocated_bytes[kStatAll].peak); });
+  add("peak reserved", [](const ReplayResult& r) { return bytes_cell(r.stats.reserved_bytes[kStatAll].peak); });
+  add("reserved / requested", [](const ReplayResult& r) {
+    return ratio(r.stats.reserved_bytes[kStatAll].peak, r.stats.requested_bytes[kStatAll].peak);
+  });
+  add("segments (peak / device allocs)", [](const ReplayResult& r) {
+    return fmt::format("{} / {}", r.stats.segment[kStatAll].peak, r.stats.num_device_alloc);
+  });
+  add("alloc retries", [](const ReplayResult& r) { return fmt::format("{}", r.stats.num_alloc_retries); });
+  add("OOMs", oom_cell);
+  add("peak inactive split", [](const ReplayResult& r) { return bytes_cell(r.stats.inactive_split_bytes[kStatAll].peak); });
+  add("largest free block at peak",
+      [](const ReplayResult& r) { return bytes_cell(static_cast<std::int64_t>(r.largest_free_at_peak)); });
+  return out;
+}
+
+void print_text(const ReplayReport& rep, bool multi_device) {
+  const TraceHeader& h = rep.header;
+  fmt::print("trace     {} ({}{}{})\n", h.path, h.format, h.workload.empty() ? "" : ", workload " + h.workload,
+             fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : h.settings));
+  fmt::print("events    {} ({} allocation requests){}\n", rep.events, rep.alloc_requests,
+             rep.incomplete ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event" : "");
+  auto table = rows(rep.results);
+  if (rep.results.size() == 1) {
+    const ReplayResult& r = rep.results[0];
+    fmt::print("settings  {}\n\n", settings_label(r.config));
+    for (const auto& [label, cells] : table) fmt::print("{:<32} {}\n", label, cells[0]);
+  } else {
+    std::vector<std::string> head;
+    for (const auto& r : rep.results)
+      head.push_back(multi_device ? fmt::format("{} [device {}]", settings_label(r.config), r.device) : settings_label(r.config));
+    std::vector<std::size_t> width(rep.results.size());
+    for (std::size_t i = 0; i < head.size(); ++i) {
+      width[i] = head[i].size();
+      for (const auto& row : table) width[i] = std::max(width[i], row.second[i].size());
+    }
+    fmt::print("\n{:<32}", "settings");
+    for (std::size_t i = 0; i < head.size(); ++i) fmt::print(" | {:<{}}", head[i], width[i]);
+    fmt::print("\n");
+    for (const auto& [label, cells] : table) {
+      fmt::print("{:<32}", label);
+      for (std::size_t i = 0; i < cells.size(); ++i) fmt::print(" | {:<{}}", cells[i], width[i]);
+      fmt::print("\n");
+    }
+  }
+  for (const auto& note : rep.notes) fmt::print("\nNote: {}\n", note);
+  for (const auto& r : rep.results) {
+    if (r.first_oom) {
+      fmt::print("\nOut of memory with {}{}: the program would have stopped at allocation #{} ({} requested). The "
+                 "replay skipped each failed allocation and its free and went on; {} allocation(s) failed in all.\n",
+                 settings_label(r.config), multi_device ? fmt::format(" on device {}", r.device) : "",
+                 r.first_oom->alloc_index, format_size(r.first_oom->requested_bytes), r.failed_allocs);
+    }
+  }
+}
+
+void print_json(const ReplayReport& rep, bool multi_device) {
+  nlohmann::ordered_json j;
+  j["trace"] = rep.header.path;
+  j["events"] = rep.events;
+  j["results"] = nlohmann::ordered_json::array();
+  for (const auto& r : rep.results) {
+    nlohmann::ordered_json o;
+    o["settings"] = r.config.settings.text;
+    if (multi_device) o["device"] = r.device;
+    o["capacity_bytes"] = r.config.capacity_bytes;
+    nlohmann::ordered_json stats = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : flatten_stats(r.stats)) stats[name] = value;
+    o["stats"] = std::move(stats);
+    if (r.first_oom) {
+      o["first_oom"] = {{"alloc_index", r.first_oom->alloc_index},
+                        {"requested_bytes", r.first_oom->requested_bytes},
+                        {"allocated_bytes", r.first_oom->allocated_bytes},
+                        {"reserved_bytes", r.first_oom->reserved_bytes}};
+    } else {
+      o["first_oom"] = nullptr;
+    }
+    j["results"].push_back(std::move(o));
+  }
+  fmt::print("{}\n", j.dump(2));
+}
+
+/// Progress on stderr once the replay has run for a second: a rewritten line on a terminal,
+/// otherwise a line every 5 seconds.
+class Progress {
+ public:
+  Progress() : start_(Clock::now()), last_(start_), tty_(::isatty(2) == 1) {}
+  void update(std::uint64_t records, std::uint64_t bytes, std::uint64_t total) {
+    auto now = Clock::now();
+    double elapsed = std::chrono::duration<double>(now - start_).count();
+    if (elapsed < 1.0) return;
+    double since = std::chrono::duration<double>(now - last_).count();
+    if (shown_ && since < (tty_ ? 0.5 : 5.0)) return;
+    last_ = now;
+    shown_ = true;
+    std::string pct = total > 0 ? fmt::format("{:3.0f}% ", 100.0 * double(bytes) / double(total)) : "";
+    std::string line = fmt::format("replay: {}{:.1f} M events, {:.2f} M events/s", pct, double(records) / 1e6,
+                                   double(records) / 1e6 / elapsed);
+    if (tty_) fmt::print(stderr, "\r{}\033[K", line);
+    else fmt::print(stderr, "{}\n", line);
+    std::fflush(stderr);
+  }
+  void done() {
+    if (shown_ && tty_) fmt::print(stderr, "\r\033[K");
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_, last_;
+  bool tty_;
+  bool shown_ = false;
+};
+
+int run_replay(const ReplayArgs& args) {
+  std::uint64_t capacity = 0;
+  if (!args.capacity.empty()) {
+    std::string err;
+    if (!parse_size(args.capacity, capacity, err)) {
+      fmt::print(stderr, "vramtrace replay: --capacity {}: {}\n", args.capacity, err);
+      return 2;
+    }
+    if (capacity == 0) {
+      fmt::print(stderr, "vramtrace replay: --capacity must be more than 0 bytes\n");
+      return 2;
+    }
+  }
+  std::vector<ReplayConfig> configs;
+  std::vector<std::string> confs = args.confs.empty() ? std::vector<std::string>{""} : args.confs;
+  for (const auto& text : confs) {
+    ReplayConfig c;
+    std::string err;
+    if (!AllocatorSettings::parse(text, c.settings, err)) {
+      fmt::print(stderr, "vramtrace replay: --conf \"{}\": {}\n", text, err);
+      return 2;
+    }
+    c.settings.text = text;
+    configs.push_back(std::move(c));
+  }
+  try {
+    auto reader = open_trace(args.trace);
+    std::uint64_t cap = capacity ? capacity : reader->header().device_total_bytes;
+    if (cap == 0) cap = kFallbackCapacity;
+    for (auto& c : configs) c.capacity_bytes = cap;
+    Progress progress;
+    ReplayOptions opts;
+    opts.progress = [&](std::uint64_t n, std::uint64_t b, std::uint64_t t) { progress.update(n, b, t); };
+    ReplayReport rep = replay(*reader, configs, opts);
+    progress.done();
+    bool multi_device = false;
+    for (const auto& r : rep.results) multi_device |= r.device != 0;
+    if (args.json) print_json(rep, multi_device);
+    else print_text(rep, multi_device);
+    return 0;
+  } catch (const TraceError& e) {
+    fmt::print(stderr, "vramtrace replay: {}\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "vramtrace replay: {}: out of host memory\n", args.trace);
+    return 2;
+  }
+}
+
+}  // namespace
+
+void register_replay(CLI::App& app) {
+  auto args = std::make_shared<ReplayArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "replay", "Replay a trace through the caching allocator on a simulated GPU: peaks, segments, OOMs per setting");
+  sub->add_option("TRACE", args->trace,
+                  "PyTorch allocator history (JSON lines, .gz/.zst), snapshot pickle (_dump_snapshot), or vramtrace trace")
+      ->required();
+  sub->add_option("--capacity", args->capacity,
+                  "simulated GPU memory, e.g. 14.58GiB, 16GB, 512MiB, 1048576 (default: the trace's device total)");
+  sub->add_option("--conf", args->confs,
+                  "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax; repeat for a side-by-side comparison")
+      ->allow_extra_args(false);
+  sub->add_flag("--json", args->json, "print JSON (format in docs/replay.md)");
+  sub->callback([args] { set_exit_code(run_replay(*args)); });
+}
+
+}  // namespace vramtrace::cli

@@ -1,0 +1,44 @@
+// `vramtrace report TRACE... -o report.html`: the self-contained HTML report.
+#include <cstdio>
+#include <fstream>
+
+#include "commands/commands.h"
+#include "model/load_models.h"
+#include "render/report_html.h"
+#include "readers/trace_paths.h"
+
+namespace vramtrace::cli {
+
+void register_report(CLI::App& app) {
+  auto* cmd = app.add_subcommand("report", "Write a self-contained HTML report (timeline, allocator state at the peak and at OOMs)");
+  struct Opts {
+    std::vector<std::string> traces;
+    std::string output = "report.html";
+    std::string title;
+  };
+  auto opts = std::make_shared<Opts>();
+  cmd->add_option("traces", opts->traces, "Trace files, globs, or directories (all traces in them); several traces add the process x device view")->required();
+  cmd->add_option("-o,--output", opts->output, "Output HTML file (default report.html)");
+  cmd->add_option("--title", opts->title, "Page title");
+  cmd->callback([opts]() {
+    try {
+      auto models = load_models(expand_trace_paths(opts->traces));
+      ReportOptions ro;
+      ro.title = opts->title;
+      std::string page = render_report_html(models, ro);
+      std::ofstream out(opts->output, std::ios::binary);
+      if (!out || !out.write(page.data(), static_cast<std::streamsize>(page.size()))) {
+        std::fprintf(stderr, "vramtrace report: cannot write %s\n", opts->output.c_str());
+        set_exit_code(2);
+        return;
+      }
+      std::fprintf(stderr, "vramtrace report: wrote %s (%.1f KiB)\n", opts->output.c_str(), static_cast<double>(page.size()) / 1024.0);
+      set_exit_code(0);
+    } catch (const TraceError& e) {
+      std::fprintf(stderr, "vramtrace report: %s\n", e.what());
+      set_exit_code(2);
+    }
+  });
+}
+
+}  // namespace vramtrace::cli

@@ -1,0 +1,506 @@
+// `vramtrace run`: runs a command with libvramtrace.so preloaded and prints one screen about the
+// traces it left: peaks per device, OOMs, and the commands to paste next.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "commands/commands.h"
+#include "vramtrace/gpu_cards.h"
+#include "vramtrace/device_limits.h"
+#include "vramtrace/settings.h"
+#include "vramtrace/trace/vramtrace_reader.h"
+
+namespace vramtrace::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunOptions {
+  std::string output;
+  std::string conf;
+  std::string limit;
+  bool tensors = false;
+  std::vector<std::string> command;
+};
+
+volatile sig_atomic_t g_child = 0;
+
+// Forwards a signal sent by another process (kill, a job scheduler) to the command. Signals from
+// the terminal (Ctrl-C: si_code SI_KERNEL) already reach the command, which shares our process
+// group; forwarding those would deliver them twice.
+void forward_signal(int sig, siginfo_t* info, void*) {
+  if (g_child > 0 && (info == nullptr || info->si_code <= 0)) kill(static_cast<pid_t>(g_child), sig);
+}
+
+std::string with_commas(std::uint64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+  return s;
+}
+
+std::string self_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+// libvramtrace.so: VRAMTRACE_LIB, else beside the command (../lib, same directory, or the build
+// tree's ../shim). Empty with `looked` filled when not found.
+std::string find_library(std::string& looked) {
+  if (const char* v = std::getenv("VRAMTRACE_LIB"); v != nullptr && *v != '\0') {
+    looked = std::string(v) + " (VRAMTRACE_LIB)";
+    return access(v, R_OK) == 0 ? fs::absolute(v).string() : std::string();
+  }
+  std::string dir = self_dir();
+  for (const char* rel : {"/../lib/libvramtrace.so", "/libvramtrace.so", "/../shim/libvramtrace.so"}) {
+    fs::path p = fs::path(dir + rel).lexically_normal();
+    if (!looked.empty()) looked += ", ";
+    looked += p.string();
+    if (access(p.c_str(), R_OK) == 0) return p.string();
+  }
+  return {};
+}
+
+std::string utc_stamp(std::time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+// The default trace name: one file per process. %R is "rank<N>." in a process that a launcher
+// (torchrun, mpirun, srun) gave a rank and empty otherwise, so that the traces of a distributed
+// job sort by rank; %p keeps every process's name unique whatever the launcher sets.
+constexpr const char* kDefaultOutput = "vramtrace.%t.%R%p.jsonl";
+
+// Whether the output pattern uses %`key` (pid 'p', start time 't', ...).
+bool pattern_has(const std::string& pattern, char key) {
+  for (std::size_t i = 0; i + 1 < pattern.size(); ++i) {
+    if (pattern[i] != '%') continue;
+    if (pattern[i + 1] == key) return true;
+    ++i;  // "%%" and other keys
+  }
+  return false;
+}
+
+// The output name with %t fixed now (so that every process of the run shares it) and the rest
+// (%p %h %r) left for each process.
+std::string fix_start_time(const std::string& pattern, std::time_t start) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      if (pattern[i + 1] == 't') {
+        out += utc_stamp(start);
+        ++i;
+        continue;
+      }
+      out += pattern.substr(i, 2);
+      ++i;
+      continue;
+    }
+    out.push_back(pattern[i]);
+  }
+  return out;
+}
+
+// Trace files the run may have written: the names the pattern can expand to (any pid, host,
+// rank), plus a fork child's "-<pid>" before the extension, modified since the run started and
+// not among `existing` (files that were there before the run: the shim never writes into an
+// existing file, so none of them is this run's, however recent).
+std::vector<std::string> find_traces(const std::string& pattern, std::time_t start,
+                                     const std::set<std::pair<dev_t, ino_t>>& existing = {},
+                                     std::set<std::pair<dev_t, ino_t>>* found_ids = nullptr) {
+  fs::path p(pattern);
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::string name = p.filename().string();
+  std::string re;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (c == '%' && i + 1 < name.size()) {
+      char k = name[++i];
+      if (k == 'p') {
+        re += "[0-9]+";
+      } else if (k == 'h' || k == 'r' || k == 'R') {
+        re += "[^/]*";
+      } else if (k == '%') {
+        re += "%";
+      } else {
+        re += "%";
+        re += std::string(1, k);
+      }
+      continue;
+    }
+    if (std::strchr(".^$|()[]{}*+?\\", c) != nullptr) re += '\\';
+    re.push_back(c);
+  }
+  // A fork child of a pattern without %p adds "-<pid>" before the first dot of the name.
+  std::size_t dot = re.find("\\.", 1);
+  std::string with_child =
+      dot == std::string::npos ? re + "(-[0-9]+)?" : re.substr(0, dot) + "(-[0-9]+)?" + re.substr(dot);
+  std::regex matcher(with_child);
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    if (!std::regex_match(entry.path().filename().string(), matcher)) continue;
+    struct stat st {};
+    if (stat(entry.path().c_str(), &st) != 0 || st.st_mtime + 1 < start) continue;
+    if (existing.count({st.st_dev, st.st_ino})) continue;
+    if (found_ids) found_ids->insert({st.st_dev, st.st_ino});
+    out.push_back((dir == "." && !p.has_parent_path()) ? entry.path().filename().string() : entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct DevicePeaks {
+  std::int64_t allocated = 0, allocated_peak = 0;
+  std::int64_t reserved = 0, reserved_peak = 0;
+};
+
+// One trace's part of the end screen. False when the file cannot be read as a trace.
+bool describe_trace(const std::string& path, bool tensors) {
+  std::unique_ptr<VramtraceTraceReader> reader;
+  try {
+    reader = open_vramtrace_trace_details(path);
+  } catch (const TraceError& e) {
+    std::fprintf(stderr, "  %s: unreadable: %s\n", path.c_str(), e.what());
+    return false;
+  }
+  std::map<std::int32_t, DevicePeaks> peaks;
+  std::uint64_t events = 0, ooms = 0;
+  const VramtraceTrailer& trailer = reader->trailer();
+  bool scanned = false;
+  if (!trailer.present) {
+    // No trailer known up front (killed, or compressed): replay the counters from the events.
+    scanned = true;
+    TraceRecord r;
+    try {
+      while (reader->next(r)) {
+        ++events;
+        DevicePeaks& d = peaks[r.device];
+        switch (r.action) {
+          case Action::alloc:
+            d.allocated += static_cast<std::int64_t>(reader->block_bytes());
+            break;
+          case Action::free_completed:
+            d.allocated -= static_cast<std::int64_t>(reader->block_bytes());
+            break;
+          // Pinned host memory (memory kind 5) is traced too but is not device memory.
+          case Action::segment_alloc:
+          case Action::segment_map:
+            if (reader->memory_kind() != 5) d.reserved += static_cast<std::int64_t>(r.size);
+            break;
+          case Action::segment_free:
+          case Action::segment_unmap:
+            if (reader->memory_kind() != 5) d.reserved -= static_cast<std::int64_t>(r.size);
+            break;
+          case Action::oom:
+            ++ooms;
+            break;
+          default:
+            break;
+        }
+        d.allocated_peak = std::max(d.allocated_peak, d.allocated);
+        d.reserved_peak = std::max(d.reserved_peak, d.reserved);
+      }
+    } catch (const TraceError& e) {
+      std::fprintf(stderr, "  %s: stopped reading: %s\n", path.c_str(), e.what());
+    }
+  }
+  const VramtraceHeaderDetails& h = reader->details();
+  if (trailer.present) {
+    events = trailer.events;
+    for (const auto& [name, count] : trailer.counts)
+      if (name == "oom") ooms = count;
+    for (const auto& [device, stats] : trailer.device_stats) {
+      DevicePeaks& d = peaks[device];
+      for (const auto& [key, value] : stats) {
+        if (key == "allocated_bytes.all.peak") d.allocated_peak = value;
+        if (key == "reserved_bytes.all.peak") d.reserved_peak = value;
+      }
+    }
+  }
+  std::fprintf(stderr, "  trace  %s  (pid %lld, %s events%s%s)\n", path.c_str(), static_cast<long long>(h.pid),
+               with_commas(events).c_str(),
+               reader->incomplete() || (scanned && !reader->trailer().present)
+                   ? ", incomplete: the process did not finish tracing"
+                   : "",
+               trailer.dropped ? (", " + with_commas(trailer.dropped) + " dropped").c_str() : "");
+  auto named = [&](std::int32_t device) {
+    for (const auto& dev : h.devices)
+      if (dev.id == device) return true;
+    return false;
+  };
+  if (!scanned) {
+    // A device reached after the header is named by a `device` record that precedes its first
+    // event: read on only until every device of the trailer is named (usually near the start).
+    auto all_named = [&] {
+      for (const auto& entry : peaks)
+        if (!named(entry.first)) return false;
+      return true;
+    };
+    try {
+      TraceRecord r;
+      while (!all_named() && reader->next(r)) {
+      }
+    } catch (const TraceError&) {
+      // the names are a courtesy: the figures above come from the trailer
+    }
+  }
+  if (peaks.empty()) std::fprintf(stderr, "    no device memory was allocated\n");
+  for (const auto& [device, d] : peaks) {
+    std::string name;
+    for (const auto& dev : h.devices)
+      if (dev.id == device) name = dev.name;
+    std::fprintf(stderr, "    cuda:%d %-22s peak allocated %-12s peak reserved %s\n", device, name.c_str(),
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.allocated_peak))).c_str(),
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.reserved_peak))).c_str());
+  }
+  if (ooms == 0) {
+    std::fprintf(stderr, "    OOMs: none\n");
+  } else {
+    std::fprintf(stderr, "    OOMs: %s  (vramtrace oom %s)\n", with_commas(ooms).c_str(), path.c_str());
+  }
+  (void)tensors;
+  return true;
+}
+
+int run_command(const RunOptions& o) {
+  std::string looked;
+  std::string lib = find_library(looked);
+  if (lib.empty()) {
+    std::fprintf(stderr, "vramtrace run: cannot find libvramtrace.so (looked at %s); set VRAMTRACE_LIB to its path\n",
+                 looked.c_str());
+    return 2;
+  }
+  std::string conf = o.conf;
+  if (!o.limit.empty()) {
+    DeviceLimits in_conf;
+    std::string conf_rest, conf_error;
+    if (split_device_limits(conf, conf_rest, in_conf, conf_error) && in_conf.any()) {
+      std::fprintf(stderr,
+                   "vramtrace run: --limit %s and a limit in --conf '%s': give the cap once (per device: "
+                   "--conf limit:[0:14GiB,1:20GiB,*:16GiB])\n",
+                   o.limit.c_str(), conf.c_str());
+      return 2;
+    }
+    // A size, or the name of a card (gpu_cards.h): its usable total as CUDA reports it.
+    std::uint64_t bytes = 0;
+    std::string error;
+    std::string limit = o.limit;
+    if (!parse_size(o.limit, bytes, error)) {
+      bytes = gpu_card_bytes(o.limit);
+      if (bytes == 0) {
+        std::fprintf(stderr,
+                     "vramtrace run: --limit '%s' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
+                     "known cards: %s\n",
+                     o.limit.c_str(), gpu_card_names().c_str());
+        return 2;
+      }
+      limit = std::to_string(bytes);
+      std::fprintf(stderr, "vramtrace run: --limit %s = %s (%s bytes, the card's total as CUDA reports it)\n",
+                   o.limit.c_str(), format_size(bytes).c_str(), with_commas(bytes).c_str());
+    } else if (bytes == 0) {
+      std::fprintf(stderr, "vramtrace run: --limit must be greater than 0\n");
+      return 2;
+    }
+    conf += (conf.empty() ? "" : ",") + std::string("limit:") + limit;
+  }
+  {
+    // The shim reads the same string from VRAMTRACE_CONF; refuse a bad one here, before the run.
+    // `limit` may be per device there (vramtrace/device_limits.h), which AllocatorSettings does not read.
+    AllocatorSettings settings;
+    DeviceLimits limits;
+    std::string rest, error;
+    if (!split_device_limits(conf, rest, limits, error) || !AllocatorSettings::parse(rest, settings, error)) {
+      std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
+      return 2;
+    }
+  }
+  if (!o.output.empty()) {
+    const std::string& out = o.output;
+    std::error_code ec;
+    if (out.back() == '/' || fs::is_directory(out, ec)) {
+      std::fprintf(stderr,
+                   "vramtrace run: -o '%s' is a directory; give a file name in it, e.g. -o %s%svramtrace.%%p.jsonl\n",
+                   out.c_str(), out.c_str(), out.back() == '/' ? "" : "/");
+      return 2;
+    }
+    if (out.size() > 3 && out.compare(out.size() - 3, 3, ".gz") == 0) {
+      std::fprintf(stderr,
+                   "vramtrace run: -o '%s': traces are written plain or zstd-compressed; end the name in .jsonl or "
+                   ".jsonl.zst (gzip a finished trace if you need .gz: the reports read it)\n",
+                   out.c_str());
+      return 2;
+    }
+  }
+  const std::time_t start = std::time(nullptr);
+  const std::string pattern = fix_start_time(o.output.empty() ? kDefaultOutput : o.output, start);
+  {
+    fs::path dir = fs::path(pattern).parent_path();
+    if (!dir.empty() && !fs::is_directory(dir)) {
+      std::fprintf(stderr, "vramtrace run: the output directory '%s' does not exist\n", dir.c_str());
+      return 2;
+    }
+  }
+
+  // Files already matching the pattern (earlier runs) are never this run's traces.
+  std::set<std::pair<dev_t, ino_t>> existing;
+  const std::size_t existing_count = find_traces(pattern, 0, {}, &existing).size();
+
+  std::string preload = lib;
+  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
+
+  struct timespec t0 {};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+
+  // Install forwarding before the fork, so that no signal slips between fork and handler.
+  struct sigaction sa {};
+  sa.sa_sigaction = forward_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {
+  }, old_term{}, old_hup{};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
+
+  pid_t child = fork();
+  if (child < 0) {
+    std::fprintf(stderr, "vramtrace run: cannot start the command: %s\n", std::strerror(errno));
+    return 2;
+  }
+  if (child == 0) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("VRAMTRACE_OUTPUT", pattern.c_str(), 1);
+    if (!conf.empty()) setenv("VRAMTRACE_CONF", conf.c_str(), 1);
+    if (o.tensors) setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1", 1);
+    std::vector<char*> argv;
+    for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "vramtrace run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  g_child = child;
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
+  struct timespec t1 {};
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const double seconds =
+      static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
+
+  int rc;
+  std::string how;
+  if (WIFEXITED(status)) {
+    rc = WEXITSTATUS(status);
+    how = "exited with code " + std::to_string(rc);
+  } else if (WIFSIGNALED(status)) {
+    rc = 128 + WTERMSIG(status);
+    how = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
+          ")";
+  } else {
+    rc = 1;
+    how = "ended";
+  }
+  if (rc == 127 && WIFEXITED(status)) return rc;  // exec failed: the message is printed already
+
+  std::fprintf(stderr, "\nvramtrace: '%s' %s after %.1f s\n", o.command.front().c_str(), how.c_str(), seconds);
+  std::vector<std::string> traces = find_traces(pattern, start, existing);
+  if (traces.empty()) {
+    std::fprintf(stderr,
+                 "  no trace was written: the program made no CUDA allocation through libvramtrace.so, or tracing\n"
+                 "  failed (see the vramtrace: line above). Expected files named like %s\n",
+                 pattern.c_str());
+    if (existing_count > 0) {
+      const bool has_p = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 'p');
+      const bool has_t = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 't');
+      std::fprintf(stderr,
+                   "  (%zu file(s) of that name were there before the run; an existing file is never overwritten:\n"
+                   "  %s, or remove them)\n",
+                   existing_count,
+                   has_t && !has_p ? "%t has one-second resolution, add %p to -o" : "use %p or %t in -o");
+    }
+    return rc;
+  }
+  {
+    // Files that are not readable traces (a file the program itself wrote under a matching
+    // name) are shown as such and left out of the suggested commands.
+    std::vector<std::string> readable;
+    for (const std::string& t : traces)
+      if (describe_trace(t, o.tensors)) readable.push_back(t);
+    traces = std::move(readable);
+    if (traces.empty()) return rc;
+  }
+  std::fprintf(
+      stderr, "  level  %s\n",
+      o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
+                : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
+  // Several processes (a launcher's ranks, fork children): the reports merge them when given all.
+  std::string args = traces.front();
+  if (traces.size() > 1 && traces.size() <= 4) {
+    for (std::size_t i = 1; i < traces.size(); ++i) args += " " + traces[i];
+  } else if (traces.size() > 4) {
+    std::string glob;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i] == '%' && i + 1 < pattern.size()) {
+        glob += pattern[i + 1] == '%' ? "%" : "*";  // may also match earlier runs' files
+        ++i;
+      } else {
+        glob += pattern[i];
+      }
+    }
+    args = "'" + glob + "'";
+  }
+  std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",
+               args.c_str(), args.c_str(), args.c_str());
+  return rc;
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto opts = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a command with vramtrace preloaded and trace its GPU memory");
+  cmd->add_option(
+      "-o,--output", opts->output,
+      "Trace file name; %p pid, %h host, %r rank, %R \"rank<N>.\" when a launcher set a rank, %t start time (default vramtrace.%t.%R%p.jsonl; .zst compresses)");
+  cmd->add_option("--conf", opts->conf, "Allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax (sets VRAMTRACE_CONF)");
+  cmd->add_flag(
+      "--tensors", opts->tensors,
+      "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that every PyTorch tensor reaches vramtrace (docs/tensor-mode.md)");
+  cmd->add_option("--limit", opts->limit,
+                  "Cap on the GPU memory the program can use, every device: a size (14.58GiB) or a card name (T4, "
+                  "V100-16GB, A10G, L4, A100-40GB, A100-80GB, H100-80GB, RTX4090, ...; docs/configuration.md). Adds "
+                  "limit:SIZE to the settings; per device: --conf limit:[0:14GiB,1:20GiB]");
+  cmd->add_option("command", opts->command, "The command to run, after --")->required();
+  cmd->positionals_at_end();
+  cmd->callback([opts] { set_exit_code(run_command(*opts)); });
+}
+
+}  // namespace vramtrace::cli

@@ -1,0 +1,41 @@
+#include "model/load_models.h"
+
+#include "readers/open_trace.h"
+
+namespace vramtrace {
+
+std::vector<TraceModel> load_models(const std::vector<std::string>& paths, const ModelOptions& options) {
+  std::vector<TraceModel> out;
+  out.reserve(paths.size());
+  for (const auto& p : paths) {
+    auto reader = open_trace(p);
+    try {
+      out.push_back(build_trace_model(*reader, options));
+    } catch (const TraceError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw TraceError(p + ": " + reader->position() + ": " + e.what());
+    }
+    if (out.back().header.path.empty()) out.back().header.path = p;
+    // A trace that set new peaks too often: read it again to copy the layout at the final peak.
+    ModelOptions again = options;
+    for (const auto& d : out.back().devices)
+      if (d.peak_layout_deferred) again.capture_peak_after_event[d.device] = d.at_peak.event_index;
+    if (!again.capture_peak_after_event.empty() && p != "-") {
+      auto r2 = open_trace(p);
+      TraceModel second = build_trace_model(*r2, again);
+      for (auto& d : out.back().devices) {
+        if (!d.peak_layout_deferred) continue;
+        for (auto& d2 : second.devices) {
+          if (d2.device != d.device || !d2.at_peak.captured || d2.at_peak.event_index != d.at_peak.event_index) continue;
+          d.at_peak.layout = std::move(d2.at_peak.layout);
+          d.at_peak.biggest = std::move(d2.at_peak.biggest);
+          d.peak_layout_deferred = false;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace vramtrace

@@ -1,0 +1,859 @@
+// Note [block sizes from a trace]
+// PyTorch's traces record the size the program asked for, not the block handed out. The block
+// follows from the layout: the allocator always serves a request from the start of a free block
+// (best fit) and splits off the remainder only if should_split allows it (small pool or
+// expandable: remaining >= 512; large pool: rounded < max_split_size and remaining > 1 MiB).
+// Replaying that split rule on the free block that starts at the alloc's address gives the exact
+// block size, so allocated_bytes equals PyTorch's (the gpt2 test checks the recorded peak).
+#include "model/trace_model.h"
+
+#include <algorithm>
+#include <bit>
+#include <fmt/format.h>
+#include "vramtrace/trace/vramtrace_reader.h"
+
+namespace vramtrace {
+
+namespace {
+
+using u64 = std::uint64_t;
+using i64 = std::int64_t;
+
+constexpr u64 kMinBlock = 512;
+constexpr u64 kSmallSizeB = 1ull << 20;
+constexpr u64 kSmallBufferB = 2ull << 20;
+
+struct Block {
+  u64 size = 0;
+  u64 requested = 0;
+  u64 stream = 0;
+  BlockState state = BlockState::inactive;
+  i64 alloc_time = 0;
+  u64 alloc_event = 0;
+};
+
+struct Segment {
+  u64 size = 0;
+  u64 stream = 0;
+  bool small = false;
+  bool expandable = false;
+  std::map<u64, Block> blocks;  // by address, tiling [addr, addr+size)
+  u64 free_bytes = 0;           // inactive bytes
+  u64 n_free = 0;               // inactive blocks
+};
+
+void bump(StatArray& a, int pool, i64 delta) {
+  for (int idx : {static_cast<int>(kStatAll), pool}) {
+    if (delta >= 0)
+      a[idx].increase(delta);
+    else
+      a[idx].decrease(-delta);
+  }
+}
+
+bool parse_uint(const std::string& s, u64& out) {
+  if (s.empty() || s.size() > 18) return false;
+  u64 v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<u64>(c - '0');
+  }
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+// --- settings --------------------------------------------------------------------------------
+
+LayoutRules LayoutRules::from_settings(const std::string& conf, std::vector<std::string>* notes) {
+  LayoutRules r;
+  std::string s;
+  for (char c : conf)
+    if (c != ' ' && c != '\t' && c != '\n') s.push_back(c);
+  // Split on commas outside brackets.
+  std::vector<std::string> items;
+  std::string cur;
+  int depth = 0;
+  for (char c : s) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      items.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  if (!cur.empty()) items.push_back(cur);
+  for (const auto& it : items) {
+    auto colon = it.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = it.substr(0, colon), val = it.substr(colon + 1);
+    if (key == "max_split_size_mb") {
+      u64 mb = 0;
+      if (parse_uint(val, mb)) {
+        r.max_split_size_bytes = mb << 20;
+      } else if (notes) {
+        notes->push_back(fmt::format("settings: max_split_size_mb value \"{}\" not understood; ignored", val));
+      }
+    } else if (key == "roundup_power2_divisions") {
+      if (!val.empty() && val.front() == '[' && val.back() == ']') {
+        std::string body = val.substr(1, val.size() - 2);
+        std::size_t pos = 0;
+        bool first = true;
+        int last_index = -1;
+        while (pos <= body.size()) {
+          auto comma = body.find(',', pos);
+          std::string kv = body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+          pos = comma == std::string::npos ? body.size() + 1 : comma + 1;
+          auto c2 = kv.find(':');
+          u64 div = 0;
+          if (c2 == std::string::npos || !parse_uint(kv.substr(c2 + 1), div)) continue;
+          std::string k = kv.substr(0, c2);
+          if (k == ">") {
+            for (int i = last_index + 1; i < 16; ++i) r.roundup_power2_divisions[i] = static_cast<std::uint32_t>(div);
+            continue;
+          }
+          u64 mb = 0;
+          if (!parse_uint(k, mb) || mb == 0) continue;
+          int index = std::clamp(static_cast<int>(std::bit_width(mb)) - 1, 0, 15);
+          if (first) {
+            for (int i = 0; i < index; ++i) r.roundup_power2_divisions[i] = static_cast<std::uint32_t>(div);
+            first = false;
+          }
+          r.roundup_power2_divisions[index] = static_cast<std::uint32_t>(div);
+          last_index = index;
+        }
+      } else {
+        u64 div = 0;
+        if (parse_uint(val, div)) {
+          r.roundup_power2_divisions.fill(static_cast<std::uint32_t>(div));
+        } else if (notes) {
+          notes->push_back(fmt::format("settings: roundup_power2_divisions value \"{}\" not understood; ignored", val));
+        }
+      }
+    }
+  }
+  return r;
+}
+
+std::uint64_t LayoutRules::round_size(std::uint64_t size) const noexcept {
+  if (size < kMinBlock) return kMinBlock;
+  int index = std::clamp(static_cast<int>(std::bit_width(size)) - 1 - 20, 0, 15);
+  u64 divisions = roundup_power2_divisions[static_cast<std::size_t>(index)];
+  if (divisions > 1 && size > kMinBlock * divisions) {
+    if (std::has_single_bit(size)) return size;
+    u64 floor2 = std::bit_floor(size);
+    u64 step = floor2 >> (std::bit_width(divisions) - 1);
+    if (step == 0) return floor2 << 1;
+    u64 down = size & ~(step - 1);
+    return down == size ? size : down + step;
+  }
+  return kMinBlock * ((size + kMinBlock - 1) / kMinBlock);
+}
+
+// --- the builder -----------------------------------------------------------------------------
+
+struct DeviceState {
+  DeviceModel out;
+  std::map<u64, Segment> segments;
+  std::unordered_map<u64, Block> orphans;  // allocs in no known segment
+  std::multiset<u64> free_sizes;           // inactive block sizes, for the largest free block
+  bool peak_pending = false;               // state equals a new peak not captured yet
+  u64 peak_event = 0;                      // global index of the event that made the pending peak
+  u64 last_event = 0;                      // global index of this device's last event
+  i64 captured_peak = -1;
+  u64 snapshot_cost = 0;                   // blocks copied for peak states
+  // timeline
+  std::vector<TimelineBucket> buckets;
+  i64 bucket_ns = 0;
+  i64 t0 = 0;
+  bool started = false;
+};
+
+struct TraceModelBuilder::Impl {
+  TraceHeader header;
+  ModelOptions opt;
+  LayoutRules rules;
+  std::map<std::int32_t, DeviceState> devices;
+  u64 events = 0;
+  bool has_segment_events = false;
+  std::vector<std::string> notes;
+  u64 snapshot_budget_per_event = 32;
+
+  DeviceState& dev(std::int32_t d) {
+    auto it = devices.find(d);
+    if (it != devices.end()) return it->second;
+    auto& s = devices[d];
+    s.out.device = d;
+    return s;
+  }
+
+  static int pool_of(const Segment& s) { return s.small ? kStatSmall : kStatLarge; }
+
+  // inactive_split: free blocks in segments that hold more than one block.
+  static void split_contrib(DeviceStats& st, const Segment& s, int sign) {
+    if (s.blocks.size() <= 1 || s.n_free == 0) return;
+    bump(st.inactive_split, pool_of(s), sign * static_cast<i64>(s.n_free));
+    bump(st.inactive_split_bytes, pool_of(s), sign * static_cast<i64>(s.free_bytes));
+  }
+
+  void add_free(DeviceState& d, Segment& s, u64 addr, Block b) {
+    b.state = BlockState::inactive;
+    b.requested = 0;
+    s.free_bytes += b.size;
+    s.n_free += 1;
+    d.free_sizes.insert(b.size);
+    s.blocks[addr] = b;
+  }
+  void remove_free(DeviceState& d, Segment& s, std::map<u64, Block>::iterator it) {
+    s.free_bytes -= it->second.size;
+    s.n_free -= 1;
+    auto f = d.free_sizes.find(it->second.size);
+    if (f != d.free_sizes.end()) d.free_sizes.erase(f);
+    s.blocks.erase(it);
+  }
+
+  Segment* segment_of(DeviceState& d, u64 addr, u64* seg_addr) {
+    auto it = d.segments.upper_bound(addr);
+    if (it == d.segments.begin()) return nullptr;
+    --it;
+    if (addr >= it->first + it->second.size) return nullptr;
+    *seg_addr = it->first;
+    return &it->second;
+  }
+
+  void conflict(DeviceState& d, std::string what) {
+    ++d.out.layout_conflicts;
+    if (d.out.layout_conflicts <= 5) d.out.notes.push_back(fmt::format("event {}: {}", events, what));
+    if (d.out.layout_conflicts == 6) d.out.notes.push_back("more layout conflicts not listed");
+  }
+
+  // --- timeline ------------------------------------------------------------------------------
+  void sample(DeviceState& d, i64 t) {
+    const DeviceStats& st = d.out.stats;
+    std::array<i64, 4> v = {st.allocated_bytes[kStatAll].current, st.active_bytes[kStatAll].current,
+                            st.reserved_bytes[kStatAll].current, st.requested_bytes[kStatAll].current};
+    if (!d.started) {
+      d.started = true;
+      d.t0 = t;
+      d.bucket_ns = 1000;  // 1 us to start; doubles as needed
+    }
+    i64 rel = t - d.t0;
+    if (rel < 0) rel = 0;  // clocks stepping back: keep order
+    i64 start = (rel / d.bucket_ns) * d.bucket_ns + d.t0;
+    if (d.buckets.empty() || start > d.buckets.back().t_begin_ns) {
+      if (!d.buckets.empty() && start < d.buckets.back().t_begin_ns) start = d.buckets.back().t_begin_ns;
+      TimelineBucket b;
+      b.t_begin_ns = start;
+      b.t_end_ns = t;
+      b.min = b.max = b.last = v;
+      // A new bucket also spans the value held since the previous one.
+      if (!d.buckets.empty()) {
+        const auto& prev = d.buckets.back().last;
+        for (int i = 0; i < 4; ++i) {
+          b.min[i] = std::min(b.min[i], prev[i]);
+          b.max[i] = std::max(b.max[i], prev[i]);
+        }
+      }
+      d.buckets.push_back(b);
+      if (d.buckets.size() >= 2 * opt.timeline_buckets) coarsen(d);
+    } else {
+      auto& b = d.buckets.back();
+      b.t_end_ns = std::max(b.t_end_ns, t);
+      for (int i = 0; i < 4; ++i) {
+        b.min[i] = std::min(b.min[i], v[i]);
+        b.max[i] = std::max(b.max[i], v[i]);
+      }
+      b.last = v;
+    }
+  }
+
+  void coarsen(DeviceState& d) {
+    d.bucket_ns *= 2;
+    std::vector<TimelineBucket> merged;
+    merged.reserve(d.buckets.size() / 2 + 1);
+    for (const auto& b : d.buckets) {
+      i64 start = ((b.t_begin_ns - d.t0) / d.bucket_ns) * d.bucket_ns + d.t0;
+      if (!merged.empty() && merged.back().t_begin_ns == start) {
+        auto& m = merged.back();
+        m.t_end_ns = std::max(m.t_end_ns, b.t_end_ns);
+        for (int i = 0; i < 4; ++i) {
+          m.min[i] = std::min(m.min[i], b.min[i]);
+          m.max[i] = std::max(m.max[i], b.max[i]);
+        }
+        m.last = b.last;
+      } else {
+        TimelineBucket m = b;
+        m.t_begin_ns = start;
+        merged.push_back(m);
+      }
+    }
+    d.buckets.swap(merged);
+  }
+
+  // --- states --------------------------------------------------------------------------------
+  void capture(DeviceState& d, StateAt& st, i64 t, u64 index) {
+    st.captured = true;
+    st.event_index = index;
+    st.time_ns = t;
+    st.stats = d.out.stats;
+    st.largest_free_block = d.free_sizes.empty() ? 0 : *d.free_sizes.rbegin();
+    st.layout.segments.clear();
+    st.layout.segments.reserve(d.segments.size());
+    std::vector<LiveAllocation> live;
+    for (const auto& [addr, seg] : d.segments) {
+      SegmentSnapshot ss;
+      ss.device = d.out.device;
+      ss.address = addr;
+      ss.total_size = seg.size;
+      ss.stream = seg.stream;
+      ss.is_large = !seg.small;
+      ss.is_expandable = seg.expandable;
+      ss.blocks.reserve(seg.blocks.size());
+      for (const auto& [baddr, b] : seg.blocks) {
+        BlockSnapshot bs;
+        bs.address = baddr;
+        bs.size = b.size;
+        bs.requested_size = b.requested;
+        bs.state = b.state;
+        ss.blocks.push_back(bs);
+        if (b.state != BlockState::inactive) {
+          ss.active_size += b.size;
+          ss.requested_size += b.requested;
+          if (b.state == BlockState::active_allocated) ss.allocated_size += b.size;
+          live.push_back({baddr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event,
+                          b.state == BlockState::active_pending_free});
+        }
+      }
+      d.snapshot_cost += seg.blocks.size();
+      st.layout.segments.push_back(std::move(ss));
+    }
+    for (const auto& [addr, b] : d.orphans)
+      live.push_back({addr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event, b.state == BlockState::active_pending_free});
+    d.snapshot_cost += d.orphans.size();  // copied too: counts against the peak-copy budget
+    std::size_t n = std::min(opt.top_n, live.size());
+    std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
+                      [](const LiveAllocation& a, const LiveAllocation& b) {
+                        return a.size != b.size ? a.size > b.size : a.address < b.address;
+                      });
+    live.resize(n);
+    st.biggest = std::move(live);
+  }
+
+  // Takes the pending peak state before an event that is not a further increase.
+  void settle_peak(DeviceState& d) {
+    if (!d.peak_pending) return;
+    d.peak_pending = false;
+    i64 peak = d.out.stats.allocated_bytes[kStatAll].current;
+    if (peak <= d.captured_peak) return;
+    d.captured_peak = peak;
+    // The event that made the peak (events of other devices may have come since; this device's
+    // state has not changed since it).
+    const u64 index = d.peak_event;
+    if (!opt.capture_peak_after_event.empty()) return;  // second pass: only the given event
+    if (d.snapshot_cost > opt.peak_copy_budget_per_event * events + opt.peak_copy_budget_base) {
+      // Too many new peaks to copy the layout at each: keep the exact figures, defer the layout.
+      StateAt& st = d.out.at_peak;
+      st.captured = true;
+      st.event_index = index;
+      st.time_ns = d.out.last_time_ns;
+      st.stats = d.out.stats;
+      st.largest_free_block = d.free_sizes.empty() ? 0 : *d.free_sizes.rbegin();
+      st.layout.segments.clear();
+      st.biggest.clear();
+      d.out.peak_layout_deferred = true;
+      return;
+    }
+    d.out.peak_layout_deferred = false;
+    capture(d, d.out.at_peak, d.out.last_time_ns, index);
+  }
+
+  void note_peak(DeviceState& d) {
+    const auto& a = d.out.stats.allocated_bytes[kStatAll];
+    if (a.current == a.peak && a.current > d.captured_peak) {
+      d.peak_pending = true;
+      d.peak_event = events;
+    }
+  }
+
+  // --- events --------------------------------------------------------------------------------
+  // Memory the shim passed through (TraceRecord::memory_kind) counts as a segment when it is
+  // device memory with an address and a size (device, managed, pitched, pool); pinned host
+  // memory, arrays and VMM handles are not device segments.
+  static bool lays_out_as_segment(const TraceRecord& r) { return r.memory_kind <= 4; }
+
+  void on_segment_alloc(DeviceState& d, const TraceRecord& r, bool mapped_range) {
+    has_segment_events = true;
+    if (r.size == 0) return;
+    if (mapped_range) {
+      // segment_map: extend the expandable segment of the same stream that ends at addr, else
+      // start one. Only a mapped range extends: a plain segment (e.g. the exact-size allocation
+      // the shim forwards after an OOM, Note [no spurious OOM]) can end right where a mapping starts.
+      u64 seg_addr = 0;
+      Segment* prev = r.addr > 0 ? segment_of(d, r.addr - 1, &seg_addr) : nullptr;
+      if (prev && prev->expandable && prev->stream == r.stream && seg_addr + prev->size == r.addr) {
+        split_contrib(d.out.stats, *prev, -1);
+        prev->size += r.size;
+        prev->expandable = true;
+        Block b;
+        b.size = r.size;
+        b.stream = prev->stream;
+        // merge with a free last block
+        auto last = std::prev(prev->blocks.end());
+        if (last->second.state == BlockState::inactive) {
+          b.size += last->second.size;
+          u64 a = last->first;
+          remove_free(d, *prev, last);
+          add_free(d, *prev, a, b);
+        } else {
+          add_free(d, *prev, r.addr, b);
+        }
+        split_contrib(d.out.stats, *prev, +1);
+        bump(d.out.stats.reserved_bytes, pool_of(*prev), static_cast<i64>(r.size));
+        ++d.out.stats.num_device_alloc;
+        join_next(d, seg_addr);
+        return;
+      }
+    }
+    u64 existing = 0;
+    if (segment_of(d, r.addr, &existing) || segment_of(d, r.addr + r.size - 1, &existing)) {
+      conflict(d, fmt::format("segment at 0x{:x} overlaps a live segment; the old one is dropped", r.addr));
+      drop_segment(d, existing);
+    }
+    Segment s;
+    s.size = r.size;
+    s.stream = r.stream;
+    s.small = !mapped_range && r.size == kSmallBufferB;
+    s.expandable = mapped_range;
+    Block b;
+    b.size = r.size;
+    b.stream = r.stream;
+    auto& seg = d.segments[r.addr];
+    seg = std::move(s);
+    add_free(d, seg, r.addr, b);
+    bump(d.out.stats.segment, pool_of(seg), 1);
+    bump(d.out.stats.reserved_bytes, pool_of(seg), static_cast<i64>(r.size));
+    ++d.out.stats.num_device_alloc;
+    if (mapped_range) join_next(d, r.addr);
+  }
+
+  // A mapping that closes a hole in an expandable segment joins the segment record that starts
+  // right after it (the inverse of the split in on_segment_free): the allocator sees one
+  // contiguous mapped range again, and a block may now span the old boundary.
+  void join_next(DeviceState& d, u64 seg_addr) {
+    auto it = d.segments.find(seg_addr);
+    if (it == d.segments.end()) return;
+    Segment& s = it->second;
+    auto nit = d.segments.find(seg_addr + s.size);
+    if (nit == d.segments.end() || !s.expandable || !nit->second.expandable || nit->second.stream != s.stream) return;
+    Segment& n = nit->second;
+    split_contrib(d.out.stats, s, -1);
+    split_contrib(d.out.stats, n, -1);
+    // the free block that ends at the boundary and the one that starts there become one
+    auto last = std::prev(s.blocks.end());
+    auto first = n.blocks.begin();
+    if (last->second.state == BlockState::inactive && first->second.state == BlockState::inactive) {
+      Block merged = last->second;
+      merged.size += first->second.size;
+      const u64 a = last->first;
+      remove_free(d, s, last);
+      remove_free(d, n, first);
+      add_free(d, s, a, merged);
+    }
+    for (const auto& [a, b] : n.blocks) {
+      s.blocks.emplace(a, b);
+      if (b.state == BlockState::inactive) {
+        s.free_bytes += b.size;
+        s.n_free += 1;
+      }
+    }
+    s.size += n.size;
+    bump(d.out.stats.segment, pool_of(s), -1);
+    d.segments.erase(nit);
+    split_contrib(d.out.stats, s, +1);
+  }
+
+  void drop_segment(DeviceState& d, u64 addr) {
+    auto it = d.segments.find(addr);
+    if (it == d.segments.end()) return;
+    Segment& s = it->second;
+    split_contrib(d.out.stats, s, -1);
+    for (auto b = s.blocks.begin(); b != s.blocks.end();) {
+      if (b->second.state == BlockState::inactive) {
+        auto next = std::next(b);
+        remove_free(d, s, b);
+        b = next;
+      } else {
+        release_live_stats(d, s, b->second, true);
+        b = s.blocks.erase(b);
+      }
+    }
+    bump(d.out.stats.segment, pool_of(s), -1);
+    bump(d.out.stats.reserved_bytes, pool_of(s), -static_cast<i64>(s.size));
+    ++d.out.stats.num_device_free;
+    d.segments.erase(it);
+  }
+
+  void release_live_stats(DeviceState& d, const Segment& s, const Block& b, bool both) {
+    int pool = pool_of(s);
+    if (b.state == BlockState::active_allocated) {
+      bump(d.out.stats.allocation, pool, -1);
+      bump(d.out.stats.allocated_bytes, pool, -static_cast<i64>(b.size));
+    }
+    if (both) {
+      bump(d.out.stats.active, pool, -1);
+      bump(d.out.stats.active_bytes, pool, -static_cast<i64>(b.size));
+      bump(d.out.stats.requested_bytes, pool, -static_cast<i64>(b.requested));
+    }
+  }
+
+  void on_segment_free(DeviceState& d, const TraceRecord& r, bool unmap) {
+    has_segment_events = true;
+    u64 seg_addr = 0;
+    Segment* s = segment_of(d, r.addr, &seg_addr);
+    if (!s) {
+      conflict(d, fmt::format("{} of 0x{:x}, which is not a live segment", unmap ? "segment_unmap" : "segment_free", r.addr));
+      return;
+    }
+    if (!unmap || (r.addr == seg_addr && r.size >= s->size)) {
+      if (s->blocks.size() != 1 || s->blocks.begin()->second.state != BlockState::inactive)
+        conflict(d, fmt::format("segment 0x{:x} released while it holds allocated blocks", seg_addr));
+      drop_segment(d, seg_addr);
+      return;
+    }
+    // segment_unmap of part of an expandable segment: cut [addr, addr+size) out of a free block.
+    auto it = s->blocks.upper_bound(r.addr);
+    if (it == s->blocks.begin()) return;
+    --it;
+    u64 baddr = it->first;
+    Block b = it->second;
+    if (b.state != BlockState::inactive || r.addr + r.size > baddr + b.size) {
+      conflict(d, fmt::format("segment_unmap of 0x{:x} covers allocated memory", r.addr));
+      return;
+    }
+    split_contrib(d.out.stats, *s, -1);
+    remove_free(d, *s, it);
+    if (r.addr > baddr) {
+      Block left = b;
+      left.size = r.addr - baddr;
+      add_free(d, *s, baddr, left);
+    }
+    u64 end = r.addr + r.size;
+    if (end < baddr + b.size) {
+      if (r.addr == seg_addr || r.addr == baddr) {
+        // keep the tail in the same segment record only if it stays contiguous with a head
+      }
+      Block right = b;
+      right.size = baddr + b.size - end;
+      if (r.addr == seg_addr) {
+        // the head of the segment is gone: the rest becomes a segment of its own
+        Segment rest = std::move(*s);
+        rest.size -= r.size;
+        d.segments.erase(seg_addr);
+        auto& ns = d.segments[end];
+        ns = std::move(rest);
+        add_free(d, ns, end, right);
+        split_contrib(d.out.stats, ns, +1);
+        bump(d.out.stats.reserved_bytes, pool_of(ns), -static_cast<i64>(r.size));
+        ++d.out.stats.num_device_free;
+        return;
+      }
+      add_free(d, *s, end, right);
+    }
+    if (r.addr + r.size >= seg_addr + s->size) {
+      s->size = r.addr - seg_addr;
+    } else if (r.addr > seg_addr) {
+      // a hole in the middle: split into two segment records
+      Segment tail;
+      tail.stream = s->stream;
+      tail.small = s->small;
+      tail.expandable = true;
+      tail.size = seg_addr + s->size - end;
+      for (auto b2 = s->blocks.lower_bound(end); b2 != s->blocks.end();) {
+        tail.blocks.insert(*b2);
+        if (b2->second.state == BlockState::inactive) {
+          s->free_bytes -= b2->second.size;
+          s->n_free -= 1;
+          tail.free_bytes += b2->second.size;
+          tail.n_free += 1;
+        }
+        b2 = s->blocks.erase(b2);
+      }
+      s->size = r.addr - seg_addr;
+      auto& ts = d.segments[end];
+      ts = std::move(tail);
+      split_contrib(d.out.stats, ts, +1);
+      bump(d.out.stats.segment, pool_of(ts), 1);
+    }
+    split_contrib(d.out.stats, *s, +1);
+    bump(d.out.stats.reserved_bytes, pool_of(*s), -static_cast<i64>(r.size));
+    ++d.out.stats.num_device_free;
+  }
+
+  void on_alloc(DeviceState& d, const TraceRecord& r) {
+    // The block size the trace recorded (vramtrace's "b"), else the allocator's rounding.
+    u64 rounded = r.block_size != 0 ? r.block_size : rules.round_size(r.size);
+    u64 seg_addr = 0;
+    Segment* s = segment_of(d, r.addr, &seg_addr);
+    Block nb;
+    nb.requested = r.size;
+    nb.stream = r.stream;
+    nb.state = BlockState::active_allocated;
+    nb.alloc_time = r.time_ns;
+    nb.alloc_event = events;
+    if (!s) {
+      int pool = rounded <= kSmallSizeB ? kStatSmall : kStatLarge;
+      nb.size = rounded;
+      if (d.orphans.count(r.addr)) conflict(d, fmt::format("alloc at 0x{:x}, which is already allocated", r.addr));
+      d.orphans[r.addr] = nb;
+      ++d.out.orphan_allocs;
+      bump(d.out.stats.allocation, pool, 1);
+      bump(d.out.stats.allocated_bytes, pool, static_cast<i64>(rounded));
+      bump(d.out.stats.active, pool, 1);
+      bump(d.out.stats.active_bytes, pool, static_cast<i64>(rounded));
+      bump(d.out.stats.requested_bytes, pool, static_cast<i64>(r.size));
+      return;
+    }
+    auto it = s->blocks.upper_bound(r.addr);
+    --it;  // the block containing addr (blocks tile the segment)
+    if (it->second.state != BlockState::inactive) {
+      conflict(d, fmt::format("alloc at 0x{:x} inside a block that is in use; counted without a layout change", r.addr));
+      int pool = pool_of(*s);
+      nb.size = rounded;
+      d.orphans[r.addr] = nb;
+      bump(d.out.stats.allocation, pool, 1);
+      bump(d.out.stats.allocated_bytes, pool, static_cast<i64>(rounded));
+      bump(d.out.stats.active, pool, 1);
+      bump(d.out.stats.active_bytes, pool, static_cast<i64>(rounded));
+      bump(d.out.stats.requested_bytes, pool, static_cast<i64>(r.size));
+      return;
+    }
+    split_contrib(d.out.stats, *s, -1);
+    u64 baddr = it->first;
+    Block freeb = it->second;
+    remove_free(d, *s, it);
+    if (baddr < r.addr) {  // not at the block's start (not PyTorch's policy): keep the head free
+      Block head = freeb;
+      head.size = r.addr - baddr;
+      add_free(d, *s, baddr, head);
+      freeb.size -= head.size;
+    }
+    u64 avail = freeb.size;
+    u64 size = std::min(rounded, avail);
+    if (rounded > avail) conflict(d, fmt::format("alloc of {} B at 0x{:x} does not fit the free block of {} B", r.size, r.addr, avail));
+    u64 remaining = avail - size;
+    bool split = (s->small || s->expandable) ? remaining >= kMinBlock
+                                             : (size < rules.max_split_size_bytes && remaining > kSmallSizeB);
+    if (!split) size = avail;
+    nb.size = size;
+    s->blocks[r.addr] = nb;
+    if (split && remaining > 0) {
+      Block rest;
+      rest.size = remaining;
+      rest.stream = freeb.stream;
+      add_free(d, *s, r.addr + size, rest);
+    }
+    split_contrib(d.out.stats, *s, +1);
+    int pool = pool_of(*s);
+    bump(d.out.stats.allocation, pool, 1);
+    bump(d.out.stats.allocated_bytes, pool, static_cast<i64>(size));
+    bump(d.out.stats.active, pool, 1);
+    bump(d.out.stats.active_bytes, pool, static_cast<i64>(size));
+    bump(d.out.stats.requested_bytes, pool, static_cast<i64>(r.size));
+    if (size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.increase(1);
+  }
+
+  void on_free_requested(DeviceState& d, const TraceRecord& r) {
+    if (auto o = d.orphans.find(r.addr); o != d.orphans.end()) {
+      if (o->second.state != BlockState::active_allocated) return;
+      int pool = o->second.size <= kSmallSizeB ? kStatSmall : kStatLarge;
+      bump(d.out.stats.allocation, pool, -1);
+      bump(d.out.stats.allocated_bytes, pool, -static_cast<i64>(o->second.size));
+      o->second.state = BlockState::active_pending_free;
+      return;
+    }
+    u64 seg_addr = 0;
+    Segment* s = segment_of(d, r.addr, &seg_addr);
+    auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
+    if (!s || it == s->blocks.end() || it->second.state != BlockState::active_allocated) {
+      ++d.out.unknown_frees;
+      return;
+    }
+    release_live_stats(d, *s, it->second, false);
+    if (it->second.size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.decrease(1);
+    it->second.state = BlockState::active_pending_free;
+  }
+
+  void on_free_completed(DeviceState& d, const TraceRecord& r) {
+    if (auto o = d.orphans.find(r.addr); o != d.orphans.end()) {
+      Block b = o->second;
+      int pool = b.size <= kSmallSizeB ? kStatSmall : kStatLarge;
+      if (b.state == BlockState::active_allocated) {
+        bump(d.out.stats.allocation, pool, -1);
+        bump(d.out.stats.allocated_bytes, pool, -static_cast<i64>(b.size));
+      }
+      bump(d.out.stats.active, pool, -1);
+      bump(d.out.stats.active_bytes, pool, -static_cast<i64>(b.size));
+      bump(d.out.stats.requested_bytes, pool, -static_cast<i64>(b.requested));
+      d.orphans.erase(o);
+      return;
+    }
+    u64 seg_addr = 0;
+    Segment* s = segment_of(d, r.addr, &seg_addr);
+    auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
+    if (!s || it == s->blocks.end() || it->second.state == BlockState::inactive) {
+      ++d.out.unknown_frees;
+      return;
+    }
+    if (it->second.state == BlockState::active_allocated) {  // free_completed without free_requested
+      release_live_stats(d, *s, it->second, false);
+      if (it->second.size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.decrease(1);
+    }
+    split_contrib(d.out.stats, *s, -1);
+    int pool = pool_of(*s);
+    bump(d.out.stats.active, pool, -1);
+    bump(d.out.stats.active_bytes, pool, -static_cast<i64>(it->second.size));
+    bump(d.out.stats.requested_bytes, pool, -static_cast<i64>(it->second.requested));
+    // merge with free neighbours
+    u64 addr = it->first;
+    Block b = it->second;
+    b.requested = 0;
+    s->blocks.erase(it);
+    auto next = s->blocks.lower_bound(addr);
+    if (next != s->blocks.end() && next->second.state == BlockState::inactive && next->first == addr + b.size) {
+      b.size += next->second.size;
+      remove_free(d, *s, next);
+    }
+    auto nx = s->blocks.lower_bound(addr);
+    if (nx != s->blocks.begin()) {
+      auto prev = std::prev(nx);
+      if (prev->second.state == BlockState::inactive && prev->first + prev->second.size == addr) {
+        addr = prev->first;
+        b.size += prev->second.size;
+        remove_free(d, *s, prev);
+      }
+    }
+    add_free(d, *s, addr, b);
+    split_contrib(d.out.stats, *s, +1);
+  }
+
+  void add(const TraceRecord& r) {
+    DeviceState& d = dev(r.device);
+    const bool raises = r.action == Action::alloc;
+    if (!raises) settle_peak(d);
+    if (d.out.events == 0) d.out.first_time_ns = r.time_ns;
+    d.out.last_time_ns = std::max(d.out.last_time_ns, r.time_ns);
+    switch (r.action) {
+      case Action::alloc: on_alloc(d, r); break;
+      case Action::free_requested: on_free_requested(d, r); break;
+      case Action::free_completed: on_free_completed(d, r); break;
+      case Action::segment_alloc:
+        if (!lays_out_as_segment(r)) break;
+        on_segment_alloc(d, r, false);
+        break;
+      case Action::segment_map: on_segment_alloc(d, r, true); break;
+      case Action::segment_free:
+        if (!lays_out_as_segment(r)) break;
+        on_segment_free(d, r, false);
+        break;
+      case Action::segment_unmap: on_segment_free(d, r, true); break;
+      case Action::oom: {
+        ++d.out.stats.num_ooms;
+        OomRecord o;
+        o.event_index = events;
+        o.time_ns = r.time_ns;
+        o.request_bytes = r.size;
+        o.device_free_bytes = r.device_free;
+        if (r.oom_retries >= 0) o.retries = static_cast<std::uint64_t>(r.oom_retries);
+        if (d.out.ooms.size() < opt.max_oom_states) {
+          capture(d, o.state, r.time_ns, events);
+        } else {
+          o.state.stats = d.out.stats;
+          o.state.event_index = events;
+          o.state.time_ns = r.time_ns;
+          o.state.largest_free_block = d.free_sizes.empty() ? 0 : *d.free_sizes.rbegin();
+        }
+        d.out.ooms.push_back(std::move(o));
+        d.out.markers.push_back({r.time_ns, "oom", r.size});
+        break;
+      }
+      case Action::mark: d.out.markers.push_back({r.time_ns, "mark", r.size}); break;
+      case Action::snapshot: break;
+    }
+    if (raises) note_peak(d);
+    if (!opt.capture_peak_after_event.empty()) {
+      auto it = opt.capture_peak_after_event.find(r.device);
+      if (it != opt.capture_peak_after_event.end() && it->second == events) capture(d, d.out.at_peak, d.out.last_time_ns, events);
+    }
+    sample(d, r.time_ns);
+    d.last_event = events;
+    ++d.out.events;
+    ++events;
+  }
+
+  TraceModel finish(bool incomplete) {
+    TraceModel m;
+    m.header = header;
+    m.incomplete = incomplete;
+    if (incomplete) m.incomplete_reason = "cut last line";  // a reader that knows more says so in finish(reader)
+    m.has_segment_events = has_segment_events;
+    m.events = events;
+    m.notes = notes;
+    for (auto& [id, d] : devices) {
+      settle_peak(d);
+      capture(d, d.out.at_end, d.out.last_time_ns, d.last_event);
+      d.out.timeline = std::move(d.buckets);
+      if (d.out.orphan_allocs)
+        d.out.notes.push_back(fmt::format("{} allocations at addresses in no segment of the trace: counted as allocated, "
+                                          "not reserved (the trace began after their segments were created, or has no "
+                                          "segment events)",
+                                          d.out.orphan_allocs));
+      if (d.out.unknown_frees)
+        d.out.notes.push_back(fmt::format("{} frees of addresses not allocated in the trace (allocated before it began)",
+                                          d.out.unknown_frees));
+      if (d.out.ooms.size() > opt.max_oom_states)
+        d.out.notes.push_back(fmt::format("{} OOMs; the layout is kept for the first {}", d.out.ooms.size(), opt.max_oom_states));
+      d.out.stats.max_split_size = rules.max_split_size_bytes == UINT64_MAX ? -1 : static_cast<i64>(rules.max_split_size_bytes);
+      m.devices.push_back(std::move(d.out));
+    }
+    if (!has_segment_events && events > 0)
+      m.notes.push_back("the trace has no segment events: reserved memory is unknown (replay it to simulate the allocator)");
+    return m;
+  }
+};
+
+TraceModelBuilder::TraceModelBuilder(TraceHeader header, ModelOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->header = std::move(header);
+  impl_->opt = options;
+  if (impl_->opt.timeline_buckets < 16) impl_->opt.timeline_buckets = 16;
+  impl_->rules = LayoutRules::from_settings(options.settings ? *options.settings : impl_->header.settings, &impl_->notes);
+}
+TraceModelBuilder::~TraceModelBuilder() = default;
+void TraceModelBuilder::add(const TraceRecord& r) { impl_->add(r); }
+TraceModel TraceModelBuilder::finish(bool incomplete) { return impl_->finish(incomplete); }
+TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
+  impl_->header.recorded_stats = reader.header().recorded_stats;
+  impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
+  impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
+  TraceModel m = impl_->finish(reader.incomplete());
+  if (const auto* ours = dynamic_cast<const VramtraceTraceReader*>(&reader)) {
+    if (m.incomplete) m.incomplete_reason = ours->incomplete_reason();
+    if (ours->nul_bytes() != 0) {
+      m.notes.push_back(fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "
+                                    "never written (a crash or power loss while the trace grew)",
+                                    ours->nul_bytes()));
+    }
+  }
+  return m;
+}
+
+TraceModel build_trace_model(TraceReader& reader, ModelOptions options) {
+  TraceModelBuilder b(reader.header(), options);
+  TraceRecord r;
+  while (reader.next(r)) b.add(r);
+  return b.finish(reader);
+}
+
+}  // namespace vramtrace

@@ -1,0 +1,169 @@
+// The analysis model behind `summary`, `oom` and `report`: one pass over a trace's events that
+// keeps PyTorch's statistics, the segment and block layout, a downsampled timeline, the state at
+// the peak and at each OOM.
+//
+// The trace is the truth. For traces with segment events (PyTorch's own history, our shim's
+// traces) the layout follows from the events: a segment_alloc adds a free block covering the
+// segment; an alloc at an address takes the free block starting there and splits it by PyTorch's
+// rule (Note [block sizes from a trace]); free_completed merges with free neighbours. No policy
+// decision (which block, when to release) is re-simulated.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "vramtrace/event.h"
+#include "vramtrace/snapshot.h"
+#include "vramtrace/stats.h"
+#include "readers/open_trace.h"
+
+namespace vramtrace {
+
+/// Block-size rules the layout needs from the settings in force (PyTorch names).
+struct LayoutRules {
+  std::uint64_t max_split_size_bytes = UINT64_MAX;           ///< blocks >= this are not split
+  std::array<std::uint32_t, 16> roundup_power2_divisions{};  ///< per [2^(20+i), 2^(21+i)) interval
+  /// Reads max_split_size_mb and roundup_power2_divisions from a PYTORCH_CUDA_ALLOC_CONF string;
+  /// other keys are ignored. Unreadable values leave the default and add a note to `notes`.
+  static LayoutRules from_settings(const std::string& conf, std::vector<std::string>* notes = nullptr);
+  /// PyTorch's round_size: < 512 -> 512; otherwise up to 512 B, or to the power-of-two division
+  /// when roundup_power2_divisions applies (sizes above 1 MiB).
+  std::uint64_t round_size(std::uint64_t requested) const noexcept;
+};
+
+/// One point of the downsampled timeline: over [t_begin_ns, t_end_ns] the minimum and maximum of
+/// each series, and its value after the bucket's last event. Series: allocated, active, reserved,
+/// requested (bytes).
+struct TimelineBucket {
+  std::int64_t t_begin_ns = 0;
+  std::int64_t t_end_ns = 0;
+  std::array<std::int64_t, 4> min{};
+  std::array<std::int64_t, 4> max{};
+  std::array<std::int64_t, 4> last{};
+};
+inline constexpr const char* kSeriesNames[4] = {"allocated", "active", "reserved", "requested"};
+
+/// A live allocation, for "biggest at the peak" and "still allocated at the end".
+struct LiveAllocation {
+  DevicePtr address = 0;
+  std::uint64_t size = 0;            ///< block bytes
+  std::uint64_t requested_size = 0;  ///< bytes asked for
+  std::uint64_t stream = 0;
+  std::int64_t alloc_time_ns = 0;
+  std::uint64_t alloc_event = 0;     ///< 0-based index of its alloc event
+  bool pending_free = false;         ///< freed, waiting on another stream
+};
+
+/// The allocator's state at one moment.
+struct StateAt {
+  std::uint64_t event_index = 0;    ///< 0-based index of the last event applied
+  std::int64_t time_ns = 0;
+  DeviceStats stats;                ///< statistics at that moment
+  Snapshot layout;                  ///< segments and blocks (orphan blocks excluded)
+  std::uint64_t largest_free_block = 0;
+  std::vector<LiveAllocation> biggest;  ///< the largest live allocations, largest first
+  bool captured = false;
+};
+
+/// An `oom` event and the state it left.
+struct OomRecord {
+  std::uint64_t event_index = 0;
+  std::int64_t time_ns = 0;
+  std::uint64_t request_bytes = 0;   ///< size the oom event carries (the allocation asked of the device)
+  std::uint64_t device_free_bytes = 0;
+  std::optional<std::uint64_t> retries;  ///< num_alloc_retries at the failure, when the trace says
+  StateAt state;
+};
+
+/// Markers for the timeline (marks written by the program, OOMs).
+struct TimelineMarker {
+  std::int64_t time_ns = 0;
+  std::string kind;  ///< "oom", "mark", "snapshot"
+  std::uint64_t value = 0;
+};
+
+/// Per device: everything a report needs.
+struct DeviceModel {
+  std::int32_t device = 0;
+  DeviceStats stats;                  ///< final statistics (current, peak, allocated, freed)
+  std::uint64_t events = 0;
+  std::int64_t first_time_ns = 0;
+  std::int64_t last_time_ns = 0;
+  StateAt at_peak;                    ///< when allocated_bytes.all reached its peak (first time)
+  StateAt at_end;                     ///< after the last event
+  std::vector<OomRecord> ooms;        ///< at most kMaxOomStates keep a layout
+  std::vector<TimelineBucket> timeline;
+  std::vector<TimelineMarker> markers;
+  std::uint64_t orphan_allocs = 0;    ///< allocs at an address in no known segment
+  std::uint64_t unknown_frees = 0;    ///< frees of an address never allocated in the trace
+  std::uint64_t layout_conflicts = 0; ///< events the layout could not place (described in notes)
+  /// The peak's layout and biggest allocations were not copied in the pass (the trace set new
+  /// peaks too often to copy the layout each time); load_models fills them by a second pass.
+  /// at_peak's statistics, time and largest free block are always exact.
+  bool peak_layout_deferred = false;
+  std::vector<std::string> notes;
+};
+
+/// The model of one trace file (one process).
+struct TraceModel {
+  TraceHeader header;
+  bool incomplete = false;            ///< the trace ended early
+  /// Why, in words ("its last line is cut", "no trailer: ..."; "cut last line" when the reader
+  /// says no more); empty when complete.
+  std::string incomplete_reason;
+  bool has_segment_events = false;
+  std::uint64_t events = 0;
+  std::vector<DeviceModel> devices;   ///< sorted by device id
+  std::vector<std::string> notes;
+};
+
+struct ModelOptions {
+  std::size_t timeline_buckets = 4096;  ///< the timeline keeps between this and twice this many
+  std::size_t top_n = 10;               ///< biggest allocations kept per state
+  std::size_t max_oom_states = 64;      ///< OOMs beyond this keep figures, not the layout
+  /// Settings override (else the trace header's settings are used).
+  std::optional<std::string> settings;
+  /// Layout copies allowed for peak states, in blocks per event read so far (plus a base); beyond
+  /// it the peak's layout is deferred (DeviceModel::peak_layout_deferred).
+  std::uint64_t peak_copy_budget_per_event = 8;
+  std::uint64_t peak_copy_budget_base = 1u << 20;
+  /// Second pass: for these devices, capture at_peak's layout right after this global event index.
+  std::map<std::int32_t, std::uint64_t> capture_peak_after_event;
+};
+
+/// Incremental builder: feed records in trace order, then finish(). Not thread-safe.
+class TraceModelBuilder {
+ public:
+  explicit TraceModelBuilder(TraceHeader header, ModelOptions options = {});
+  ~TraceModelBuilder();
+  TraceModelBuilder(const TraceModelBuilder&) = delete;
+  TraceModelBuilder& operator=(const TraceModelBuilder&) = delete;
+
+  /// Applies one record. Never throws on odd traces: conflicts are counted and noted.
+  void add(const TraceRecord& r);
+  /// Ends the trace; `incomplete` as the reader says.
+  TraceModel finish(bool incomplete);
+  /// Ends the trace read through `reader`: incomplete as it says, and what its header learnt while
+  /// reading (the trailer's recorded statistics, devices named by later `device` records) taken
+  /// now. A compressed trace's trailer is known only once the last line was read, after the
+  /// builder copied the header.
+  TraceModel finish(const TraceReader& reader);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Reads a whole trace through `reader` and builds its model. Throws TraceError (from the reader)
+/// on malformed input. Memory: the live layout, the timeline and the kept states; never the events.
+TraceModel build_trace_model(TraceReader& reader, ModelOptions options = {});
+
+}  // namespace vramtrace

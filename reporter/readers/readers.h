@@ -1,0 +1,22 @@
+// The built-in trace readers behind open_trace (reporter/include/vramtrace/trace_reader.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "readers/open_trace.h"
+
+namespace vramtrace {
+
+/// PyTorch's allocator history as JSON lines, optionally gzip/zstd compressed: an optional
+/// header line {"kind": "header", "workload", "conf", "stats", "total", ...} then one entry per
+/// line {"action", "addr", "size", "stream", "time_us"} (oom entries: "device_free" instead of
+/// "addr"). Streams with bounded memory. Throws TraceError (file and line) on malformed input.
+std::unique_ptr<TraceReader> open_torch_trace(const std::string& path);
+
+/// A PyTorch snapshot pickle (torch.cuda.memory._dump_snapshot, protocols 2 to 5, optionally
+/// gzip/zstd compressed), read with our own pickle reader that never executes anything. Streams
+/// `device_traces` entries with bounded memory. Throws TraceError (file and byte offset).
+std::unique_ptr<TraceReader> open_snapshot_trace(const std::string& path);
+
+}  // namespace vramtrace

@@ -1,0 +1,172 @@
+// Reader of PyTorch snapshot pickles (torch.cuda.memory._dump_snapshot; see
+// ../shared/research/pytorch_allocator.md §12.2): yields `device_traces` entries of every
+// device as they are unpickled, then `segments` as final_state() and `allocator_settings` as
+// the header's settings.
+#include <algorithm>
+#include <deque>
+
+#include <fmt/format.h>
+
+#include "vramtrace/trace/byte_source.h"
+#include "readers/pickle.h"
+#include "readers/readers.h"
+
+namespace vramtrace {
+namespace {
+
+/// Microseconds to nanoseconds, saturating (time stamps out of range are not an error).
+std::int64_t us_to_ns(std::int64_t us) {
+  if (us > INT64_MAX / 1000) return INT64_MAX;
+  if (us < INT64_MIN / 1000) return INT64_MIN;
+  return us * 1000;
+}
+
+using pickle::Kind;
+using pickle::Value;
+using pickle::ValuePtr;
+
+std::uint64_t u64_field(const Value& d, std::string_view key, bool* present = nullptr) {
+  const Value* v = d.find(key);
+  std::uint64_t x = 0;
+  bool ok = v && v->to_u64(x);
+  if (present) *present = ok;
+  return ok ? x : 0;
+}
+
+class SnapshotReader final : public TraceReader {
+ public:
+  explicit SnapshotReader(const std::string& path)
+      : bytes_(ByteSource::open(path)), unpickler_(*bytes_, path) {
+    header_.path = path;
+    header_.format = "snapshot";
+    unpickler_.stream_key("device_traces", [this](std::int32_t device, ValuePtr item) { convert(device, *item); });
+  }
+
+  const TraceHeader& header() const override { return header_; }
+
+  bool next(TraceRecord& out) override {
+    while (queue_.empty()) {
+      if (done_) return false;
+      if (!unpickler_.run()) {
+        finish();
+        done_ = true;
+      }
+    }
+    out = queue_.front();
+    queue_.pop_front();
+    ++index_;
+    return true;
+  }
+
+  std::string position() const override {
+    return fmt::format("trace entry {} (near byte offset {})", index_, unpickler_.offset());
+  }
+  std::uint64_t bytes_read() const override { return bytes_->bytes_read(); }
+  std::uint64_t bytes_total() const override { return bytes_->bytes_total(); }
+  const Snapshot* final_state() const override { return done_ ? &final_ : nullptr; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw TraceError(fmt::format("{}: offset {}: {}", header_.path, unpickler_.offset(), what));
+  }
+
+  void convert(std::int32_t device, const Value& e) {
+    if (e.kind != Kind::dict) fail(fmt::format("device_traces[{}] holds an entry that is not a dict", device));
+    const Value* action = e.find("action");
+    if (!action || action->kind != Kind::string) fail("trace entry without a string \"action\"");
+    auto a = parse_action(action->text);
+    if (!a) {
+      // Newer PyTorch versions add actions (e.g. "annotate"); they carry no memory change.
+      ++skipped_unknown_;
+      return;
+    }
+    TraceRecord r;
+    r.action = *a;
+    r.device = device;
+    bool has_addr = false, has_size = false;
+    r.addr = u64_field(e, "addr", &has_addr);
+    r.size = u64_field(e, "size", &has_size);
+    r.stream = u64_field(e, "stream");
+    std::int64_t t = 0;
+    if (const Value* tv = e.find("time_us"); tv && tv->to_i64(t)) r.time_ns = us_to_ns(t);
+    r.device_free = u64_field(e, "device_free");
+    if (!has_size) fail(fmt::format("\"{}\" trace entry without an integer \"size\"", action->text));
+    if (!has_addr && r.action != Action::oom && r.action != Action::snapshot)
+      fail(fmt::format("\"{}\" trace entry without an integer \"addr\"", action->text));
+    queue_.push_back(r);
+  }
+
+  void finish() {
+    const ValuePtr& root = unpickler_.result();
+    const Value* segments = nullptr;
+    if (root->kind == Kind::dict) {
+      segments = root->find("segments");
+      if (const Value* s = root->find("allocator_settings"); s && s->kind == Kind::dict) {
+        if (const Value* conf = s->find("PYTORCH_CUDA_ALLOC_CONF"); conf && conf->kind == Kind::string)
+          header_.settings = conf->text;
+      }
+    } else if (root->kind == Kind::list) {
+      segments = root.get();  // torch.cuda.memory_snapshot(): the segments only
+    } else {
+      fail("the pickle holds neither a snapshot dict nor a list of segments");
+    }
+    if (!segments) return;
+    if (segments->kind != Kind::list) fail("\"segments\" is not a list");
+    for (const auto& sp : segments->items) {
+      const Value& s = *sp;
+      if (s.kind != Kind::dict) fail("a segment that is not a dict");
+      SegmentSnapshot seg;
+      std::int64_t dev = 0;
+      if (const Value* d = s.find("device")) d->to_i64(dev);
+      seg.device = static_cast<std::int32_t>(dev);
+      seg.address = u64_field(s, "address");
+      seg.total_size = u64_field(s, "total_size");
+      seg.allocated_size = u64_field(s, "allocated_size");
+      seg.active_size = u64_field(s, "active_size");
+      seg.requested_size = u64_field(s, "requested_size");
+      seg.stream = u64_field(s, "stream");
+      if (const Value* t = s.find("segment_type"); t && t->kind == Kind::string) seg.is_large = t->text != "small";
+      if (const Value* x = s.find("is_expandable"); x && x->kind == Kind::boolean) seg.is_expandable = x->boolean;
+      std::uint64_t addr = seg.address;
+      if (const Value* blocks = s.find("blocks"); blocks && blocks->kind == Kind::list) {
+        for (const auto& bp : blocks->items) {
+          if (bp->kind != Kind::dict) fail("a block that is not a dict");
+          BlockSnapshot b;
+          bool has_addr = false;
+          b.address = u64_field(*bp, "address", &has_addr);
+          if (!has_addr) b.address = addr;  // MemoryViz's rule: segment address + cumulative sizes
+          b.size = u64_field(*bp, "size");
+          b.requested_size = u64_field(*bp, "requested_size");
+          if (const Value* st = bp->find("state"); st && st->kind == Kind::string) {
+            if (st->text == "active_allocated") b.state = BlockState::active_allocated;
+            else if (st->text == "active_pending_free" || st->text == "active_awaiting_free")
+              b.state = BlockState::active_pending_free;
+            else b.state = BlockState::inactive;
+          }
+          addr = b.address + b.size;
+          seg.blocks.push_back(b);
+        }
+      }
+      final_.segments.push_back(std::move(seg));
+    }
+    std::sort(final_.segments.begin(), final_.segments.end(),
+              [](const SegmentSnapshot& a, const SegmentSnapshot& b) { return a.address < b.address; });
+  }
+
+  std::unique_ptr<ByteSource> bytes_;
+  pickle::Unpickler unpickler_;
+  TraceHeader header_;
+  std::deque<TraceRecord> queue_;
+  Snapshot final_;
+  std::uint64_t index_ = 0;
+  std::uint64_t skipped_unknown_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<TraceReader> open_snapshot_trace(const std::string& path) {
+  return std::make_unique<SnapshotReader>(path);
+}
+
+}  // namespace vramtrace

@@ -1,0 +1,86 @@
+#include "readers/trace_paths.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "readers/open_trace.h"
+
+namespace vramtrace {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+bool is_trace_file_name(const std::string& name, const TracePathOptions& options) {
+  std::string base = name;
+  for (const char* c : {".gz", ".zst"}) {
+    if (ends_with(base, c)) {
+      base.resize(base.size() - std::char_traits<char>::length(c));
+      break;
+    }
+  }
+  if (ends_with(base, ".jsonl") || ends_with(base, ".pickle") || ends_with(base, ".pkl")) return true;
+  return options.include_summary_json && ends_with(base, ".json");
+}
+
+std::vector<std::string> expand_trace_paths(const std::vector<std::string>& args, const TracePathOptions& options) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& p) {
+    std::error_code ec;
+    fs::path canon = fs::weakly_canonical(fs::path(p), ec);
+    std::string key = ec ? p : canon.string();
+    if (p == "-" || seen.insert(key).second) out.push_back(p);
+  };
+  for (const auto& a : args) {
+    std::error_code ec;
+    if (a == "-") {
+      add(a);
+      continue;
+    }
+    if (fs::is_directory(a, ec)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(a, ec)) {
+        if (!entry.is_regular_file(ec)) continue;
+        std::string name = entry.path().filename().string();
+        if (is_trace_file_name(name, options)) found.push_back(entry.path().string());
+      }
+      if (ec) throw TraceError(a + ": cannot list the directory: " + ec.message());
+      if (found.empty())
+        throw TraceError(
+            a + ": the directory holds no trace (files ending in .jsonl, .jsonl.gz, .jsonl.zst, .pickle, .pkl" +
+            std::string(options.include_summary_json ? ", .json" : "") + ")");
+      std::sort(found.begin(), found.end());
+      for (const auto& f : found) add(f);
+      continue;
+    }
+    if (fs::exists(a, ec) || a.find_first_of("*?[") == std::string::npos) {
+      add(a);
+      continue;
+    }
+    glob_t g{};
+    int rc = ::glob(a.c_str(), 0, nullptr, &g);
+    std::vector<std::string> matches;
+    if (rc == 0)
+      for (std::size_t i = 0; i < g.gl_pathc; ++i) matches.emplace_back(g.gl_pathv[i]);
+    globfree(&g);
+    if (matches.empty()) throw TraceError(a + ": no file matches this pattern");
+    std::sort(matches.begin(), matches.end());
+    for (const auto& m : matches) {
+      if (fs::is_directory(m, ec)) continue;  // a pattern names files; `dir/*` skips subdirectories
+      add(m);
+    }
+  }
+  return out;
+}
+
+}  // namespace vramtrace

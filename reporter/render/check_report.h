@@ -1,0 +1,41 @@
+// Output formats of `vramtrace check`: text for people, JSON with everything, JUnit XML for CI
+// test tabs, GitHub Actions workflow commands for annotations.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analyses/budgets.h"
+
+namespace vramtrace {
+
+/// One line per budget result ("FAIL", "PASS", "????" for unknown), then a verdict line.
+std::string render_check_text(const std::vector<BudgetResult>& results);
+
+/// {"exit_code", "verdict", "results": [{budget, trace, device, verdict, unit, measured, allowed,
+/// measured_text, allowed_text, message, details}], "measures": [per device figures]}.
+nlohmann::json check_json(const std::vector<BudgetResult>& results, const std::vector<DeviceMeasures>& measures);
+
+/// A JUnit XML report (valid against the Jenkins/Ant junit-10.xsd, tests/data/junit-10.xsd):
+/// one <testsuite> per trace, one <testcase> per budget and device (classname
+/// "vramtrace.check.<trace file name>.device<N>", name the budget), <failure> for an exceeded
+/// budget and <error> for one that could not be judged.
+std::string render_check_junit(const std::vector<BudgetResult>& results);
+
+/// GitHub Actions workflow commands: `::error file=F,title=T::MESSAGE` for each failed or
+/// unjudged budget, then a plain summary line. `file` is what the annotation points at (the
+/// budget file when there is one, else the trace).
+std::string render_check_github(const std::vector<BudgetResult>& results, const std::string& file);
+
+/// GitHub's escaping for a workflow command's message: % -> %25, CR -> %0D, LF -> %0A
+/// (actions/toolkit, packages/core/src/command.ts escapeData).
+std::string github_escape_data(std::string_view s);
+/// For a property value (file=, title=): escape_data plus ':' -> %3A and ',' -> %2C.
+std::string github_escape_property(std::string_view s);
+/// XML text/attribute escaping (& < > " '), dropping characters XML 1.0 forbids.
+std::string xml_escape(std::string_view s);
+
+}  // namespace vramtrace

@@ -1,0 +1,37 @@
+// `vramtrace report`: one self-contained HTML page (inline CSS and JS, no network) with, per
+// device, allocated/active/reserved over time against the capacity, OOM and mark markers, hover
+// values and zoom; the allocator's segments and blocks at the peak and at each OOM; the biggest
+// allocations; the summary tables and settings.
+//
+// Safety: the page's only dynamic content is one JSON document embedded in a
+// <script type="application/json"> element, with '<', '>', '&', U+2028 and U+2029 escaped and
+// invalid UTF-8 replaced; the script inserts every string with textContent, never as HTML. A
+// trace from someone else therefore cannot run script in the reader's browser.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/trace_model.h"
+
+namespace vramtrace {
+
+struct ReportOptions {
+  std::size_t max_segments_drawn = 400;        ///< per state; the largest are kept
+  std::size_t max_blocks_per_segment = 600;    ///< further blocks are merged into one run
+  std::string title;                           ///< default: the trace names
+};
+
+/// The data the page draws, as JSON (also used by tests).
+nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOptions& options = {});
+
+/// The whole page. Deterministic for a given input.
+std::string render_report_html(const std::vector<TraceModel>& models, const ReportOptions& options = {});
+
+/// Serialises `j` for embedding inside <script type="application/json">: invalid UTF-8 replaced,
+/// and '<', '>', '&', U+2028, U+2029 written as \u escapes so that no "</script>" or HTML comment
+/// can form.
+std::string json_for_script(const nlohmann::json& j);
+
+}  // namespace vramtrace

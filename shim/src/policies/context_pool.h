@@ -1,0 +1,143 @@
+// One caching allocator per CUDA context, and the registry that finds it.
+//
+// Pools are per context (driver programs may create several per device) and therefore per
+// device for runtime programs, which use one primary context per device. A pool dies with its
+// context: Note [context reset drops the cache].
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <atomic>
+#include <vector>
+
+#include "base/cuda_api.h"
+#include "policies/memory_cap.h"
+#include "vramtrace/caching_allocator.h"
+#include "vramtrace/cuda_driver_device.h"
+
+namespace vramtrace::shim {
+
+class ContextPool {
+ public:
+  ContextPool(CUcontext ctx, int device, bool primary, const CudaDriverApi& api,
+              const AllocatorSettings& settings, EventSink* sink);
+
+  const CUcontext ctx;
+  const int device;
+  const bool primary;  ///< the device's primary context (what the runtime uses)
+  CudaDriverDevice backend;
+  /// What the allocator allocates from: `backend`, counted against the device's cap (memory_cap.h).
+  CappedDevice capped;
+  CachingAllocator allocator;
+
+  // Note [lazy sync before reuse] (reuse:lazy_sync, the default). cudaFree synchronises
+  // implicitly, so a program may free a buffer that a kernel still reads and rely on the next
+  // cudaMalloc of that memory being safe. We therefore remember the ranges freed by cuMemFree_v2
+  // since the last device synchronisation. When the allocator hands out a block that overlaps
+  // one of them, we synchronise the context once before returning it; that one synchronisation
+  // makes every range freed before it safe, so they are all forgotten together (batched). A
+  // synchronisation the program does itself (cuCtxSynchronize) counts too. Blocks that do not
+  // overlap a recently freed range (fresh segments, blocks freed long ago) need no sync at all.
+  // Stream-ordered frees (cuMemFreeAsync) never enter the set: the allocator only reuses them
+  // on the same stream, or after an event (Note [stream-ordered reuse]).
+
+  // Note [single stream needs no sync] (reuse:lazy_sync). While every stream the process has
+  // used is the legacy default stream, all device work is ordered on that one stream: the kernel
+  // that last used a freed block was submitted before the free (program order, then our lock),
+  // and whatever uses the block next is submitted after the allocation, on the same stream. The
+  // reuse is then stream-ordered and needs no synchronisation, exactly as PyTorch's own cache
+  // reuses a block on its stream at once. The first sign of another stream -- cuStreamCreate or
+  // cuStreamCreateWithPriority succeeding (cudart's stream calls reach them), a per-thread
+  // default stream in a _ptsz launch or allocation -- ends that for the whole process
+  // (note_other_stream): every block freed so far becomes unsynchronised in every pool
+  // (mark_all_unsynced), so the next reuse synchronises once, and from then on frees are
+  // remembered as below. Not seen: work a driver-API program puts on CU_STREAM_PER_THREAD through
+  // a legacy (non-_ptsz) launch from several threads; reuse:device_sync covers that case.
+
+  /// Remembers [addr, addr + bytes) as freed in the current epoch.
+  void note_freed(DevicePtr addr, std::uint64_t bytes) noexcept;
+  /// Whether [addr, addr + bytes) overlaps a range freed since the last synchronisation.
+  bool overlaps_unsynced(DevicePtr addr, std::uint64_t bytes) noexcept;
+  /// Begins a device synchronisation; returns its epoch for end_sync.
+  std::uint64_t begin_sync() noexcept;
+  /// After a successful synchronisation begun at `epoch`: forgets every range freed before it.
+  void end_sync(std::uint64_t epoch) noexcept;
+  /// One lazy synchronisation (cuCtxSynchronize on this context, which must be current).
+  void sync_for_reuse() noexcept;
+  /// Everything freed so far counts as unsynchronised: the next reuse of any block synchronises
+  /// first (Note [single stream needs no sync]). Thread-safe.
+  void mark_all_unsynced() noexcept;
+
+  // IPC: a block whose handle was exported is never reused (the importer may still map it):
+  // its free is quarantined (research/interposition.md 5.5).
+  void mark_exported(DevicePtr addr) noexcept;
+  bool take_exported(DevicePtr addr) noexcept;
+
+  /// Set when the pool's context was reset or destroyed (then it is out of the registry).
+  std::atomic<bool> dropped{false};
+
+ private:
+  std::mutex mu_;
+  std::uint64_t epoch_ = 0;
+  std::map<DevicePtr, std::pair<DevicePtr, std::uint64_t>> unsynced_;  // start -> (end, epoch)
+  bool all_unsynced_ = false;            // mark_all_unsynced since the last sync
+  std::uint64_t all_unsynced_epoch_ = 0;  // the epoch it was marked in
+  std::set<DevicePtr> exported_;
+  std::atomic<bool> any_exported_{false};  // lets take_exported skip the lock when nothing was
+};
+
+/// Result of looking a pointer up in every pool.
+struct Owner {
+  ContextPool* pool = nullptr;  ///< null: not ours
+  bool live = false;            ///< a live block (else: inside our cache, not live)
+  BlockInfo block;
+};
+
+/// All live pools. Lookups are lock-free: pools sit in a fixed array of atomic slots and a pool
+/// object is never destroyed (a dropped pool is abandoned and leaks its host-side bookkeeping,
+/// a few KiB per context reset), so a pointer read from a slot stays valid forever. Creation and
+/// dropping take a mutex. Never holds a lock across a driver call that can block.
+class PoolRegistry {
+ public:
+  static constexpr int kMaxPools = 64;
+  /// The pool of the calling thread's current context, created on first use. Null when no
+  /// context is current, the driver is missing, all slots are taken, or creation failed.
+  ContextPool* current() noexcept;
+  /// The live pool of `ctx`, or null.
+  ContextPool* find(CUcontext ctx) noexcept;
+  /// Which pool `addr` belongs to.
+  Owner owner_of(DevicePtr addr) noexcept;
+  /// Idle cached bytes of the pools on `device` (what cuMemGetInfo adds to free).
+  std::uint64_t cached_free_bytes(int device) noexcept;
+  /// Drops (abandons, without any driver call) the pools of a context, or of the primary context
+  /// of a device. Returns how many were dropped.
+  int drop_context(CUcontext ctx) noexcept;
+  int drop_primary(int device) noexcept;
+  /// Every live pool, for stats.
+  std::vector<ContextPool*> all() noexcept;
+  /// Process exit or fork child: abandon every backend; in the child also forget the pools.
+  void abandon_all(bool forget) noexcept;
+
+ private:
+  ContextPool* create(CUcontext ctx) noexcept;
+  template <class Pred>
+  int drop_if(Pred pred) noexcept;
+  std::mutex mu_;  // creation and dropping only
+  std::atomic<ContextPool*> slots_[kMaxPools] = {};
+};
+
+PoolRegistry& pools() noexcept;
+
+/// Whether frees must be remembered and reuses checked for a synchronisation: reuse:device_sync,
+/// or reuse:lazy_sync once the process has used a stream other than the legacy default stream
+/// (Note [single stream needs no sync]). Cheap: one relaxed load on the allocation path.
+bool reuse_needs_sync() noexcept;
+
+/// The process used a stream other than the legacy default stream (first call: every pool's
+/// freed blocks become unsynchronised). Thread-safe; cheap after the first call.
+void note_other_stream() noexcept;
+
+}  // namespace vramtrace::shim

@@ -1,0 +1,82 @@
+#include "policies/passthrough.h"
+
+#include <mutex>
+#include <new>
+#include <unordered_map>
+
+#include "base/counters.h"
+#include "policies/memory_cap.h"
+#include "base/real.h"
+
+namespace vramtrace::shim {
+namespace {
+
+// Kinds of forwarded memory that occupy device memory, counted by the cap (memory_cap.h). Managed
+// memory migrates on demand (not resident), host and arrays are not device bytes we can size.
+bool device_resident(PassKind k) noexcept {
+  return k == PassKind::device || k == PassKind::pitched || k == PassKind::pool || k == PassKind::vmm;
+}
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, PassThrough> live;
+};
+
+Registry& registry() noexcept {
+  static Registry* r = new Registry;  // never destroyed: frees may come during exit
+  return *r;
+}
+
+}  // namespace
+
+int current_device() noexcept {
+  const DriverTable* d = driver();
+  CUdevice dev = 0;
+  if (!d || !d->cuCtxGetDevice || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;
+  return dev;
+}
+
+void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, PassKind kind, std::uint16_t entry,
+                       std::uint64_t stream) noexcept {
+  PassThrough p{size_bytes, kind, current_device()};
+  try {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().live[addr] = p;
+  } catch (...) {
+    return;  // out of host memory: untracked, its free will be forwarded as unknown
+  }
+  if (device_resident(kind)) hold(p.device, size_bytes, /*force=*/true);
+  bump(g_counters.passthrough_allocs);
+  emit(Action::segment_alloc, addr, size_bytes, stream, entry, kind, p.device);
+}
+
+std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t entry, std::uint64_t stream) noexcept {
+  PassThrough p;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    auto it = registry().live.find(addr);
+    if (it == registry().live.end()) return std::nullopt;
+    p = it->second;
+    registry().live.erase(it);
+  }
+  if (device_resident(p.kind)) unhold(p.device, p.size_bytes);
+  bump(g_counters.passthrough_frees);
+  emit(Action::segment_free, addr, p.size_bytes, stream, entry, p.kind, p.device);
+  return p;
+}
+
+bool passthrough_contains(std::uint64_t addr) noexcept {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().live.count(addr) != 0;
+}
+
+void passthrough_after_fork_child() noexcept {
+  new (&registry().mu) std::mutex;  // the parent may have held it at fork
+  // A parent thread may have been inside an insert at fork: the old table is abandoned (leaked),
+  // not walked.
+  new (&registry().live) std::unordered_map<std::uint64_t, PassThrough>;
+}
+
+void passthrough_init() noexcept { (void)registry(); }
+
+}  // namespace vramtrace::shim

@@ -1,0 +1,34 @@
+// Memory that bypasses the caching allocator but is traced: which pointers we forwarded, so that
+// their free is traced too and never mistaken for an unknown pointer.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "base/sink.h"
+
+namespace vramtrace::shim {
+
+struct PassThrough {
+  std::uint64_t size_bytes = 0;
+  PassKind kind = PassKind::device;
+  int device = 0;
+};
+
+/// Records a forwarded allocation (address or handle) and emits segment_alloc (aux = kind).
+void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, PassKind kind, std::uint16_t entry,
+                       std::uint64_t stream = 0) noexcept;
+/// Forgets a forwarded allocation and emits segment_free; nullopt (no event) if unknown.
+std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t entry, std::uint64_t stream = 0) noexcept;
+/// Whether `addr` is a forwarded allocation we still track.
+bool passthrough_contains(std::uint64_t addr) noexcept;
+/// Drops every record (fork child). No events.
+void passthrough_after_fork_child() noexcept;
+/// Creates the registry now (library load), so that a fork child never meets its lazy
+/// initialisation half done by a thread that did not survive the fork.
+void passthrough_init() noexcept;
+
+/// Device ordinal of the calling thread's current context (0 if none).
+int current_device() noexcept;
+
+}  // namespace vramtrace::shim

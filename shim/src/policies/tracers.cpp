@@ -1,0 +1,137 @@
+// Tracing of forwarded calls (policy TRACE of hooks.def). Memory that bypasses the cache is
+// recorded as segment_alloc/segment_free (or segment_map/segment_unmap for virtual memory) with
+// Event::aux = PassKind (sink.h), so that reports count all of the program's device memory.
+#include "policies/tracers.h"
+
+#include "policies/capture.h"
+#include "policies/context_pool.h"
+#include "base/counters.h"
+#include "policies/passthrough.h"
+#include "base/sink.h"
+#include "base/streams.h"
+
+namespace vramtrace::shim {
+
+void note_custom_mem_pool() noexcept;  // driver_memory.cpp
+
+namespace {
+std::uint64_t handle_value(const void* h) noexcept { return reinterpret_cast<std::uintptr_t>(h); }
+}  // namespace
+
+// Note [capture passes through] (capture.h): track which streams are capturing.
+void Tracer<Hook::cuStreamBeginCapture_v2>::after(std::uint16_t, CUresult r, CUstream s, CUstreamCaptureMode) noexcept {
+  if (r == CUDA_SUCCESS) capture_begin(stream_key(s, false));
+}
+void Tracer<Hook::cuStreamBeginCapture_v2_ptsz>::after(std::uint16_t, CUresult r, CUstream s,
+                                                        CUstreamCaptureMode) noexcept {
+  if (r == CUDA_SUCCESS) capture_begin(stream_key(s, true));
+}
+void Tracer<Hook::cuStreamEndCapture>::after(std::uint16_t, CUresult, CUstream s, CUgraph*) noexcept {
+  capture_end(stream_key(s, false));
+}
+void Tracer<Hook::cuStreamEndCapture_ptsz>::after(std::uint16_t, CUresult, CUstream s, CUgraph*) noexcept {
+  capture_end(stream_key(s, true));
+}
+
+// Note [single stream needs no sync] (context_pool.h): the first stream other than the legacy
+// default stream ends the lazy_sync policy's sync-free reuse.
+void Tracer<Hook::cuStreamCreate>::after(std::uint16_t, CUresult r, CUstream*, unsigned int) noexcept {
+  if (r == CUDA_SUCCESS) note_other_stream();
+}
+void Tracer<Hook::cuStreamCreateWithPriority>::after(std::uint16_t, CUresult r, CUstream*, unsigned int, int) noexcept {
+  if (r == CUDA_SUCCESS) note_other_stream();
+}
+void Tracer<Hook::cuLaunchKernel_ptsz>::after(std::uint16_t, CUresult, CUfunction, unsigned int, unsigned int,
+                                              unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                                              CUstream, void**, void**) noexcept {
+  note_other_stream();
+}
+void Tracer<Hook::cuLaunchKernelEx_ptsz>::after(std::uint16_t, CUresult, const CUlaunchConfig*, CUfunction, void**,
+                                                void**) noexcept {
+  note_other_stream();
+}
+void Tracer<Hook::cuLaunchCooperativeKernel_ptsz>::after(std::uint16_t, CUresult, CUfunction, unsigned int,
+                                                         unsigned int, unsigned int, unsigned int, unsigned int,
+                                                         unsigned int, unsigned int, CUstream, void**) noexcept {
+  note_other_stream();
+}
+void Tracer<Hook::cuGraphLaunch_ptsz>::after(std::uint16_t, CUresult, CUgraphExec, CUstream) noexcept {
+  note_other_stream();
+}
+
+void Tracer<Hook::cuMemAllocManaged>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t bytes,
+                                            unsigned int) noexcept {
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, PassKind::managed, entry);
+}
+void Tracer<Hook::cuMemAllocPitch_v2>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t* pitch, size_t,
+                                             size_t height, unsigned int) noexcept {
+  if (r == CUDA_SUCCESS && p && pitch) passthrough_alloc(*p, *pitch * height, PassKind::pitched, entry);
+}
+void Tracer<Hook::cuMemAllocFromPoolAsync>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t bytes,
+                                                  CUmemoryPool, CUstream s) noexcept {
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, PassKind::pool, entry, stream_key(s, false).value);
+}
+void Tracer<Hook::cuMemAllocFromPoolAsync_ptsz>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t bytes,
+                                                       CUmemoryPool, CUstream s) noexcept {
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, PassKind::pool, entry, stream_key(s, true).value);
+}
+void Tracer<Hook::cuDeviceSetMemPool>::after(std::uint16_t, CUresult r, CUdevice, CUmemoryPool) noexcept {
+  if (r == CUDA_SUCCESS) note_custom_mem_pool();
+}
+
+void Tracer<Hook::cuMemHostAlloc>::after(std::uint16_t entry, CUresult r, void** p, size_t bytes, unsigned int) noexcept {
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(handle_value(*p), bytes, PassKind::host, entry);
+}
+void Tracer<Hook::cuMemAllocHost_v2>::after(std::uint16_t entry, CUresult r, void** p, size_t bytes) noexcept {
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(handle_value(*p), bytes, PassKind::host, entry);
+}
+void Tracer<Hook::cuMemFreeHost>::after(std::uint16_t entry, CUresult r, void* p) noexcept {
+  if (r == CUDA_SUCCESS) passthrough_free(handle_value(p), entry);
+}
+
+void Tracer<Hook::cuArrayCreate_v2>::after(std::uint16_t entry, CUresult r, CUarray* a,
+                                           const CUDA_ARRAY_DESCRIPTOR*) noexcept {
+  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, PassKind::array, entry);
+}
+void Tracer<Hook::cuArray3DCreate_v2>::after(std::uint16_t entry, CUresult r, CUarray* a,
+                                             const CUDA_ARRAY3D_DESCRIPTOR*) noexcept {
+  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, PassKind::array, entry);
+}
+void Tracer<Hook::cuArrayDestroy>::after(std::uint16_t entry, CUresult r, CUarray a) noexcept {
+  if (r == CUDA_SUCCESS) passthrough_free(handle_value(a), entry);
+}
+void Tracer<Hook::cuMipmappedArrayCreate>::after(std::uint16_t entry, CUresult r, CUmipmappedArray* a,
+                                                 const CUDA_ARRAY3D_DESCRIPTOR*, unsigned int) noexcept {
+  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, PassKind::array, entry);
+}
+void Tracer<Hook::cuMipmappedArrayDestroy>::after(std::uint16_t entry, CUresult r, CUmipmappedArray a) noexcept {
+  if (r == CUDA_SUCCESS) passthrough_free(handle_value(a), entry);
+}
+
+// Virtual memory (PyTorch expandable segments, NCCL): physical memory lives from cuMemCreate to
+// cuMemRelease (and the last unmap); host-located cuMemCreate is not device memory and is not
+// counted (HAMi-core #187).
+void Tracer<Hook::cuMemCreate>::after(std::uint16_t entry, CUresult r, CUmemGenericAllocationHandle* h, size_t size,
+                                      const CUmemAllocationProp* prop, unsigned long long) noexcept {
+  if (r != CUDA_SUCCESS || !h || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
+  passthrough_alloc(*h, size, PassKind::vmm, entry);
+}
+void Tracer<Hook::cuMemRelease>::after(std::uint16_t entry, CUresult r, CUmemGenericAllocationHandle h) noexcept {
+  if (r == CUDA_SUCCESS) passthrough_free(h, entry);
+}
+void Tracer<Hook::cuMemMap>::after(std::uint16_t entry, CUresult r, CUdeviceptr p, size_t size, size_t,
+                                   CUmemGenericAllocationHandle, unsigned long long) noexcept {
+  if (r == CUDA_SUCCESS) emit(Action::segment_map, p, size, 0, entry, PassKind::vmm, current_device());
+}
+void Tracer<Hook::cuMemUnmap>::after(std::uint16_t entry, CUresult r, CUdeviceptr p, size_t size) noexcept {
+  if (r == CUDA_SUCCESS) emit(Action::segment_unmap, p, size, 0, entry, PassKind::vmm, current_device());
+}
+
+// IPC: an exported block of ours is quarantined at its free (never reused; research 5.5).
+void Tracer<Hook::cuIpcGetMemHandle>::after(std::uint16_t, CUresult r, CUipcMemHandle*, CUdeviceptr p) noexcept {
+  if (r != CUDA_SUCCESS) return;
+  Owner o = pools().owner_of(p);
+  if (o.pool && o.live) o.pool->mark_exported(p);
+}
+
+}  // namespace vramtrace::shim

@@ -1,0 +1,56 @@
+// What a generated TRACE/PASS wrapper does after forwarding a call: Tracer<Hook::name>::after.
+// The primary template does nothing (PASS); each TRACE hook of hooks.def has a specialisation in
+// tracers.cpp. `entry` is the outermost entry point (Note [count once]); `r` the real result.
+#pragma once
+
+#include <cstdint>
+
+#include "base/hooks.h"
+
+namespace vramtrace::shim {
+
+template <Hook H>
+struct Tracer {
+  template <class... A>
+  static void after(std::uint16_t, CUresult, A...) noexcept {}
+};
+
+#define VT_TRACER(name, ...)                                                   \
+  template <>                                                                  \
+  struct Tracer<Hook::name> {                                                  \
+    static void after(std::uint16_t entry, CUresult r, __VA_ARGS__) noexcept;  \
+  };
+
+VT_TRACER(cuStreamBeginCapture_v2, CUstream, CUstreamCaptureMode)
+VT_TRACER(cuStreamBeginCapture_v2_ptsz, CUstream, CUstreamCaptureMode)
+VT_TRACER(cuStreamEndCapture, CUstream, CUgraph*)
+VT_TRACER(cuStreamEndCapture_ptsz, CUstream, CUgraph*)
+VT_TRACER(cuStreamCreate, CUstream*, unsigned int)
+VT_TRACER(cuStreamCreateWithPriority, CUstream*, unsigned int, int)
+VT_TRACER(cuLaunchKernel_ptsz, CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+          unsigned int, unsigned int, CUstream, void**, void**)
+VT_TRACER(cuLaunchKernelEx_ptsz, const CUlaunchConfig*, CUfunction, void**, void**)
+VT_TRACER(cuLaunchCooperativeKernel_ptsz, CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+          unsigned int, unsigned int, unsigned int, CUstream, void**)
+VT_TRACER(cuGraphLaunch_ptsz, CUgraphExec, CUstream)
+VT_TRACER(cuMemAllocManaged, CUdeviceptr*, size_t, unsigned int)
+VT_TRACER(cuMemAllocPitch_v2, CUdeviceptr*, size_t*, size_t, size_t, unsigned int)
+VT_TRACER(cuMemAllocFromPoolAsync, CUdeviceptr*, size_t, CUmemoryPool, CUstream)
+VT_TRACER(cuMemAllocFromPoolAsync_ptsz, CUdeviceptr*, size_t, CUmemoryPool, CUstream)
+VT_TRACER(cuDeviceSetMemPool, CUdevice, CUmemoryPool)
+VT_TRACER(cuMemHostAlloc, void**, size_t, unsigned int)
+VT_TRACER(cuMemAllocHost_v2, void**, size_t)
+VT_TRACER(cuMemFreeHost, void*)
+VT_TRACER(cuArrayCreate_v2, CUarray*, const CUDA_ARRAY_DESCRIPTOR*)
+VT_TRACER(cuArray3DCreate_v2, CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*)
+VT_TRACER(cuArrayDestroy, CUarray)
+VT_TRACER(cuMipmappedArrayCreate, CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned int)
+VT_TRACER(cuMipmappedArrayDestroy, CUmipmappedArray)
+VT_TRACER(cuMemCreate, CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)
+VT_TRACER(cuMemRelease, CUmemGenericAllocationHandle)
+VT_TRACER(cuMemMap, CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)
+VT_TRACER(cuMemUnmap, CUdeviceptr, size_t)
+VT_TRACER(cuIpcGetMemHandle, CUipcMemHandle*, CUdeviceptr)
+#undef VT_TRACER
+
+}  // namespace vramtrace::shim

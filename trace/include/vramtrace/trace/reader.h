@@ -1,0 +1,120 @@
+// The reader interface every trace format implements (vramtrace's own here; PyTorch's allocator
+// history and snapshot pickles in reporter/readers), and the opener of vramtrace's own format.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "vramtrace/event.h"
+#include "vramtrace/snapshot.h"
+
+namespace vramtrace {
+
+/// Unusable input: a message that names the file and the line (text formats) or byte offset
+/// (binary formats). Commands print it and exit with code 2.
+class TraceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One allocator action read from a trace, in PyTorch's terms.
+struct TraceRecord {
+  Action action = Action::alloc;
+  DevicePtr addr = 0;
+  std::uint64_t size = 0;       ///< requested bytes for alloc/free_*; segment or range bytes for segment_*
+  std::uint64_t stream = 0;
+  std::int64_t time_ns = 0;     ///< as recorded (PyTorch: time_us * 1000, Unix epoch); 0 if absent
+  std::int32_t device = 0;
+  std::uint64_t device_free = 0;  ///< oom only
+  /// alloc and free_*: the block bytes handed out, when the trace records them (vramtrace traces:
+  /// "b", or "r" when "b" is absent); 0 = not recorded (PyTorch's traces): the model derives
+  /// it with the allocator's rounding rules.
+  std::uint64_t block_size = 0;
+  /// oom only: the allocator's num_alloc_retries at the failure (this OOM's own retry included);
+  /// -1 when the trace does not say (PyTorch's traces, vramtrace format 1.0).
+  std::int64_t oom_retries = -1;
+  /// For segment_* records of vramtrace traces: 0 when the segment is the caching allocator's
+  /// own, otherwise the kind of memory the shim passed through untouched ("k" in
+  /// docs/trace-format.md: 1 device, 2 managed, 3 pitched, 4 pool, 5 pinned host, 6 array,
+  /// 7 VMM). Passed-through memory is outside the allocator: replay never drives the allocator
+  /// with it, and pinned host memory (5) is not device memory. Always 0 for PyTorch's traces.
+  std::uint8_t memory_kind = 0;
+};
+
+/// What a trace says about itself before its events.
+struct TraceHeader {
+  std::string path;
+  std::string format;            ///< "torchtrace", "snapshot" or "vramtrace"
+  std::string workload;          ///< free text (torchtrace header "workload", command line, ...)
+  /// Allocator settings string in force (PYTORCH_CUDA_ALLOC_CONF). For snapshots it is known
+  /// only once next() returned false (`allocator_settings` follows `device_traces` in the pickle).
+  std::string settings;
+  std::uint64_t device_total_bytes = 0;  ///< 0 when unknown; the lowest-numbered device's
+  /// Total memory in bytes by CUDA ordinal, when the trace names its devices (vramtrace: the
+  /// header's `devices` and later `device` records; the shim's totals are the capped ones);
+  /// empty otherwise. Use total_bytes_of.
+  std::vector<std::pair<std::int32_t, std::uint64_t>> device_totals;
+
+  /// Total memory of `device` in bytes: its own entry, else device_total_bytes when the trace
+  /// does not name devices (PyTorch's traces describe one device); 0 when unknown. O(devices).
+  std::uint64_t total_bytes_of(std::int32_t device) const noexcept {
+    if (device_totals.empty()) return device_total_bytes;
+    for (const auto& [d, b] : device_totals)
+      if (d == device) return b;
+    return 0;
+  }
+  /// The traced process, when the trace says (vramtrace traces; PyTorch's traces do not): its
+  /// pid (0 = unknown), host name, rank and rank within the host as the launcher set them ("" =
+  /// none), and CUDA_VISIBLE_DEVICES (unset = not recorded or not set). Merged reports of several
+  /// traces use them to name processes and to find each process's own device.
+  std::int64_t pid = 0;
+  std::string host;
+  std::string rank;
+  std::string local_rank;
+  std::optional<std::string> cuda_visible_devices;
+  /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any:
+  /// for a vramtrace trace, those of its lowest-numbered device.
+  std::vector<std::pair<std::string, std::int64_t>> recorded_stats;
+  /// The same per device, when the trace records them per device (vramtrace's trailer); empty
+  /// otherwise. Reports compare each device with its own entry (recorded_stats_of).
+  std::vector<std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>> recorded_device_stats;
+
+  /// The recorded statistics of `device`: its own entry when the trace has per-device figures,
+  /// else recorded_stats (PyTorch's traces describe one device). Null when the trace has figures
+  /// per device but none for this one.
+  const std::vector<std::pair<std::string, std::int64_t>>* recorded_stats_of(std::int32_t device) const noexcept {
+    if (recorded_device_stats.empty()) return &recorded_stats;
+    for (const auto& [d, stats] : recorded_device_stats)
+      if (d == device) return &stats;
+    return nullptr;
+  }
+};
+
+/// A streaming reader: memory stays bounded whatever the trace's length.
+class TraceReader {
+ public:
+  virtual ~TraceReader() = default;
+  virtual const TraceHeader& header() const = 0;
+  /// Reads the next record; false at the end. Throws TraceError on malformed input.
+  virtual bool next(TraceRecord& out) = 0;
+  /// Where the reader is, for messages ("line 1234", "offset 5678").
+  virtual std::string position() const = 0;
+  /// For snapshots: the segments recorded at the end of the trace (empty if none).
+  virtual const Snapshot* final_state() const { return nullptr; }
+  /// True when the input ended early (cut last line, missing trailer).
+  virtual bool incomplete() const { return false; }
+  /// Input bytes consumed so far and the input's size (compressed, as on disk; total 0 when
+  /// unknown), for progress lines.
+  virtual std::uint64_t bytes_read() const { return 0; }
+  virtual std::uint64_t bytes_total() const { return 0; }
+};
+
+/// vramtrace's own JSON Lines format (docs/trace-format.md); open_trace dispatches here when the
+/// first line is a header with "format": "vramtrace". Throws TraceError.
+std::unique_ptr<TraceReader> open_vramtrace_trace(const std::string& path);
+
+}  // namespace vramtrace
