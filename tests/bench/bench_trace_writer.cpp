@@ -1,4 +1,5 @@
-// Trace writer and reader benchmarks (issue 4, docs/benchmarks.md "Trace writer and reader").
+// Trace writer and reader benchmarks (targets and figures: docs/benchmarks.md, "Trace writer and
+// reader").
 //
 //   append      ns per record() on the calling thread (median over batches of 4096)
 //   sustained   events per second the background thread formats and writes to a file

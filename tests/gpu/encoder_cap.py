@@ -1,4 +1,4 @@
-"""Transformer encoder training with random sequence lengths (measurements/h200.md: 8 layers,
+"""Transformer encoder training with random sequence lengths (docs/h200.md: 8 layers,
 d=1024, sequence length 64..2048), for scripts/gpu-cap-check.sh (issue 7).
 
 Deterministic: seed 0 for the lengths, the weights and the data; the last step is forced to the

@@ -72,7 +72,7 @@ class ContextPool {
   void mark_all_unsynced() noexcept;
 
   // IPC: a block whose handle was exported is never reused (the importer may still map it):
-  // its free is quarantined (research/interposition.md 5.5).
+  // its free is quarantined (docs/interposition.md, "IPC handles").
   void mark_exported(DevicePtr addr) noexcept;
   bool take_exported(DevicePtr addr) noexcept;
 
