@@ -1,4 +1,4 @@
-"""Training steps for the shim's GPU checks (scripts/gpu-compat.sh).
+"""Training steps for the shim's GPU checks (scripts/gpu-check.sh: steps compat, bench, trace).
 
 Prints one line `RESULT {json}` with the loss of every step (float.hex, for bit-identical
 comparison with and without the shim), step times, and PyTorch's own allocator statistics.
