@@ -3,8 +3,9 @@
 #
 # Usage:
 #   scripts/gpu-check.sh --list                         the steps, what each checks, its typical time
-#   scripts/gpu-check.sh carry [DEST]                   on the CPU machine: build what the GPU steps
-#                                                       need and stage it in DEST (default .carry/gpu)
+#   scripts/gpu-check.sh carry [--no-build] [DEST]      on the CPU machine: build what the GPU steps
+#                                                       need and stage it in DEST (default .carry/gpu);
+#                                                       --no-build stages what the build already holds
 #   scripts/gpu-check.sh [--budget SECONDS] [STEP...]   on the GPU machine: run the steps in the order
 #                                                       given (default: every GPU step, cheapest first)
 #
@@ -27,7 +28,7 @@
 #                        (BENCH_ARGS='--rounds 3 --models gpt2 --variants native,front')
 #   STEPS, ROUNDS        training steps and rounds of step trace (default 20 and 3)
 #   STEP_TIMEOUT         per-run limit inside steps cap and multi (default 100 s)
-#   VRAMTRACE_GPU_BUILD  build directory of `carry` (default build-gpu)
+#   VRAMTRACE_GPU_BUILD  build directory of `carry` (default build-gpu, a Release build)
 # Exit: 0 when no step failed, 1 when one did, 2 on a usage error, 77 (ctest's skip code) when no
 # GPU is present.
 set -uo pipefail
@@ -61,16 +62,29 @@ step_field() {  # step field(2 = minimum, 3 = GPUs)
 # `vramtrace` loads that is not glibc's or the C++ runtime (the GPU machine lacks the Debian
 # packages: simdjson, fmt, ...).
 carry() {
-  local dest=${1:-.carry/gpu} build=${VRAMTRACE_GPU_BUILD:-build-gpu}
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVRAMTRACE_BUILD_BENCH=OFF \
-    -DVRAMTRACE_BUILD_TESTS=ON >/dev/null || return 1
-  local targets=(vramtrace vramtrace_shim)
-  # The nvcc programs exist only where nvcc was found; without them the compat steps build them
-  # on the GPU machine.
-  if cmake --build "$build" --target help 2>/dev/null | grep -q vramtrace_gpu_programs; then
-    targets+=(vramtrace_gpu_programs)
+  local dest=.carry/gpu build=${VRAMTRACE_GPU_BUILD:-build-gpu} do_build=1 a
+  for a in "$@"; do
+    case $a in
+      --no-build) do_build=0 ;;
+      -*) echo "gpu-check carry: unknown option $a" >&2; return 2 ;;
+      *) dest=$a ;;
+    esac
+  done
+  if ((do_build)); then
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVRAMTRACE_BUILD_BENCH=OFF \
+      -DVRAMTRACE_BUILD_TESTS=ON >/dev/null || return 1
+    local targets=(vramtrace vramtrace_shim)
+    # The nvcc programs exist only where nvcc was found; without them the compat steps build them
+    # on the GPU machine.
+    if cmake --build "$build" --target help 2>/dev/null | grep -q vramtrace_gpu_programs; then
+      targets+=(vramtrace_gpu_programs)
+    fi
+    cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" || return 1
   fi
-  cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" || return 1
+  local f
+  for f in "$build/bin/vramtrace" "$build/shim/libvramtrace.so"; do
+    [[ -e $f ]] || { echo "gpu-check carry: no $f (build it, or leave out --no-build)" >&2; return 2; }
+  done
   rm -rf "$dest"
   mkdir -p "$dest/bin" "$dest/shim" "$dest/gpu" "$dest/lib"
   cp "$build/bin/vramtrace" "$dest/bin/"
