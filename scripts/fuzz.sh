@@ -4,6 +4,7 @@
 # lists them), up to --jobs J fuzzing processes at a time.
 #
 # Usage: scripts/fuzz.sh [SECONDS] [--minutes M] [--jobs J] [--merge] [--out DIR] [TARGET...]
+#        scripts/fuzz.sh carry [--no-build] [DEST]     stage the binaries for another machine (below)
 #   --minutes M  long run: M minutes per target in libFuzzer's fork mode, which goes on after a
 #                finding, so that one run collects every finding (short runs stop at the first)
 #   --jobs J     fuzzing processes at once (default 1). With more jobs than targets, every target
@@ -14,8 +15,8 @@
 #                <work>/out)
 #   TARGET       only these targets (names as in tests/fuzz/fuzz_<name>.cpp)
 # Environment:
-#   FUZZ_BIN_DIR   prebuilt binaries (scripts/fuzz-carry.sh stages them, with fuzz-targets.tsv and
-#                  their shared libraries in lib/): nothing is built; run from a source checkout
+#   FUZZ_BIN_DIR   prebuilt binaries (`scripts/fuzz.sh carry` stages them, with fuzz-targets.tsv
+#                  and their shared libraries in lib/): nothing is built; run from a source checkout
 #                  (corpora, dictionaries and seeds are read from it)
 #   FUZZ_WORK_DIR  working directory (default build-fuzz/fuzz-work, or /tmp/vramtrace-fuzz-work
 #                  with FUZZ_BIN_DIR)
@@ -26,8 +27,76 @@
 # DIR/corpus-new/<target>/ (long runs and --merge). Exit 1 if any target found something.
 # A finding: copy it to tests/fuzz/regressions/<target>/ (replayed by ctest
 # "fuzz-regressions: <target>" in every build), fix the bug.
+#
+# Long runs on another machine: `scripts/fuzz.sh carry` builds the libFuzzer executables (preset
+# "fuzz", target fuzz_engines) unless --no-build, and copies into DEST (default .carry/fuzz,
+# git-ignored)
+#   fuzz_<name>          every libFuzzer executable of build-fuzz/tests/fuzz
+#   fuzz-targets.tsv     their settings, corpus and seed directories (relative to the checkout)
+#   lib/                 every shared library they load that is not glibc's (ldd): libstdc++,
+#                        libgcc_s, fmt, simdjson, zlib, ... so that a machine without the Debian
+#                        packages runs them (FUZZ_BIN_DIR puts lib/ on LD_LIBRARY_PATH)
+# --no-build stages what $FUZZ_BUILD_DIR (default build-fuzz) already holds. Then, in a checkout
+# of the same commit on that machine (glibc 2.36 or newer, Debian 12's, which built the binaries):
+#   FUZZ_BIN_DIR=.carry/fuzz scripts/fuzz.sh --minutes 30 --jobs "$(nproc)" --out "$OUT"
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+carry() {
+  local build=1 dest=.carry/fuzz a
+  for a in "$@"; do
+    case $a in
+      --no-build) build=0 ;;
+      -*) echo "fuzz.sh carry: unknown option $a" >&2; exit 2 ;;
+      *) dest=$a ;;
+    esac
+  done
+  if ((build)); then
+    scripts/setup-deps.sh
+    cmake --preset fuzz >/dev/null
+    cmake --build build-fuzz -j"$(nproc)" --target fuzz_engines
+  fi
+  local build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
+  ((build)) && build_dir=build-fuzz
+  local manifest=$build_dir/fuzz-targets.tsv
+  [[ -f $manifest ]] || { echo "fuzz.sh carry: no $manifest: configure with cmake --preset fuzz" >&2; exit 2; }
+
+  rm -rf "$dest"
+  mkdir -p "$dest/lib"
+  cp "$manifest" "$dest/"
+  # glibc's own libraries (and the vDSO) stay: they must match the machine's kernel interface and
+  # loader; everything else is copied.
+  local glibc='^(linux-vdso|linux-gate|ld-linux.*|libc|libm|libpthread|libdl|librt|libresolv|libutil|libanl|libnsl|libmvec)\.so'
+  local bins=() name bin soname path
+  while IFS=$'\t' read -r name _; do
+    [[ -z $name || $name == \#* ]] && continue
+    bin=$build_dir/tests/fuzz/fuzz_$name
+    [[ -x $bin ]] || { echo "fuzz.sh carry: $bin is missing: build target fuzz_engines" >&2; exit 2; }
+    cp "$bin" "$dest/"
+    bins+=("$bin")
+  done <"$manifest"
+
+  for bin in "${bins[@]}"; do
+    # "libfoo.so.1 => /path/libfoo.so.1 (0x...)"; a library ldd cannot find is an error here.
+    if ldd "$bin" | grep -q 'not found'; then
+      ldd "$bin" | grep 'not found' >&2
+      exit 2
+    fi
+    ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r soname path; do
+      [[ $soname =~ $glibc ]] && continue
+      [[ -e $dest/lib/$soname ]] || cp -L "$path" "$dest/lib/$soname"
+    done
+  done
+
+  echo "fuzz: staged in $dest:"
+  ls -l "$dest" "$dest/lib" | sed 's/^/  /'
+  du -sh "$dest" | sed 's/^/  total /'
+}
+if [[ ${1:-} == carry ]]; then
+  shift
+  carry "$@"
+  exit 0
+fi
 
 seconds=20
 minutes=

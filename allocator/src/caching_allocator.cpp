@@ -1,6 +1,6 @@
 // The caching allocator of one device. Each rule follows PyTorch's native allocator
-// (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator); ../shared/research/pytorch_allocator.md
-// summarises them with worked examples. Differences from PyTorch are named notes below.
+// (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator); docs/pytorch-allocator.md
+// states them with worked examples. Differences from PyTorch are named notes below.
 //
 // Layout of the state:
 //   segment (one device allocation, or one expandable address range)

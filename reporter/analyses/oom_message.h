@@ -2,7 +2,8 @@
 // cudaMallocAsync backend's, TensorFlow's BFC allocator and XLA/JAX. The reader only records what
 // the text says; arithmetic and the verdict live in diagnosis.h.
 //
-// Message layouts are listed in ../shared/research/pytorch_allocator.md section 9.
+// Message layouts are listed in docs/pytorch-allocator.md, "The OOM message across PyTorch
+// versions".
 #pragma once
 
 #include <cstdint>

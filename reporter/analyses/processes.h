@@ -1,7 +1,7 @@
 // Several traces of one job (one per process: DDP, torchrun, mpirun), merged into the process x
 // device view: who holds how much on which device, how unevenly the devices are loaded, and which
 // process holds memory on a device other than its own (a frequent cause of OOMs on device 0:
-// case C10 of ../shared/cases.md). Used by `summary`, `report` and `oom` when given several
+// case C10 of docs/cases.md). Used by `summary`, `report` and `oom` when given several
 // traces; docs/reports.md, "Several processes and devices", states the rules.
 #pragma once
 

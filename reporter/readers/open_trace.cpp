@@ -1,4 +1,5 @@
-// open_trace: format detection and the registry of JSON Lines formats (trace_reader.h).
+// open_trace: format detection and the registry of JSON Lines formats (open_trace.h; the
+// TraceReader interface is vramtrace/trace/reader.h).
 #include "readers/open_trace.h"
 
 #include <map>

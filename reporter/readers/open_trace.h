@@ -13,7 +13,7 @@ namespace vramtrace {
 ///  - first byte 0x80 (pickle PROTO): a PyTorch snapshot (torch.cuda.memory._dump_snapshot);
 ///  - a first line that is a JSON object with "format": NAME: the format registered as NAME;
 ///  - a first line that is a JSON object with "kind": "header", or with "action" (an entry):
-///    PyTorch's allocator history as JSON lines ("torchtrace", ../shared/traces/README.md).
+///    PyTorch's allocator history as JSON lines ("torchtrace", tests/data/torch-h200/README.md).
 /// Throws TraceError if the file cannot be opened or is of no known format.
 std::unique_ptr<TraceReader> open_trace(const std::string& path);
 

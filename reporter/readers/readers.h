@@ -1,4 +1,5 @@
-// The built-in trace readers behind open_trace (reporter/include/vramtrace/trace_reader.h).
+// The built-in trace readers behind open_trace (open_trace.h; the TraceReader interface is
+// vramtrace/trace/reader.h).
 #pragma once
 
 #include <memory>

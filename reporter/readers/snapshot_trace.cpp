@@ -1,7 +1,7 @@
 // Reader of PyTorch snapshot pickles (torch.cuda.memory._dump_snapshot; see
-// ../shared/research/pytorch_allocator.md §12.2): yields `device_traces` entries of every
-// device as they are unpickled, then `segments` as final_state() and `allocator_settings` as
-// the header's settings.
+// docs/pytorch-allocator.md, "Snapshots and the allocator history"): yields `device_traces` entries
+// of every device as they are unpickled, then `segments` as final_state() and `allocator_settings`
+// as the header's settings.
 #include <algorithm>
 #include <deque>
 

@@ -1,5 +1,5 @@
 // Reader of PyTorch's allocator history written as JSON lines (see readers.h and
-// ../shared/traces/README.md). Entries are parsed with simdjson's on-demand API.
+// tests/data/torch-h200/README.md). Entries are parsed with simdjson's on-demand API.
 #include <simdjson.h>
 
 #include <cstring>

@@ -1,4 +1,4 @@
-// Fault shapes from public bug reports (../shared/cases.md), as allocator tests with their right values.
+// Fault shapes from public bug reports (docs/cases.md), as allocator tests with their right values.
 #include "test_support.h"
 
 using namespace vramtrace;

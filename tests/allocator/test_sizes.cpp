@@ -1,5 +1,5 @@
 // Rounding, pool choice and segment sizes: the worked vectors of PyTorch's allocator
-// (../shared/research/pytorch_allocator.md section 2.3).
+// (docs/pytorch-allocator.md, "Sizes and rounding").
 #include "test_support.h"
 
 using namespace vramtrace;

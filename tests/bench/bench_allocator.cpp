@@ -1,4 +1,4 @@
-// Allocator micro-benchmarks (issue 2, Done-when 7):
+// Allocator micro-benchmarks, each against its target (docs/benchmarks.md, "Targets"):
 //  - a cache-hit allocate+free pair on one thread (target: <= 100 ns median);
 //  - replay of a real PyTorch trace through the allocator alone (target: >= 5 M events/s);
 //  - cost per operation with 1,000 versus 100,000 live blocks (target: within 1.5x).

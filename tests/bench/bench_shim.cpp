@@ -4,7 +4,7 @@
 //   LD_LIBRARY_PATH=<build>/tests/shim/fakelib LD_PRELOAD=<build>/shim/libvramtrace.so
 //   [VRAMTRACE_CONF=reuse:stream_ordered] <build>/tests/shim/roads/bench_shim
 // Without LD_PRELOAD it measures the fake driver itself (calloc/free of host memory), which is
-// only a sanity baseline: the real driver costs ~74 us per pair (measurements/h200.md).
+// only a sanity baseline: the real driver costs ~74 us per pair (docs/h200.md).
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -28,7 +28,7 @@ static void BM_malloc_free_pair(benchmark::State& state) {
 }
 BENCHMARK(BM_malloc_free_pair)->Arg(512)->Arg(1 << 20)->Arg(20 << 20);
 
-// 64 live slots, sizes log-uniform 512 B .. 64 MiB (the random mix of measurements/h200.md).
+// 64 live slots, sizes log-uniform 512 B .. 64 MiB (the random mix of docs/h200.md).
 static void BM_random_mix(benchmark::State& state) {
   std::vector<void*> slots(64, nullptr);
   unsigned x = 12345;

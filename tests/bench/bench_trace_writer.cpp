@@ -1,8 +1,8 @@
-// Trace writer and reader benchmarks (issue 4, docs/benchmarks.md "Trace writer and reader").
+// Trace writer and reader benchmarks (targets and figures: docs/benchmarks.md, "Targets").
 //
 //   append      ns per record() on the calling thread (median over batches of 4096)
 //   sustained   events per second the background thread formats and writes to a file
-//   bytes       bytes per event line for the event mix of the shared PyTorch traces
+//   bytes       bytes per event line for the event mix of the real PyTorch traces
 //   reader      events per second read back by open_vramtrace_trace
 #include <benchmark/benchmark.h>
 #include <sys/stat.h>
@@ -75,7 +75,7 @@ std::vector<std::string> gz_lines(const std::string& path) {
   return lines;
 }
 
-// The shared PyTorch traces (tests/data/torch-h200) as the shim would record them: PyTorch's
+// The real PyTorch traces (tests/data/torch-h200) as the shim would record them: PyTorch's
 // actions, addresses, sizes and streams; block bytes rounded to 512 B for allocs; one 7-digit
 // thread id; entry point 1; times shifted to 100 s after the origin (a run already going for a
 // while, so "t" has 12 digits).
@@ -183,7 +183,7 @@ void BM_WriterSustained(benchmark::State& state) {
 }
 BENCHMARK(BM_WriterSustained)->Arg(0)->Arg(1)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
 
-// Bytes per event line, uncompressed and zstd, for the shared traces' mix (header and trailer
+// Bytes per event line, uncompressed and zstd, for the real traces' mix (header and trailer
 // excluded).
 void BM_BytesPerEventSharedMix(benchmark::State& state) {
   const std::vector<Event> mix = shared_mix();

@@ -18,8 +18,8 @@ using namespace vramtrace;
 
 namespace {
 
-// What the reader treats as white space (normalise in reporter/src/oom_message.cpp): spaces and
-// every control character, so that a figure split by one (a byte 0x16 between "1.8" and "GiB",
+// What the reader treats as white space (normalise in reporter/analyses/oom_message.cpp): spaces
+// and every control character, so that a figure split by one (a byte 0x16 between "1.8" and "GiB",
 // fuzz finding) compares equal.
 std::string without_space(std::string_view s) {
   std::string out;

@@ -1,4 +1,4 @@
-// Fuzz target: the pickle reader (reporter/src/pickle.cpp) over raw bytes, with and without the
+// Fuzz target: the pickle reader (reporter/readers/pickle.cpp) over raw bytes, with and without the
 // snapshot reader's streaming rule, and once with tight limits.
 //
 // Properties checked on every input:

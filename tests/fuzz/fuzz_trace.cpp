@@ -1,6 +1,6 @@
 // Fuzz target: open_trace and every reader behind it, on one input file: format and compression
 // detection (plain, gzip, zstd), PyTorch's JSON-lines history (torch_trace.cpp), snapshot pickles
-// (snapshot_trace.cpp over pickle.cpp) and vramtrace's own format (vramtrace_trace.cpp).
+// (snapshot_trace.cpp over pickle.cpp) and vramtrace's own format (trace/src/vramtrace_reader.cpp).
 // A trace comes from someone else: no input may crash, hang or exhaust memory.
 //
 // Properties checked on every input:

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 #ifdef VRAMTRACE_FUZZ_LEAKS_OK
 // Targets that unpickle: reference cycles made through the pickle memo are not freed (documented
-// in reporter/src/pickle.h, bounded by the input's size); LeakSanitizer would report them.
+// in reporter/readers/pickle.h, bounded by the input's size); LeakSanitizer would report them.
 extern "C" const char* __lsan_default_options() { return "detect_leaks=0"; }
 #endif
 

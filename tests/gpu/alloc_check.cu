@@ -1,4 +1,4 @@
-// GPU check program for libvramtrace.so (scripts/gpu-compat.sh): built with nvcc both with the
+// GPU check program for libvramtrace.so (scripts/gpu-check.sh compat): built with nvcc both with the
 // default static cudart and with -cudart shared. It checks what the program sees (data written
 // by kernels survives, a freed-and-reallocated buffer is not overwritten while a kernel on another
 // stream still reads it: Note [lazy sync before reuse]), counts its own allocation calls for the

@@ -1,5 +1,6 @@
-"""What a capped device looks like from Python (scripts/gpu-cap-check.sh, issue 7): prints
-RESULT {"mem_get_info": [free, total], "props_total": ..., "nvml": {...} or null}."""
+"""What a capped device looks like from Python (step `cap` of scripts/gpu-check.sh,
+tests/gpu/cap_check.sh): prints RESULT {"mem_get_info": [free, total], "props_total": ..., "nvml":
+{...} or null}."""
 import ctypes
 import json
 

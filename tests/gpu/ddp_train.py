@@ -1,5 +1,6 @@
-"""A small DDP training for scripts/gpu-multi-check.sh (issue 8): one process per GPU, started by
-torchrun (`python3 -m torch.distributed.run --standalone --nproc_per_node 2 ddp_train.py`).
+"""A small DDP training for step `multi` of scripts/gpu-check.sh (tests/gpu/multi_check.sh): one
+process per GPU, started by torchrun (`python3 -m torch.distributed.run --standalone
+--nproc_per_node 2 ddp_train.py`).
 
 Each rank selects its own GPU from LOCAL_RANK before any other CUDA call, builds a small
 transformer encoder, wraps it in DistributedDataParallel (NCCL) and trains a few steps on random

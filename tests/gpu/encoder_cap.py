@@ -1,5 +1,5 @@
-"""Transformer encoder training with random sequence lengths (measurements/h200.md: 8 layers,
-d=1024, sequence length 64..2048), for scripts/gpu-cap-check.sh (issue 7).
+"""Transformer encoder training with random sequence lengths (docs/h200.md: 8 layers,
+d=1024, sequence length 64..2048), for step `cap` of scripts/gpu-check.sh (tests/gpu/cap_check.sh).
 
 Deterministic: seed 0 for the lengths, the weights and the data; the last step is forced to the
 longest length (2048) so that every run reaches the same peak (about 20 GB at batch 16 on the

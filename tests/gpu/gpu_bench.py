@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Step-time benchmarks of libvramtrace.so on the GPU, side by side and interleaved (issues 3, 4).
+"""Step-time benchmarks of libvramtrace.so on the GPU, side by side and interleaved
+(step `bench` of scripts/gpu-check.sh; figures in docs/benchmarks.md).
 
 Each round runs every variant once, in an order rotated from round to round, so that clock and
 thermal drift spread over all variants; a variant's figure is the median over rounds of each
@@ -12,8 +13,8 @@ Variants (torch_train.py, GPT-2 124M and Llama-style 1.1B training steps):
                   (the default; target <= 1.03x native, peak reserved <= native)
   tensor_ordered  the same with reuse:stream_ordered
   tensor_device   the same with reuse:device_sync (GPT-2 only)
-  tensor_traced   tensor mode with the full trace written (VRAMTRACE_OUTPUT, plain JSON Lines as `vramtrace run` writes by default; issue 4:
-                  target <= 1.03x the untraced tensor run)
+  tensor_traced   tensor mode with the full trace written (VRAMTRACE_OUTPUT, plain JSON Lines as `vramtrace run`
+                  writes by default; target <= 1.03x the untraced tensor run)
   tensor_ordered_traced
                   tensor_ordered with the full trace written: the tracing cost without the lazy
                   synchronisations, whose run-to-run spread (5-20 %) hides a 3 % effect
@@ -131,7 +132,7 @@ def main():
             rows.append(row)
 
     head = (f"GPU benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.rounds} rounds, "
-            f"{round(time.time() - gc.T0)} s; command: scripts/gpu-bench.sh {' '.join(sys.argv[1:])}")
+            f"{round(time.time() - gc.T0)} s; command: tests/gpu/gpu_bench.py {' '.join(sys.argv[1:])}")
     keys = ["model", "variant", "step_ms", "ratio", "target", "runs_ms", "peak_reserved", "front_shim_peak_reserved",
             "ratio_vs_untraced", "trace_bytes", "lazy_syncs", "other_streams_seen", "runtime_fast_allocs",
             "calls_cudaMalloc", "losses_identical_to_native", "ok"]

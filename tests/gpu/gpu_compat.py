@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Runs every GPU check of libvramtrace.so in one go (issue 3, "Done when") and prints a compact
-Markdown table; also writes it, a JSON file and all logs under $OUT (or ./gpu-compat-out).
+"""Runs the compatibility checks of libvramtrace.so in one go (step `compat` of
+scripts/gpu-check.sh) and prints a compact Markdown table; also writes it, a JSON file and all logs
+under $OUT (or ./gpu-compat-out).
 
 Each row runs a program without the shim and with it (LD_PRELOAD), and compares:
   - the program's results (exit code, checksums / loss values after N steps: bit-identical),
@@ -275,7 +276,7 @@ def gb(x):
 
 
 def bench_rows(R):
-    """GPT-2 124M and Llama-style 1.1B training steps, side by side in one run (issue 3, item 2):
+    """GPT-2 124M and Llama-style 1.1B training steps, side by side in one run:
     shim in front of PyTorch's default allocator (target <= 1.01x native), shim in tensor mode
     (PYTORCH_NO_CUDA_MEMORY_CACHING=1, target <= 1.03x) under each reuse policy, and the shim's
     peak reserved in tensor mode against PyTorch's native peak reserved."""
@@ -335,7 +336,7 @@ def write_table(out):
     for r in ROWS:
         lines.append("| " + " | ".join(str(r.get(k, "")) for k in keys) + " |")
     head = (f"GPU compatibility run, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
-            f"{round(time.time() - T0)} s, command: scripts/gpu-compat.sh {' '.join(sys.argv[1:])}; "
+            f"{round(time.time() - T0)} s, command: tests/gpu/gpu_compat.py {' '.join(sys.argv[1:])}; "
             f"logs: {os.path.join(out, 'logs')}/<name>.<plain|shim>.<out|err>")
     try:
         head += "\n\n" + subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",

@@ -1,4 +1,4 @@
-"""JAX under a cap (scripts/gpu-cap-check.sh, issue 7): XLA's default BFC allocator preallocates
+"""JAX under a cap (step `cap` of scripts/gpu-check.sh): XLA's default BFC allocator preallocates
 XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75) of the device memory it sees through cuMemGetInfo.
 Prints RESULT {"bytes_limit": ..., "memory_stats": {...}, "checksum": ...}."""
 import json

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU validation of `vramtrace check --no-leaks` (issue 6): a PyTorch training loop with a
-# deliberate 1 MiB-per-step leak is caught, the same loop without it passes. Two inputs:
+# GPU validation of `vramtrace check --no-leaks` (step `leak` of scripts/gpu-check.sh; docs/ci.md):
+# a PyTorch training loop with a deliberate 1 MiB-per-step leak is caught, the same loop without it
+# passes. Two inputs:
 #   1. PyTorch's own allocator history (tests/gpu/train_leak.py --out), no shim needed;
 #   2. the shim's trace under `vramtrace run --tensors` (skipped when libvramtrace.so is absent).
 # Usage: tests/gpu/leak_check.sh [BUILD_DIR] [OUT_DIR]     (BUILD_DIR default: build)
@@ -40,7 +41,7 @@ expect 0 "diff of the two runs" -- "$vt" diff "$out/noleak.torchtrace.jsonl" "$o
 
 echo "== 2. the shim's trace (vramtrace run --tensors)"
 if [[ -e "$build/shim/libvramtrace.so" || -n "${VRAMTRACE_LIB:-}" ]]; then
-  export PYTHONPATH="$PWD/scripts:${PYTHONPATH:-}"
+  export PYTHONPATH="$PWD/python:${PYTHONPATH:-}"  # vramtrace_mark, as `pip install ./python` would
   "$vt" run --tensors -o "$out/noleak.vramtrace.jsonl" -- python3 tests/gpu/train_leak.py --steps 40 || fail=1
   "$vt" run --tensors -o "$out/leak.vramtrace.jsonl" -- python3 tests/gpu/train_leak.py --steps 40 --leak || fail=1
   expect 0 "shim: no leak passes --no-leaks" -- "$vt" check "$out/noleak.vramtrace.jsonl" --no-leaks

@@ -1,10 +1,10 @@
-"""Training steps for the shim's GPU checks (scripts/gpu-compat.sh).
+"""Training steps for the shim's GPU checks (scripts/gpu-check.sh: steps compat, bench, trace).
 
 Prints one line `RESULT {json}` with the loss of every step (float.hex, for bit-identical
 comparison with and without the shim), step times, and PyTorch's own allocator statistics.
 Models are built from configs (no download): gpt2-small (4 layers, eager attention, deterministic
 algorithms: the correctness rows), gpt2 (124M, batch 8 x 1024, bf16 autocast, AdamW: as in
-../shared/measurements/h200.md), llama (1.1B, seq 2048, batch 4, gradient checkpointing).
+docs/h200.md), llama (1.1B, seq 2048, batch 4, gradient checkpointing).
 """
 import argparse
 import json

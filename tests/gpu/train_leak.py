@@ -5,9 +5,9 @@ with its graph in a list that is never cleared, the classic "losses.append(loss)
 
 It records the run two ways, so that both of vramtrace's inputs are exercised:
   --out FILE    PyTorch's own allocator history as JSON lines with a mark per step
-                (scripts/pytest_vramtrace.py TorchHistory); no LD_PRELOAD needed.
+                (python/pytest_vramtrace.py TorchHistory); no LD_PRELOAD needed.
   under `vramtrace run --tensors`, the shim's trace, with a mark per step through
-                scripts/vramtrace_mark.py (a no-op without the shim).
+                python/vramtrace_mark.py (a no-op without the shim).
 """
 import argparse
 import os
@@ -16,7 +16,7 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))  # or `pip install ./python`
 import pytest_vramtrace  # noqa: E402  (TorchHistory)
 
 try:

@@ -1,4 +1,4 @@
-"""One process, two GPUs (issue 8, scripts/gpu-multi-check.sh): the first half of an MLP on cuda:0,
+"""One process, two GPUs (step `multi` of scripts/gpu-check.sh): the first half of an MLP on cuda:0,
 the second half on cuda:1 (manual model parallelism), a few training steps. vramtrace must trace
 each device's memory separately in the one trace.
 

@@ -1,7 +1,7 @@
-// A traced program killed at random points (issue 9, fault injection): SIGKILL, SIGTERM and SIGINT
-// at random moments from the first microseconds (before or while the header is written) to well
-// into the run, with 1 to 8 threads recording. Whatever the moment, the trace on disk must be
-// valid up to the failure: open_trace reads it without error (only a cut last line or a missing
+// A traced program killed at random points (fault injection, docs/reliability.md): SIGKILL, SIGTERM
+// and SIGINT at random moments from the first microseconds (before or while the header is written)
+// to well into the run, with 1 to 8 threads recording. Whatever the moment, the trace on disk must
+// be valid up to the failure: open_trace reads it without error (only a cut last line or a missing
 // trailer, reported as incomplete), each thread's events appear in order with none duplicated or
 // skipped, and no event appears that was never recorded. A file holding no complete line (killed
 // before the header reached the disk) is the one exception: the reader refuses it with a clear

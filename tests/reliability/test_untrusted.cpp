@@ -1,5 +1,5 @@
-// Untrusted files (issue 9): a trace or snapshot from someone else must never hurt the person who
-// opens it.
+// Untrusted files (docs/reliability.md): a trace or snapshot from someone else must never hurt the
+// person who opens it.
 //  - The pickle reader executes nothing: pickles that call os.system through every road Python's
 //    pickle offers (GLOBAL+REDUCE, INST, STACK_GLOBAL, NEWOBJ) are refused with the opcode named,
 //    `vramtrace summary` exits 2, and the command they carry never runs.

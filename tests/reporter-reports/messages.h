@@ -1,5 +1,5 @@
-// OOM messages used by the tests: the cases of ../shared/cases.md (M1-M4, C2-C4, C12) and the real
-// message of ../shared/measurements/h200.md. Numbers are the cases'; wording follows each
+// OOM messages used by the tests: the cases of docs/cases.md (M1-M4, C2-C4, C12) and the real
+// message of docs/h200.md. Numbers are the cases'; wording follows each
 // framework's template of that era.
 #pragma once
 
@@ -15,7 +15,7 @@ inline constexpr const char* kM2 =
     "RuntimeError: CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0; 10.92 GiB total capacity; 8.57 MiB "
     "already allocated; 9.28 GiB free; 4.68 MiB cached)";
 
-// M3: the H200 message as quoted in measurements/h200.md (elided with "...").
+// M3: the H200 message as quoted in docs/h200.md (elided with "...").
 inline constexpr const char* kM3Quoted =
     "Tried to allocate 44.00 MiB ... this process has 15.31 GiB memory in use. 14.58 GiB allowed; Of the allocated\n"
     "memory 14.56 GiB is allocated by PyTorch, and 12.76 MiB is reserved by PyTorch but unallocated.";

@@ -1,4 +1,4 @@
-// Diagnoses of OOM messages (cases M1-M4, C2-C4, C12 of ../shared/cases.md) and the arithmetic shown.
+// Diagnoses of OOM messages (cases M1-M4, C2-C4, C12 of docs/cases.md) and the arithmetic shown.
 #include <catch2/catch.hpp>
 
 #include "analyses/diagnosis.h"

@@ -1,5 +1,5 @@
 // The process x device view of several traces (processes.h), on synthetic traces: case C10 of
-// ../shared/cases.md with its exact figures, each own-device rule, labels, the report's data and
+// docs/cases.md with its exact figures, each own-device rule, labels, the report's data and
 // the expansion of trace arguments (trace_paths.h).
 #include <unistd.h>
 

@@ -50,7 +50,7 @@ TEST_CASE("snapshot pickle: the model reaches PyTorch's recorded peaks", "[model
   auto m = build_trace_model(*reader);
   REQUIRE(m.devices.size() >= 1);
   const auto& st = m.devices[0].stats;
-  // ../shared/traces/README.md: peak allocated 1598815744 B, peak reserved 2000683008 B.
+  // tests/data/torch-h200/README.md: peak allocated 1598815744 B, peak reserved 2000683008 B.
   CHECK(st.allocated_bytes[kStatAll].peak == 1598815744);
   CHECK(st.reserved_bytes[kStatAll].peak == 2000683008);
   CHECK(m.devices[0].layout_conflicts == 0);

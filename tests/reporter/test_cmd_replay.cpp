@@ -1,4 +1,4 @@
-// `vramtrace replay` run as a process: output formats, exit codes, messages (Done-when 6).
+// `vramtrace replay` run as a process: output formats, exit codes, messages (docs/replay.md).
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-// The safe pickle reader and the snapshot TraceReader (cases S1, S2, S3 of ../shared/cases.md).
+// The safe pickle reader and the snapshot TraceReader (cases S1, S2, S3 of docs/cases.md).
 #include <catch2/catch.hpp>
 
 #include <map>

@@ -1,5 +1,6 @@
-// The replay engine on real PyTorch traces (Done-when 1, 2, 3 of issue 2) and on small
-// synthetic traces (deferred frees, OOMs, errors, the largest free block at the peak).
+// The replay engine on real PyTorch traces (the claim that replay reproduces PyTorch's own run: its
+// segment_alloc sequence and its peaks, docs/replay.md) and on small synthetic traces (deferred
+// frees, OOMs, errors, the largest free block at the peak).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -80,7 +81,7 @@ TEST_CASE("Done-when 1: real traces replay to PyTorch's segment_alloc sequence a
 }
 
 TEST_CASE("Done-when 2: expandable segments reserve no more than PyTorch did with them", "[replay][real]") {
-  // ../shared/measurements/h200.md: with expandable_segments:True PyTorch's reserved/requested
+  // docs/h200.md: with expandable_segments:True PyTorch's reserved/requested
   // was 1.070 for GPT-2 (three decimals, so the bound allows the rounding). For ResNet-50 no
   // expandable figure was measured; its bound is PyTorch's native peak reserved.
   {
@@ -99,7 +100,7 @@ TEST_CASE("Done-when 2: expandable segments reserve no more than PyTorch did wit
 }
 
 TEST_CASE("Done-when 3: the snapshot pickle replays to its recorded peaks, in protocols 2 to 5", "[replay][real]") {
-  // Peaks from ../shared/traces/README.md.
+  // Peaks from the traces' headers (tests/data/torch-h200/README.md).
   const std::int64_t kPeakAllocated = 1598815744, kPeakReserved = 2000683008;
   std::vector<std::string> paths = {test::data_path("torch-h200/encoder_varlen.snapshot.pickle")};
   for (int p = 2; p <= 5; ++p) paths.push_back(test::data_path("pickle/encoder_varlen.proto" + std::to_string(p) + ".pickle.gz"));

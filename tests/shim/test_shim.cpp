@@ -383,7 +383,7 @@ TEST_CASE("NVIDIA's real cudart 13 resolves the driver only through our wrappers
   rmdir(dir.c_str());
 }
 
-// ------------------------------------------------------------------------------ memory cap (issue 7)
+// ------------------------------------------------- memory cap (docs/configuration.md, "Memory cap")
 
 namespace {
 constexpr long long kMiB = 1 << 20;

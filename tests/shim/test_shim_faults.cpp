@@ -1,4 +1,4 @@
-// Fault injection through the fake driver (issue 9, docs/reliability.md): allocation failures at
+// Fault injection through the fake driver (docs/reliability.md): allocation failures at
 // every Nth call, synchronisation errors, a slow driver, fork in a multithreaded program, and
 // SIGKILL/SIGTERM/SIGINT at random moments, with libvramtrace.so preloaded and tracing.
 //

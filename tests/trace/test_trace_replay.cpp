@@ -1,6 +1,7 @@
 // Our trace as input to the reports: a real PyTorch run (tests/data/torch-h200) written through
 // the trace writer, opened with the generic open_trace and replayed, reproduces the statistics
-// its trailer recorded. The CPU-side counterpart of issue 4's Done-when 3.
+// its trailer recorded. The CPU-side counterpart of the GPU check that a traced PyTorch run
+// replays to its own trailer (`scripts/gpu-check.sh trace`).
 #include <catch2/catch.hpp>
 
 #include "trace_test_util.h"

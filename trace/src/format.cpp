@@ -1,4 +1,4 @@
-// Encoders for the trace's lines; the layout is drawn in trace_format.h and specified in
+// Encoders for the trace's lines; the layout is drawn in vramtrace/trace/format.h and specified in
 // docs/trace-format.md.
 #include "vramtrace/trace/format.h"
 

@@ -1,4 +1,4 @@
-// Output names and trace files (see trace_output.h).
+// Output names and trace files (see vramtrace/trace/output.h).
 #include "vramtrace/trace/output.h"
 
 #include <errno.h>

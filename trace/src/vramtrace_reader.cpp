@@ -558,7 +558,8 @@ class Reader final : public VramtraceTraceReader {
     out.addr = f.p;
     out.size = f.r;
     out.stream = f.s;
-    // Saturate: a hostile trace's offsets must not overflow (found by fuzzing, issue 9).
+    // Saturate: a hostile trace's offsets must not overflow (found by fuzzing: docs/reliability.md,
+    // finding 2).
     if (__builtin_add_overflow(details_.start_unix_ns, f.t, &out.time_ns))
       out.time_ns = f.t < 0 ? INT64_MIN : INT64_MAX;
     out.device = static_cast<std::int32_t>(f.d);

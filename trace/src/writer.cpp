@@ -1,4 +1,4 @@
-// The trace writer (see trace_writer.h for the design and Note [trace durability]).
+// The trace writer (see vramtrace/trace/writer.h for the design and Note [trace durability]).
 #include "vramtrace/trace/writer.h"
 
 #include <fcntl.h>

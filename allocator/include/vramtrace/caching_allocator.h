@@ -2,8 +2,8 @@
 // stream, splitting and merging, max_split_size, roundup_power2_divisions, garbage collection,
 // release-and-retry before an OOM, expandable segments) over a DeviceBackend.
 //
-// Every rule follows c10/cuda/CUDACachingAllocator.cpp; see ../shared/research/pytorch_allocator.md
-// and the named notes in caching_allocator.cpp.
+// Every rule follows c10/cuda/CUDACachingAllocator.cpp; docs/pytorch-allocator.md states them,
+// and the named notes in caching_allocator.cpp mark where we differ.
 #pragma once
 
 #include <cstdint>

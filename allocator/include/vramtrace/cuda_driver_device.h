@@ -4,7 +4,7 @@
 // The backend never links libcuda and never goes through the shim's exported symbols: the shim
 // hands it a table of the REAL driver functions (resolved with dlopen("libcuda.so.1") and the
 // real dlsym), so the allocator's own driver calls can never re-enter the shim's hooks (Note
-// [recursion guard] in shim/src/entry.h).
+// [recursion guard] in shim/src/base/entry.h).
 #pragma once
 
 #include <cuda.h>
@@ -44,7 +44,7 @@ struct CudaDriverApi {
 /// Maps a StreamId of the shim to the CUstream to record events on. The shim encodes the
 /// per-thread default stream of a thread as ((tid << 3) | 2): real stream handles are 8-byte
 /// aligned pointers, so such a value never equals one. See Note [per-thread default stream] in
-/// shim/src/streams.h.
+/// shim/src/base/streams.h.
 CUstream to_cu_stream(StreamId s) noexcept;
 
 /// One CUDA context's device memory, as a DeviceBackend.

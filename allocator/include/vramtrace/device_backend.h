@@ -18,7 +18,7 @@ struct MemInfo {
 using EventHandle = std::uint64_t;
 
 /// A device the caching allocator draws segments from. Implementations: SimulatedDevice
-/// (allocator/sim_device.h), CudaDriverDevice (allocator/cuda_driver_device.h), and adaptors such
+/// (vramtrace/sim_device.h), CudaDriverDevice (vramtrace/cuda_driver_device.h), and adaptors such
 /// as LimitingDevice that wrap another backend.
 ///
 /// Units: bytes and device addresses. Alignment: `allocate` returns addresses aligned to at least

@@ -63,7 +63,7 @@ struct Event {
   std::uint32_t thread_id = 0;   ///< kernel thread id (gettid) of the caller, 0 in replay
   Action action = Action::alloc;
   PoolKind pool = PoolKind::large;
-  std::uint16_t entry_point = 0; ///< shim's hook id (shim/hooks.def), 0 = not from the shim
+  std::uint16_t entry_point = 0; ///< shim's hook id (shim/src/base/hooks.def), 0 = not from the shim
   std::uint32_t reserved = 0;
 };
 static_assert(sizeof(Event) == 64, "Event must stay 64 bytes: it is copied into the trace ring buffer");

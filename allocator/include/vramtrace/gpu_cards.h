@@ -40,7 +40,7 @@ inline constexpr GpuCard kGpuCards[] = {
     {"RTX3090", 23.70, "GeForce RTX 3090 24 GB (GaoLii/DSP#10, xiaoxiangAQ/GAS-Net#7)"},
     {"RTX4090", 23.64, "GeForce RTX 4090 (3DTopia/Phidias-Diffusion#8); 23.68 in zai-org/CogVideo#36"},
     {"RTX5090", 31.37, "GeForce RTX 5090 (Wan-Video/Wan2.1#465)"},
-    {"H200", 140.40, "H200 141 GB: 143771 MiB measured on our GPU machine (measurements/h200.md)"},
+    {"H200", 140.40, "H200 141 GB: 143771 MiB measured on our GPU machine (docs/h200.md)"},
 };
 
 /// Lower-case, without '-', '_', ' ': "a100-80gb" == "A100_80GB" == "A100 80GB".

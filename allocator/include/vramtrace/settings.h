@@ -13,7 +13,7 @@
 namespace vramtrace {
 
 /// When the shim may hand a block that the program freed with cudaFree to a new request.
-/// Note [reuse policy] in shim/ explains each; replay ignores it.
+/// Note [reuse policy] (shim/src/policies/context_pool.h) explains each; replay ignores it.
 enum class ReusePolicy : std::uint8_t {
   lazy_sync,       ///< default: stream-ordered while the program has used only the legacy default
                    ///< stream; from its first other stream on, one device synchronisation before

@@ -1,4 +1,4 @@
-// Hook identities generated from hooks.def: the HookId enum (the `entry_point` of every event),
+// Hook identities generated from hooks.def: the Hook enum (the `entry_point` of every event),
 // names, levels, and the exported declarations.
 #pragma once
 

@@ -1,7 +1,7 @@
 // Finding the real functions behind our hooks: the real dlsym (through dlvsym), the driver
 // (dlopen("libcuda.so.1") + the real dlsym by exact ABI name), the runtime (the cudart the
 // program would have bound to), and the map from a real driver pointer to our wrapper of exactly
-// that variant (research/interposition.md 4.1-4.3).
+// that variant (docs/interposition.md: "Finding the real functions", "cuGetProcAddress").
 //
 // Everything here is lazy, lock-free and idempotent: it may run first from dlsym, from a
 // resolver before cuInit, or inside a dlopen constructor. No shim lock is ever held across

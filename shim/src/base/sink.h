@@ -1,4 +1,5 @@
-// Where the shim's events go: the trace writer (issue 4) behind a counting adaptor.
+// Where the shim's events go: the trace writer (vramtrace/trace/writer.h) behind a counting
+// adaptor, so that the stats file counts every event whether or not a trace is written.
 #pragma once
 
 #include <atomic>

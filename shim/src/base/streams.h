@@ -2,8 +2,9 @@
 //
 // Note [per-thread default stream]: stream 0 means the legacy default stream in a legacy entry
 // point but this thread's own default stream in a _ptsz entry point, and CU_STREAM_PER_THREAD
-// (0x2) means the latter anywhere (research/interposition.md 4.5). Blocks are reused at once only
-// on the same stream, so a per-thread stream must get a key of its own in every thread:
+// (0x2) means the latter anywhere (docs/interposition.md, "Per-thread default stream"). Blocks
+// are reused at once only on the same stream, so a per-thread stream must get a key of its own
+// in every thread:
 // ((tid << 3) | 2). Real stream handles are 8-byte aligned pointers and never take this form;
 // CU_STREAM_LEGACY (0x1) and 0 in a legacy entry point are the legacy stream, key 0.
 // to_cu_stream (cuda_driver_device.h) maps a key back for event records.

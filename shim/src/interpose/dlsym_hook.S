@@ -3,7 +3,7 @@
 // caller's, so RTLD_NEXT still means "after the caller" and RTLD_DEFAULT still searches the
 // caller's scope. A C++ forwarder cannot promise this with GCC 12 (no musttail); a normal call
 // makes the shim the caller and a library's RTLD_NEXT lookup resolves to itself (HAMi #2903,
-// research/interposition.md 4.2). tests/shim checks both cases.
+// docs/interposition.md, "dlsym rules"). tests/shim checks both cases.
 //
 //   void* dlsym(void* handle, const char* name):
 //     r = vt_dlsym_decide(handle, name)    // our wrapper, or 0 = "forward"

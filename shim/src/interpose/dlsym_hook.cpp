@@ -1,6 +1,6 @@
 // The decision half of our dlsym (the trampoline is dlsym_hook.S).
 //
-// Rules (research/interposition.md 4.2):
+// Rules (docs/interposition.md, "dlsym rules"):
 //  - the caller's handle is respected: we look the name up with the caller's handle first and
 //    substitute only if that lookup finds something (so a handle that does not define the name
 //    still gets NULL and glibc's dlerror);

@@ -1,10 +1,10 @@
 // Entry-point resolvers (policy WRAP): cuGetProcAddress (4 arguments, CUDA 11.3-11.8 ABI),
 // cuGetProcAddress_v2 (5 arguments, 12.0+), and the runtime's cudaGetDriverEntryPoint*.
 //
-// Rule (research/interposition.md 4.3): call the real resolver with the same arguments; only on
-// success with a non-null pointer, replace the pointer by our wrapper of exactly the function the
-// driver returned (pointer identity, so the cudaVersion/flags choice of ABI variant is the
-// driver's). This also covers the runtime's self-lookup of "cuGetProcAddress" at 11030 and at
+// Rule (docs/interposition.md, "cuGetProcAddress"): call the real resolver with the same arguments;
+// only on success with a non-null pointer, replace the pointer by our wrapper of exactly the
+// function the driver returned (pointer identity, so the cudaVersion/flags choice of ABI variant is
+// the driver's). This also covers the runtime's self-lookup of "cuGetProcAddress" at 11030 and at
 // 12000: the real resolver returns the real cuGetProcAddress / cuGetProcAddress_v2, which map to
 // our two wrappers, so every later lookup of that cudart goes through us (without this a static
 // cudart escapes: seen on the H200). Empty names (the runtime's probe), unknown names, NULL

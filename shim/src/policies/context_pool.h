@@ -72,7 +72,7 @@ class ContextPool {
   void mark_all_unsynced() noexcept;
 
   // IPC: a block whose handle was exported is never reused (the importer may still map it):
-  // its free is quarantined (research/interposition.md 5.5).
+  // its free is quarantined (docs/interposition.md, "IPC handles").
   void mark_exported(DevicePtr addr) noexcept;
   bool take_exported(DevicePtr addr) noexcept;
 
@@ -130,6 +130,22 @@ class PoolRegistry {
 };
 
 PoolRegistry& pools() noexcept;
+
+// Note [reuse policy] (`reuse` in VRAMTRACE_CONF, ReusePolicy in vramtrace/settings.h): when a
+// block the program freed with cudaFree/cuMemFree may serve the next request. cudaFree
+// synchronises implicitly and programs rely on it, while a cache hit does not; each policy is
+// one answer to that gap:
+//  - lazy_sync (default): reuse at once while the process has used only the legacy default
+//    stream (Note [single stream needs no sync]); from its first other stream on, one context
+//    synchronisation before a block that overlaps a range freed since the last synchronisation
+//    is handed out (Note [lazy sync before reuse]);
+//  - device_sync: that synchronisation from the start, for programs whose streams the shim
+//    cannot see;
+//  - stream_ordered: reuse at once on the same stream, as PyTorch's own cache does; safe only
+//    when the program orders its work on one stream;
+//  - none: no caching; every allocation and free is forwarded (and traced).
+// Stream-ordered allocations (cuMemAllocAsync) follow Note [stream-ordered reuse] under every
+// policy but none. reuse_needs_sync() below is where the first two differ at run time.
 
 /// Whether frees must be remembered and reuses checked for a synchronisation: reuse:device_sync,
 /// or reuse:lazy_sync once the process has used a stream other than the legacy default stream

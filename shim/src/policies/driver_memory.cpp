@@ -1,7 +1,7 @@
 // Device allocation hooks served by the caching allocator (policy CACHE). The REPORT hooks are in
 // memory_queries.cpp. See Note [count once] (entry.h), Note [lazy sync before reuse] (context_pool.h),
 // Note [per-thread default stream] (streams.h), Note [capture passes through] (capture.h),
-// Note [no CUDA call at exit] (lifecycle.h).
+// Note [no CUDA call at exit] (base/process.h).
 #include "policies/capture.h"
 #include "base/config.h"
 #include "policies/context_pool.h"
@@ -238,7 +238,7 @@ extern "C" CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
 }
 
 // Note [runtime fast path]: PyTorch in tensor mode calls cudaMalloc and cudaFree once per tensor
-// (about 1,500 of each per GPT-2 step, measurements/h200.md). The shared cudart would check its
+// (about 1,500 of each per GPT-2 step, docs/h200.md). The shared cudart would check its
 // own state and then call our cuMemAlloc_v2 through its driver table; when a context is current
 // on the thread -- the context cudart itself would use, since the runtime adopts the current
 // context -- we serve the call from that context's pool directly and skip cudart. Everything

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the case C11 traces (../../shared/cases.md, marin-community/marin 7115) in PyTorch's
+"""Writes the case C11 traces (docs/cases.md, marin-community/marin 7115) in PyTorch's
 allocator-history JSON-lines form (the torchtrace layout of tests/data/torch-h200/README.md):
 
   c11_fresh.torchtrace.jsonl    a fresh run: ten 2 GiB parameters, each in its own segment, laid out

@@ -1,8 +1,9 @@
 // A fake libcuda.so.1 for GPU-less tests of libvramtrace.so.
 //
 // Host memory behind fake device addresses, contexts whose handles and addresses are reused after
-// a reset (the trap of research/interposition.md 5.3), a cuGetProcAddress(_v2) that picks the ABI
-// variant by cudaVersion and flags like the real driver, call counters and fault injection.
+// a reset (the trap of docs/interposition.md, "Context reset and destruction"), a
+// cuGetProcAddress(_v2) that picks the ABI variant by cudaVersion and flags like the real
+// driver, call counters and fault injection.
 //
 // Environment:
 //   FAKECUDA_TOTAL_MB     device memory per device (default 1024)

@@ -1,5 +1,6 @@
 // A fake CUDA runtime (built as libcudart.so.13 with versioned exports, and as a static archive)
-// that reaches the driver exactly the way NVIDIA's cudart 13 does (research/interposition.md 1.2):
+// that reaches the driver exactly the way NVIDIA's cudart 13 does (docs/interposition.md, "What
+// cudart 13 asks the driver for"):
 // dlopen("libcuda.so.1"), dlsym(handle, "cuGetProcAddress_v2"), an empty-name probe, the
 // self-lookup of "cuGetProcAddress" at 12000 (5 arguments) and at 11030 (4 arguments), then every
 // other entry point through the 12000 pointer, per-thread variants with flags=2.

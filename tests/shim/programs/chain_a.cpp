@@ -1,5 +1,6 @@
-// RTLD_NEXT chain, library A (research/interposition.md 4.2; HAMi #2903): defines chain_foo and
-// looks up the *next* chain_foo, which must be library B's even when dlsym is interposed.
+// RTLD_NEXT chain, library A (docs/interposition.md, "dlsym rules"; HAMi #2903): defines
+// chain_foo and looks up the *next* chain_foo, which must be library B's even when dlsym is
+// interposed.
 #include <dlfcn.h>
 extern "C" __attribute__((visibility("default"))) int chain_foo() { return 1; }
 extern "C" __attribute__((visibility("default"))) void* chain_next_foo() {

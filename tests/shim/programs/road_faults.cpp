@@ -1,5 +1,5 @@
-// A program that keeps computing the same results whatever the driver does to it (issue 9, fault
-// injection through the fake driver; tests/shim/test_shim_faults.cpp). Shared cudart.
+// A program that keeps computing the same results whatever the driver does to it (fault injection
+// through the fake driver; tests/shim/test_shim_faults.cpp, docs/reliability.md). Shared cudart.
 //
 // Usage: road_faults MODE ROUNDS THREADS
 //   MODE work: THREADS threads, each with its own stream and random generator, allocate (1 KiB to

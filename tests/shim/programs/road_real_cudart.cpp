@@ -1,6 +1,7 @@
 // NVIDIA's real cudart 13 (static or shared, from the toolkit) against the fake driver. The real
 // runtime refuses to initialise without the driver's private export tables, but it resolves all
-// of its ~440 entry points first (research/interposition.md 1.2-1.3): through dlsym of
+// of its ~440 entry points first (docs/interposition.md: "What cudart 13 asks the driver for",
+// "Testing without a GPU"): through dlsym of
 // "cuGetProcAddress_v2", the empty probe, the self-lookup, then the resolver it got. Under the shim
 // all of that must go through our wrappers. The program prints what cudaMalloc returned.
 #include <cuda_runtime_api.h>

@@ -16,7 +16,7 @@
 // the oom line (and everything before it) has been written.
 //
 // Usable without CUDA: plain C++20 and pthreads. Compiled into libvramtrace.so with hidden
-// visibility (target vramtrace_trace_writer in shim/trace_writer.cmake).
+// visibility (target vramtrace_trace_writer in trace/CMakeLists.txt).
 #pragma once
 
 #include <pthread.h>

@@ -1,7 +1,9 @@
 """GPU memory budgets for PyTorch tests, checked by `vramtrace check` (docs/ci.md).
 
-A pytest plugin in one file. Put it on the Python path and enable it with
-`pytest -p pytest_vramtrace` (or `pytest_plugins = ["pytest_vramtrace"]` in conftest.py). Then:
+A pytest plugin in one file. Install it with `pip install ./python` (from a vramtrace checkout;
+pytest then loads it by itself, through the `pytest11` entry point), or put python/ on the Python
+path and enable it with `pytest -p pytest_vramtrace` (or `pytest_plugins = ["pytest_vramtrace"]`
+in conftest.py). Then:
 
     import pytest
 
@@ -106,7 +108,7 @@ class TorchHistory:
         entries = traces[device] if device < len(traces) else []
         header = {
             "kind": "header",
-            "source": "scripts/pytest_vramtrace.py (torch.cuda.memory._snapshot device_traces)",
+            "source": "python/pytest_vramtrace.py (torch.cuda.memory._snapshot device_traces)",
             "workload": self.workload,
             "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", "")),
             "torch": torch.__version__,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 8 on a machine with two GPUs (kind nvidia-h200-x2): several processes and devices.
+# Step `multi` of scripts/gpu-check.sh, on a machine with two GPUs: several processes and devices
+# (docs/reports.md).
 #  (a) a two-process DDP training (torchrun, NCCL) under `vramtrace run` gives two traces, named
 #      by rank, and a merged summary and HTML report: both ranks on their own GPU, none flagged;
 #  (b) the same job with a deliberate bug (rank 1 also creates tensors on cuda:0): rank 1, and
@@ -8,18 +9,19 @@
 # Each step that fails prints why; the script goes on and ends with a PASS/FAIL table (exit 1 if
 # any failed). Total well under 4 minutes.
 #
-# Needs the carry directory of scripts/gpu-trace-carry.sh (bin/vramtrace, lib/libvramtrace.so,
-# and vramtrace's libraries in lib/), and python3 with torch (CUDA, NCCL).
-#   scripts/gpu-trace-carry.sh                                   # on the CPU machine
-#   VRAMTRACE_BUILD_DIR=.carry/trace OUT=/tmp/out scripts/gpu-multi-check.sh   # on the GPU machine
+# Needs the carry directory of `scripts/gpu-check.sh carry` (bin/vramtrace, shim/libvramtrace.so,
+# and vramtrace's libraries in lib/) or a build directory, and python3 with torch (CUDA, NCCL).
+#   scripts/gpu-check.sh carry                                          # on the CPU machine
+#   VRAMTRACE_BUILD_DIR=.carry/gpu OUT=/tmp/out tests/gpu/multi_check.sh   # on the GPU machine
+# (or scripts/gpu-check.sh multi, which does the same within its time budget)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo=$(pwd)
-B=${VRAMTRACE_BUILD_DIR:-.carry/trace}
+B=${VRAMTRACE_BUILD_DIR:-.carry/gpu}
 B=$(cd "$B" && pwd)
 vt="$B/bin/vramtrace"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # vramtrace's own libraries
-export VRAMTRACE_LIB="$B/lib/libvramtrace.so"
+export VRAMTRACE_LIB="$B/shim/libvramtrace.so"
 OUT=${OUT:-$(mktemp -d /tmp/vramtrace-multi-XXXXXX)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# Issue 4, Done-when 3, on the GPU machine:
+# Step `trace` of scripts/gpu-check.sh: the trace of a real training run is right and cheap.
 #  (a) `vramtrace run --tensors -- python3 <GPT-2 training>` gives a trace whose replay reproduces
 #      the statistics the shim recorded in its trailer;
 #  (b) full tracing costs at most 1.03x step time against the shim without tracing
 #      (same preload, VRAMTRACE_OUTPUT unset: the shim then creates no trace writer).
 # Runs are interleaved (untraced, traced, untraced, ...) so that clock drift hits both sides.
-# Needs .carry/trace from scripts/gpu-trace-carry.sh, python3 with torch and transformers.
-#   STEPS=20 ROUNDS=3 scripts/gpu-trace-check.sh
+# Needs .carry/gpu from `scripts/gpu-check.sh carry` (or a build directory in VRAMTRACE_BUILD_DIR),
+# python3 with torch and transformers. Output in $OUT (default: a new directory under /tmp).
+#   STEPS=20 ROUNDS=3 tests/gpu/trace_check.sh       (or: scripts/gpu-check.sh trace)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-B=${VRAMTRACE_BUILD_DIR:-.carry/trace}
+cd "$(dirname "$0")/../.."
+B=${VRAMTRACE_BUILD_DIR:-.carry/gpu}
 vt="$B/bin/vramtrace"
-lib="$B/lib/libvramtrace.so"
+lib="$B/shim/libvramtrace.so"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # vramtrace's own libraries
 steps=${STEPS:-20}
 rounds=${ROUNDS:-3}
-out=$(mktemp -d /tmp/vramtrace-gpu-XXXXXX)
+out=${OUT:-$(mktemp -d /tmp/vramtrace-gpu-XXXXXX)}
+mkdir -p "$out"
 train=(python3 tests/gpu/torch_train.py --model gpt2 --steps "$steps" --warmup 3)
 echo "output in $out"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 7 on the GPU machine: a smaller GPU reproduced on a bigger one with the shim's memory cap.
-#  (a)  the transformer encoder with random sequence lengths (measurements/h200.md) in tensor mode,
+# Step `cap` of scripts/gpu-check.sh: a smaller GPU reproduced on a bigger one with the shim's
+# memory cap (docs/configuration.md, "Memory cap").
+#  (a)  the transformer encoder with random sequence lengths (docs/h200.md) in tensor mode,
 #       `vramtrace run --tensors --limit 14.58GiB`, must end in an OOM; prints what PyTorch raised,
 #       then `vramtrace oom` on its trace must say "capacity" with the capped device's figures,
 #       which are compared with what PyTorch itself sees (torch.cuda.mem_get_info at the failure);
@@ -13,14 +14,16 @@
 # Every step has its own time limit; a failing step prints why and the script goes on. A PASS/FAIL
 # table ends the output (also $OUT/summary.txt). Total runtime about 2-3 minutes on the H200.
 #
-# Usage (binaries staged by scripts/gpu-trace-carry.sh: bin/vramtrace, lib/libvramtrace.so):
-#   VRAMTRACE_BUILD_DIR=.carry/trace OUT=/tmp/cap-out scripts/gpu-cap-check.sh
+# Usage (binaries staged by `scripts/gpu-check.sh carry`: bin/vramtrace, shim/libvramtrace.so, lib/;
+# a build directory works too):
+#   VRAMTRACE_BUILD_DIR=.carry/gpu OUT=/tmp/cap-out tests/gpu/cap_check.sh
+# or, with the time budget and the summary of every step: scripts/gpu-check.sh cap
 # Knobs: CAP (14.58GiB), BIG_CAP (60GiB), STEP_TIMEOUT (100 s), ENCODER_ARGS ("--steps 6 --batch 16").
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
-B=${VRAMTRACE_BUILD_DIR:-.carry/trace}
+cd "$(dirname "$0")/../.." || exit 2
+B=${VRAMTRACE_BUILD_DIR:-.carry/gpu}
 vt="$B/bin/vramtrace"
-lib="$B/lib/libvramtrace.so"
+lib="$B/shim/libvramtrace.so"
 OUT=${OUT:-$(mktemp -d /tmp/vramtrace-cap-XXXXXX)}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -49,7 +52,7 @@ newest_trace() { ls -S "$1"/*.jsonl 2>/dev/null | head -1; }
 
 for f in "$vt" "$lib"; do
   if [[ ! -e $f ]]; then
-    echo "missing $f: stage the binaries with scripts/gpu-trace-carry.sh and set VRAMTRACE_BUILD_DIR"
+    echo "missing $f: stage the binaries with scripts/gpu-check.sh carry and set VRAMTRACE_BUILD_DIR"
     exit 2
   fi
 done
