@@ -276,7 +276,7 @@ void read_pytorch(std::string_view s, std::size_t tried, OomMessage& m) {
                find(s, "reserved by PyTorch but unallocated", rest) != std::string_view::npos) {
       read_pytorch_sentence(s, rest, m);
     } else {
-      // Only the request survived: a cut message (issue #126766: cut after "GPU").
+      // Only the request survived: a cut message (pytorch/pytorch#126766: cut after "GPU").
       m.format = find(s, "(GPU", rest) != std::string_view::npos ? OomMessageFormat::pytorch_reserved
                                                                    : OomMessageFormat::pytorch_sentence;
       if (auto d = int_after_phrase(s, "GPU ", rest)) m.device = static_cast<int>(*d);
