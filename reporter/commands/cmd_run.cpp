@@ -533,6 +533,9 @@ void show_traces(const RunOptions& o, const std::string& pattern, std::time_t st
                args.c_str(), args.c_str(), args.c_str());
 }
 
+// The option checks, the launch, the end screen. The exit code is the command's as a shell gives
+// it (128 + signal when killed; 127 not found, 126 not executable); 2 when vramtrace refuses the
+// options or cannot start the command.
 int run_command(const RunOptions& o) {
   std::string lib;
   if (!find_shim(lib)) return 2;
