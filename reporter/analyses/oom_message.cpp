@@ -258,6 +258,110 @@ void read_bfc_dump(std::string_view s, OomMessage& m) {
   }
 }
 
+// PyTorch's caching allocator: the form is told by what follows "Tried to allocate" (at `tried`).
+void read_pytorch(std::string_view s, std::size_t tried, OomMessage& m) {
+  std::size_t after = tried + 17;
+  if (find(s, "more than 1EB", after) == after + 1) {
+    m.format = OomMessageFormat::pytorch_exabyte;
+    m.exceeds_1eb = true;
+    m.findings.push_back("the request is more than 1 EiB (PyTorch's size check), so no figures follow");
+  } else {
+    std::size_t end = 0;
+    m.requested = size_at(s, after, &end);
+    std::size_t rest = m.requested ? end : after;
+    if (find(s, "total capacity;", rest) != std::string_view::npos || find(s, "already allocated", rest) != std::string_view::npos ||
+        find(s, " cached", rest) != std::string_view::npos || find(s, "reserved in total by PyTorch", rest) != std::string_view::npos) {
+      read_pytorch_old(s, rest, m);
+    } else if (find(s, "has a total capac", rest) != std::string_view::npos || find(s, "is allocated by PyTorch", rest) != std::string_view::npos ||
+               find(s, "reserved by PyTorch but unallocated", rest) != std::string_view::npos) {
+      read_pytorch_sentence(s, rest, m);
+    } else {
+      // Only the request survived: a cut message (pytorch/pytorch#126766: cut after "GPU").
+      m.format = find(s, "(GPU", rest) != std::string_view::npos ? OomMessageFormat::pytorch_reserved
+                                                                   : OomMessageFormat::pytorch_sentence;
+      if (auto d = int_after_phrase(s, "GPU ", rest)) m.device = static_cast<int>(*d);
+      m.truncated = true;
+    }
+  }
+}
+
+// TensorFlow's BFC allocator: the request after "ran out of memory trying to allocate" (at `bfc`,
+// npos when only its dump is there), then the dump.
+void read_tensorflow(std::string_view s, std::size_t bfc, OomMessage& m) {
+  m.format = OomMessageFormat::tensorflow_bfc;
+  if (bfc != std::string_view::npos) {
+    std::size_t end = 0;
+    m.requested = size_at(s, bfc + 35, &end);
+    if (m.requested) {
+      auto r = size_after_phrase(s, "(rounded to", end);
+      if (r && find(s, "(rounded to", end) <= end + 2) m.rounded = r;
+    }
+  }
+  read_bfc_dump(s, m);
+}
+
+// XLA/JAX: the request after one of its three phrases (at `xla`, `xla2`, `xla3`; npos when absent).
+void read_xla(std::string_view s, std::size_t xla, std::size_t xla2, std::size_t xla3, OomMessage& m) {
+  m.format = OomMessageFormat::xla;
+  if (xla != std::string_view::npos) m.requested = size_at(s, xla + 38);
+  if (!m.requested && xla2 != std::string_view::npos) m.requested = size_at(s, xla2 + 22);
+  if (!m.requested && xla3 != std::string_view::npos) {
+    // "Failed to allocate request for 4.00GiB (4294967296B) on device ordinal 0"
+    std::size_t end = 0;
+    m.requested = size_at(s, xla3 + 30, &end);
+    std::size_t paren = find(s, "(", end);
+    if (paren != std::string_view::npos && paren <= end + 2) {
+      if (auto exact = size_at(s, paren + 1)) m.requested = exact;
+    }
+    if (auto d = int_after_phrase(s, "device ordinal", xla3)) m.device = static_cast<int>(*d);
+  }
+  if (xla2 != std::string_view::npos) m.device_free = size_after_phrase(s, "There are", xla2);
+  read_bfc_dump(s, m);  // XLA on GPU uses the BFC allocator and often prints its dump too
+}
+
+// A PyTorch message that has a request but lost the figures its form always carries.
+void mark_truncated(std::string_view s, bool is_pytorch, OomMessage& m) {
+  if (is_pytorch && !m.truncated) {
+    bool complete = m.format == OomMessageFormat::pytorch_sentence ? m.reserved_unallocated.has_value()
+                                                                   : (m.reserved.has_value() || m.reserved_unallocated.has_value());
+    if (!complete) m.truncated = true;
+  }
+  if (m.truncated) m.truncated_after = last_words(s);
+}
+
+// The findings: each figure read, what its form should carry and does not, and the caveats.
+void list_findings(bool is_pytorch, OomMessage& m) {
+  found(m, "request", m.requested);
+  found(m, "rounded request", m.rounded);
+  found(m, "device total", m.device_total);
+  found(m, "device free", m.device_free);
+  found(m, "allocated", m.allocated);
+  found(m, "reserved (total)", m.reserved);
+  found(m, "reserved but unallocated", m.reserved_unallocated);
+  found(m, "allowed (cap)", m.allowed);
+  found(m, "in use by this process", m.process_in_use);
+  found(m, "allocated in private pools", m.private_pools);
+  for (const auto& p : m.other_processes) m.findings.push_back(fmt::format("process {} in use: \"{}\"", p.pid, p.in_use.text));
+  found(m, "BFC limit", m.bfc_limit);
+  found(m, "BFC in use", m.bfc_in_use);
+  found(m, "BFC max in use", m.bfc_max_in_use);
+  found(m, "BFC region bytes", m.bfc_region_bytes);
+  if (m.bfc_free_chunks) {
+    m.findings.push_back(fmt::format("BFC free chunks: {} listed, {} bytes in all, largest {} bytes", m.bfc_free_chunks,
+                                     m.bfc_free_chunks_bytes->bytes, m.bfc_largest_free_chunk->bytes));
+  }
+  if (!m.requested && !m.exceeds_1eb) missing(m, "request");
+  if (is_pytorch || m.format == OomMessageFormat::pytorch_async) {
+    if (!m.device_total) missing(m, "device total");
+    if (!m.device_free) missing(m, "device free");
+    if (!m.allocated) missing(m, "allocated");
+  }
+  if (m.truncated) m.findings.push_back(fmt::format("the message is cut off after \"{}\"", m.truncated_after));
+  if (m.capacity_typo) m.findings.push_back("spelling \"capacty\": PyTorch 2.1");
+  if (m.expandable_hint)
+    m.findings.push_back("the expandable_segments hint is printed whether or not the setting is on; it says nothing about the settings");
+}
+
 }  // namespace
 
 const char* oom_message_format_name(OomMessageFormat f) noexcept {
@@ -324,56 +428,11 @@ OomMessage parse_oom_message(std::string_view raw) {
   if (async != std::string_view::npos) {
     read_pytorch_async(s, find(s, "Allocation on device") == std::string_view::npos ? async : find(s, "Allocation on device"), m);
   } else if (tried != std::string_view::npos) {
-    std::size_t after = tried + 17;
-    if (find(s, "more than 1EB", after) == after + 1) {
-      m.format = OomMessageFormat::pytorch_exabyte;
-      m.exceeds_1eb = true;
-      m.findings.push_back("the request is more than 1 EiB (PyTorch's size check), so no figures follow");
-    } else {
-      std::size_t end = 0;
-      m.requested = size_at(s, after, &end);
-      std::size_t rest = m.requested ? end : after;
-      if (find(s, "total capacity;", rest) != std::string_view::npos || find(s, "already allocated", rest) != std::string_view::npos ||
-          find(s, " cached", rest) != std::string_view::npos || find(s, "reserved in total by PyTorch", rest) != std::string_view::npos) {
-        read_pytorch_old(s, rest, m);
-      } else if (find(s, "has a total capac", rest) != std::string_view::npos || find(s, "is allocated by PyTorch", rest) != std::string_view::npos ||
-                 find(s, "reserved by PyTorch but unallocated", rest) != std::string_view::npos) {
-        read_pytorch_sentence(s, rest, m);
-      } else {
-        // Only the request survived: a cut message (pytorch/pytorch#126766: cut after "GPU").
-        m.format = find(s, "(GPU", rest) != std::string_view::npos ? OomMessageFormat::pytorch_reserved
-                                                                     : OomMessageFormat::pytorch_sentence;
-        if (auto d = int_after_phrase(s, "GPU ", rest)) m.device = static_cast<int>(*d);
-        m.truncated = true;
-      }
-    }
+    read_pytorch(s, tried, m);
   } else if (bfc != std::string_view::npos || bfc_limit != std::string_view::npos) {
-    m.format = OomMessageFormat::tensorflow_bfc;
-    if (bfc != std::string_view::npos) {
-      std::size_t end = 0;
-      m.requested = size_at(s, bfc + 35, &end);
-      if (m.requested) {
-        auto r = size_after_phrase(s, "(rounded to", end);
-        if (r && find(s, "(rounded to", end) <= end + 2) m.rounded = r;
-      }
-    }
-    read_bfc_dump(s, m);
+    read_tensorflow(s, bfc, m);
   } else if (xla != std::string_view::npos || xla2 != std::string_view::npos || xla3 != std::string_view::npos) {
-    m.format = OomMessageFormat::xla;
-    if (xla != std::string_view::npos) m.requested = size_at(s, xla + 38);
-    if (!m.requested && xla2 != std::string_view::npos) m.requested = size_at(s, xla2 + 22);
-    if (!m.requested && xla3 != std::string_view::npos) {
-      // "Failed to allocate request for 4.00GiB (4294967296B) on device ordinal 0"
-      std::size_t end = 0;
-      m.requested = size_at(s, xla3 + 30, &end);
-      std::size_t paren = find(s, "(", end);
-      if (paren != std::string_view::npos && paren <= end + 2) {
-        if (auto exact = size_at(s, paren + 1)) m.requested = exact;
-      }
-      if (auto d = int_after_phrase(s, "device ordinal", xla3)) m.device = static_cast<int>(*d);
-    }
-    if (xla2 != std::string_view::npos) m.device_free = size_after_phrase(s, "There are", xla2);
-    read_bfc_dump(s, m);  // XLA on GPU uses the BFC allocator and often prints its dump too
+    read_xla(s, xla, xla2, xla3, m);
   } else if (find(s, "CUDA error: out of memory") != std::string_view::npos ||
              find(s, "CUDA_ERROR_OUT_OF_MEMORY") != std::string_view::npos ||
              find(s, "cudaErrorMemoryAllocation") != std::string_view::npos ||
@@ -393,45 +452,10 @@ OomMessage parse_oom_message(std::string_view raw) {
   if (find(s, "expandable_segments:True") != std::string_view::npos) m.expandable_hint = true;
   if (find(s, "max_split_size_mb") != std::string_view::npos) m.max_split_hint = true;
 
-  // A PyTorch message that has a request but lost the figures its form always carries.
   bool is_pytorch = m.format == OomMessageFormat::pytorch_cached || m.format == OomMessageFormat::pytorch_reserved ||
                     m.format == OomMessageFormat::pytorch_sentence;
-  if (is_pytorch && !m.truncated) {
-    bool complete = m.format == OomMessageFormat::pytorch_sentence ? m.reserved_unallocated.has_value()
-                                                                   : (m.reserved.has_value() || m.reserved_unallocated.has_value());
-    if (!complete) m.truncated = true;
-  }
-  if (m.truncated) m.truncated_after = last_words(s);
-
-  found(m, "request", m.requested);
-  found(m, "rounded request", m.rounded);
-  found(m, "device total", m.device_total);
-  found(m, "device free", m.device_free);
-  found(m, "allocated", m.allocated);
-  found(m, "reserved (total)", m.reserved);
-  found(m, "reserved but unallocated", m.reserved_unallocated);
-  found(m, "allowed (cap)", m.allowed);
-  found(m, "in use by this process", m.process_in_use);
-  found(m, "allocated in private pools", m.private_pools);
-  for (const auto& p : m.other_processes) m.findings.push_back(fmt::format("process {} in use: \"{}\"", p.pid, p.in_use.text));
-  found(m, "BFC limit", m.bfc_limit);
-  found(m, "BFC in use", m.bfc_in_use);
-  found(m, "BFC max in use", m.bfc_max_in_use);
-  found(m, "BFC region bytes", m.bfc_region_bytes);
-  if (m.bfc_free_chunks) {
-    m.findings.push_back(fmt::format("BFC free chunks: {} listed, {} bytes in all, largest {} bytes", m.bfc_free_chunks,
-                                     m.bfc_free_chunks_bytes->bytes, m.bfc_largest_free_chunk->bytes));
-  }
-  if (!m.requested && !m.exceeds_1eb) missing(m, "request");
-  if (is_pytorch || m.format == OomMessageFormat::pytorch_async) {
-    if (!m.device_total) missing(m, "device total");
-    if (!m.device_free) missing(m, "device free");
-    if (!m.allocated) missing(m, "allocated");
-  }
-  if (m.truncated) m.findings.push_back(fmt::format("the message is cut off after \"{}\"", m.truncated_after));
-  if (m.capacity_typo) m.findings.push_back("spelling \"capacty\": PyTorch 2.1");
-  if (m.expandable_hint)
-    m.findings.push_back("the expandable_segments hint is printed whether or not the setting is on; it says nothing about the settings");
+  mark_truncated(s, is_pytorch, m);
+  list_findings(is_pytorch, m);
   return m;
 }
 

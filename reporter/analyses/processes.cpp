@@ -65,109 +65,106 @@ std::string file_name(const std::string& path) {
   return n.empty() ? path : n;
 }
 
-}  // namespace
-
-ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
-  ProcessDeviceView v;
-  // Hosts, in order of first appearance (an unknown host counts as one more).
-  std::vector<std::string> hosts;
-  for (const auto& m : models)
-    if (std::find(hosts.begin(), hosts.end(), m.header.host) == hosts.end()) hosts.push_back(m.header.host);
-  const bool several_hosts = hosts.size() > 1;
-
-  std::vector<DeviceMap> maps;
-  std::map<std::int32_t, std::string> device_labels;
-  for (std::size_t i = 0; i < models.size(); ++i) {
-    const auto& h = models[i].header;
-    ProcessInfo p;
-    p.path = h.path;
-    p.pid = h.pid;
-    p.host = h.host;
-    p.rank = h.rank;
-    p.local_rank = h.local_rank;
-    DeviceMap map;
-    if (several_hosts)
-      map.host_offset =
-          static_cast<std::int32_t>(std::find(hosts.begin(), hosts.end(), h.host) - hosts.begin()) * kHostStride;
-    std::vector<std::string> visible;
-    if (h.cuda_visible_devices) {
-      visible = visible_entries(*h.cuda_visible_devices);
-      bool all_int = !visible.empty();
-      for (const auto& e : visible)
-        all_int = all_int && parse_ordinal(e).has_value() && *parse_ordinal(e) < kHostStride;
-      if (all_int) {
-        for (const auto& e : visible) map.physical.push_back(*parse_ordinal(e));
-      } else if (!visible.empty()) {
-        v.notes.push_back(
-            fmt::format("{}: CUDA_VISIBLE_DEVICES={} names devices by UUID or MIG instance; its device "
-                        "numbers are shown as the process saw them",
-                        file_name(h.path), *h.cuda_visible_devices));
-      }
+// One process's device ordinals as device keys: its host's offset, and CUDA_VISIBLE_DEVICES when
+// it names devices by number. `visible` gets its entries; a note says when they are not numbers.
+DeviceMap map_devices(const TraceHeader& h, const std::vector<std::string>& hosts, bool several_hosts,
+                      std::vector<std::string>& visible, std::vector<std::string>& notes) {
+  DeviceMap map;
+  if (several_hosts)
+    map.host_offset =
+        static_cast<std::int32_t>(std::find(hosts.begin(), hosts.end(), h.host) - hosts.begin()) * kHostStride;
+  if (h.cuda_visible_devices) {
+    visible = visible_entries(*h.cuda_visible_devices);
+    bool all_int = !visible.empty();
+    for (const auto& e : visible)
+      all_int = all_int && parse_ordinal(e).has_value() && *parse_ordinal(e) < kHostStride;
+    if (all_int) {
+      for (const auto& e : visible) map.physical.push_back(*parse_ordinal(e));
+    } else if (!visible.empty()) {
+      notes.push_back(
+          fmt::format("{}: CUDA_VISIBLE_DEVICES={} names devices by UUID or MIG instance; its device "
+                      "numbers are shown as the process saw them",
+                      file_name(h.path), *h.cuda_visible_devices));
     }
-    maps.push_back(map);
-    for (const auto& d : models[i].devices) {
-      ProcessDeviceCell c;
-      c.process = i;
-      c.device = map.key(d.device);
-      c.ordinal = d.device;
-      c.peak_allocated = d.stats.allocated_bytes[kStatAll].peak;
-      c.peak_reserved = d.stats.reserved_bytes[kStatAll].peak;
-      c.end_reserved = d.stats.reserved_bytes[kStatAll].current;
-      v.cells.push_back(c);
-      std::int32_t phys = c.device - map.host_offset;
-      device_labels[c.device] = several_hosts
-                                    ? fmt::format("{} device {}", h.host.empty() ? "(unknown host)" : h.host, phys)
-                                    : fmt::format("device {}", phys);
-    }
-    // Own device (rules in processes.h and docs/reports.md).
-    if (visible.size() == 1) {
-      p.own_device = map.key(0);
-      p.own_device_rule = "CUDA_VISIBLE_DEVICES";
-    } else if (auto lr = parse_ordinal(h.local_rank)) {
-      p.own_device = map.key(*lr);
-      p.own_device_rule = "LOCAL_RANK";
-    } else if (auto r = parse_ordinal(h.rank); r && !several_hosts) {
-      p.own_device = map.key(*r);
-      p.own_device_rule = "RANK";
-    } else {
-      const ProcessDeviceCell* best = nullptr;
-      for (const auto& c : v.cells) {
-        if (c.process != i || (c.peak_reserved == 0 && c.peak_allocated == 0)) continue;
-        if (!best || c.peak_reserved > best->peak_reserved ||
-            (c.peak_reserved == best->peak_reserved && c.peak_allocated > best->peak_allocated))
-          best = &c;
-      }
-      if (best) {
-        p.own_device = best->device;
-        p.own_device_rule = "most memory";
-      }
-    }
-    v.processes.push_back(std::move(p));
   }
+  return map;
+}
 
-  // Labels: by rank, else pid, else file name; made unique.
-  for (auto& p : v.processes) {
+// Process `i`'s cells, one per device of its trace, and the label of each device it reached.
+void add_cells(std::size_t i, const TraceModel& model, const DeviceMap& map, bool several_hosts,
+               std::vector<ProcessDeviceCell>& cells, std::map<std::int32_t, std::string>& device_labels) {
+  const auto& h = model.header;
+  for (const auto& d : model.devices) {
+    ProcessDeviceCell c;
+    c.process = i;
+    c.device = map.key(d.device);
+    c.ordinal = d.device;
+    c.peak_allocated = d.stats.allocated_bytes[kStatAll].peak;
+    c.peak_reserved = d.stats.reserved_bytes[kStatAll].peak;
+    c.end_reserved = d.stats.reserved_bytes[kStatAll].current;
+    cells.push_back(c);
+    std::int32_t phys = c.device - map.host_offset;
+    device_labels[c.device] = several_hosts
+                                  ? fmt::format("{} device {}", h.host.empty() ? "(unknown host)" : h.host, phys)
+                                  : fmt::format("device {}", phys);
+  }
+}
+
+// Own device (rules in processes.h and docs/reports.md).
+void find_own_device(ProcessInfo& p, std::size_t i, const TraceHeader& h, const DeviceMap& map,
+                     const std::vector<std::string>& visible, bool several_hosts,
+                     const std::vector<ProcessDeviceCell>& cells) {
+  if (visible.size() == 1) {
+    p.own_device = map.key(0);
+    p.own_device_rule = "CUDA_VISIBLE_DEVICES";
+  } else if (auto lr = parse_ordinal(h.local_rank)) {
+    p.own_device = map.key(*lr);
+    p.own_device_rule = "LOCAL_RANK";
+  } else if (auto r = parse_ordinal(h.rank); r && !several_hosts) {
+    p.own_device = map.key(*r);
+    p.own_device_rule = "RANK";
+  } else {
+    const ProcessDeviceCell* best = nullptr;
+    for (const auto& c : cells) {
+      if (c.process != i || (c.peak_reserved == 0 && c.peak_allocated == 0)) continue;
+      if (!best || c.peak_reserved > best->peak_reserved ||
+          (c.peak_reserved == best->peak_reserved && c.peak_allocated > best->peak_allocated))
+        best = &c;
+    }
+    if (best) {
+      p.own_device = best->device;
+      p.own_device_rule = "most memory";
+    }
+  }
+}
+
+// Labels: by rank, else pid, else file name; made unique.
+void label_processes(std::vector<ProcessInfo>& processes, bool several_hosts) {
+  for (auto& p : processes) {
     std::string base = !p.rank.empty() ? "rank " + p.rank : p.pid ? fmt::format("pid {}", p.pid) : file_name(p.path);
     if (several_hosts && !p.host.empty()) base = p.host + " " + base;
     p.label = base;
   }
-  std::vector<bool> dup(v.processes.size(), false);
-  for (std::size_t i = 0; i < v.processes.size(); ++i)
-    for (std::size_t j = 0; j < v.processes.size(); ++j)
-      dup[i] = dup[i] || (i != j && v.processes[j].label == v.processes[i].label);
-  for (std::size_t i = 0; i < v.processes.size(); ++i) {
+  std::vector<bool> dup(processes.size(), false);
+  for (std::size_t i = 0; i < processes.size(); ++i)
+    for (std::size_t j = 0; j < processes.size(); ++j)
+      dup[i] = dup[i] || (i != j && processes[j].label == processes[i].label);
+  for (std::size_t i = 0; i < processes.size(); ++i) {
     if (!dup[i]) continue;
-    auto& p = v.processes[i];
+    auto& p = processes[i];
     if (!p.rank.empty() && p.pid)
       p.label += fmt::format(" (pid {})", p.pid);
     else
       p.label += " (" + file_name(p.path) + ")";
   }
-  for (std::size_t i = 0; i < v.processes.size(); ++i) {  // still equal (same file name twice): number them
-    for (std::size_t j = i + 1; j < v.processes.size(); ++j)
-      if (v.processes[j].label == v.processes[i].label) v.processes[j].label += fmt::format(" #{}", j + 1);
+  for (std::size_t i = 0; i < processes.size(); ++i) {  // still equal (same file name twice): number them
+    for (std::size_t j = i + 1; j < processes.size(); ++j)
+      if (processes[j].label == processes[i].label) processes[j].label += fmt::format(" #{}", j + 1);
   }
+}
 
+// Each device's sums over the processes, and each process's devices other than its own.
+void sum_device_loads(ProcessDeviceView& v, const std::map<std::int32_t, std::string>& device_labels) {
   std::sort(v.cells.begin(), v.cells.end(), [](const auto& a, const auto& b) {
     return a.process != b.process ? a.process < b.process : a.device < b.device;
   });
@@ -191,7 +188,10 @@ ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
     }
   }
   for (auto& [k, l] : loads) v.devices.push_back(l);
+}
 
+// The most loaded device against the least loaded of the others.
+void find_imbalance(ProcessDeviceView& v) {
   std::vector<const DeviceLoad*> loaded;
   for (const auto& d : v.devices)
     if (d.peak_reserved_sum > 0) loaded.push_back(&d);
@@ -213,6 +213,38 @@ ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
     }
     v.others_equal = loaded.size() > 2 && static_cast<double>(omax) <= 1.01 * static_cast<double>(omin);
   }
+}
+
+}  // namespace
+
+ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
+  ProcessDeviceView v;
+  // Hosts, in order of first appearance (an unknown host counts as one more).
+  std::vector<std::string> hosts;
+  for (const auto& m : models)
+    if (std::find(hosts.begin(), hosts.end(), m.header.host) == hosts.end()) hosts.push_back(m.header.host);
+  const bool several_hosts = hosts.size() > 1;
+
+  std::vector<DeviceMap> maps;
+  std::map<std::int32_t, std::string> device_labels;
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    const auto& h = models[i].header;
+    ProcessInfo p;
+    p.path = h.path;
+    p.pid = h.pid;
+    p.host = h.host;
+    p.rank = h.rank;
+    p.local_rank = h.local_rank;
+    std::vector<std::string> visible;
+    DeviceMap map = map_devices(h, hosts, several_hosts, visible, v.notes);
+    maps.push_back(map);
+    add_cells(i, models[i], map, several_hosts, v.cells, device_labels);
+    find_own_device(p, i, h, map, visible, several_hosts, v.cells);
+    v.processes.push_back(std::move(p));
+  }
+  label_processes(v.processes, several_hosts);
+  sum_device_loads(v, device_labels);
+  find_imbalance(v);
   return v;
 }
 

@@ -174,6 +174,63 @@ struct DevicePeaks {
   std::int64_t reserved = 0, reserved_peak = 0;
 };
 
+// The counters a trailer gives: events, OOMs and each device's peaks.
+void read_trailer(const VramtraceTrailer& trailer, std::map<std::int32_t, DevicePeaks>& peaks, std::uint64_t& events,
+                  std::uint64_t& ooms) {
+  events = trailer.events;
+  for (const auto& [name, count] : trailer.counts)
+    if (name == "oom") ooms = count;
+  for (const auto& [device, stats] : trailer.device_stats) {
+    DevicePeaks& d = peaks[device];
+    for (const auto& [key, value] : stats) {
+      if (key == "allocated_bytes.all.peak") d.allocated_peak = value;
+      if (key == "reserved_bytes.all.peak") d.reserved_peak = value;
+    }
+  }
+}
+
+// A device reached after the header is named by a `device` record that precedes its first
+// event: read on only until every device of the trailer is named (usually near the start).
+void read_device_names(VramtraceTraceReader& reader, const std::map<std::int32_t, DevicePeaks>& peaks) {
+  const VramtraceHeaderDetails& h = reader.details();
+  auto named = [&](std::int32_t device) {
+    for (const auto& dev : h.devices)
+      if (dev.id == device) return true;
+    return false;
+  };
+  auto all_named = [&] {
+    for (const auto& entry : peaks)
+      if (!named(entry.first)) return false;
+    return true;
+  };
+  try {
+    TraceRecord r;
+    while (!all_named() && reader.next(r)) {
+    }
+  } catch (const TraceError&) {
+    // the names are a courtesy: the figures above come from the trailer
+  }
+}
+
+// A trace's devices with their peaks, then its OOMs.
+void print_devices(const VramtraceHeaderDetails& h, const std::map<std::int32_t, DevicePeaks>& peaks,
+                   std::uint64_t ooms, const std::string& path) {
+  if (peaks.empty()) std::fprintf(stderr, "    no device memory was allocated\n");
+  for (const auto& [device, d] : peaks) {
+    std::string name;
+    for (const auto& dev : h.devices)
+      if (dev.id == device) name = dev.name;
+    std::fprintf(stderr, "    cuda:%d %-22s peak allocated %-12s peak reserved %s\n", device, name.c_str(),
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.allocated_peak))).c_str(),
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.reserved_peak))).c_str());
+  }
+  if (ooms == 0) {
+    std::fprintf(stderr, "    OOMs: none\n");
+  } else {
+    std::fprintf(stderr, "    OOMs: %s  (vramtrace oom %s)\n", with_commas(ooms).c_str(), path.c_str());
+  }
+}
+
 // One trace's part of the end screen. False when the file cannot be read as a trace.
 bool describe_trace(const std::string& path, bool tensors) {
   std::unique_ptr<VramtraceTraceReader> reader;
@@ -225,149 +282,129 @@ bool describe_trace(const std::string& path, bool tensors) {
     }
   }
   const VramtraceHeaderDetails& h = reader->details();
-  if (trailer.present) {
-    events = trailer.events;
-    for (const auto& [name, count] : trailer.counts)
-      if (name == "oom") ooms = count;
-    for (const auto& [device, stats] : trailer.device_stats) {
-      DevicePeaks& d = peaks[device];
-      for (const auto& [key, value] : stats) {
-        if (key == "allocated_bytes.all.peak") d.allocated_peak = value;
-        if (key == "reserved_bytes.all.peak") d.reserved_peak = value;
-      }
-    }
-  }
+  if (trailer.present) read_trailer(trailer, peaks, events, ooms);
   std::fprintf(stderr, "  trace  %s  (pid %lld, %s events%s%s)\n", path.c_str(), static_cast<long long>(h.pid),
                with_commas(events).c_str(),
                reader->incomplete() || (scanned && !reader->trailer().present)
                    ? ", incomplete: the process did not finish tracing"
                    : "",
                trailer.dropped ? (", " + with_commas(trailer.dropped) + " dropped").c_str() : "");
-  auto named = [&](std::int32_t device) {
-    for (const auto& dev : h.devices)
-      if (dev.id == device) return true;
-    return false;
-  };
-  if (!scanned) {
-    // A device reached after the header is named by a `device` record that precedes its first
-    // event: read on only until every device of the trailer is named (usually near the start).
-    auto all_named = [&] {
-      for (const auto& entry : peaks)
-        if (!named(entry.first)) return false;
-      return true;
-    };
-    try {
-      TraceRecord r;
-      while (!all_named() && reader->next(r)) {
-      }
-    } catch (const TraceError&) {
-      // the names are a courtesy: the figures above come from the trailer
-    }
-  }
-  if (peaks.empty()) std::fprintf(stderr, "    no device memory was allocated\n");
-  for (const auto& [device, d] : peaks) {
-    std::string name;
-    for (const auto& dev : h.devices)
-      if (dev.id == device) name = dev.name;
-    std::fprintf(stderr, "    cuda:%d %-22s peak allocated %-12s peak reserved %s\n", device, name.c_str(),
-                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.allocated_peak))).c_str(),
-                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.reserved_peak))).c_str());
-  }
-  if (ooms == 0) {
-    std::fprintf(stderr, "    OOMs: none\n");
-  } else {
-    std::fprintf(stderr, "    OOMs: %s  (vramtrace oom %s)\n", with_commas(ooms).c_str(), path.c_str());
-  }
+  if (!scanned) read_device_names(*reader, peaks);
+  print_devices(h, peaks, ooms, path);
   (void)tensors;
   return true;
 }
 
-int run_command(const RunOptions& o) {
+// --- the option checks ---------------------------------------------------------------------
+
+// libvramtrace.so, or a message and false.
+bool find_shim(std::string& lib) {
   std::string looked;
-  std::string lib = find_library(looked);
+  lib = find_library(looked);
   if (lib.empty()) {
     std::fprintf(stderr, "vramtrace run: cannot find libvramtrace.so (looked at %s); set VRAMTRACE_LIB to its path\n",
                  looked.c_str());
-    return 2;
+    return false;
   }
-  std::string conf = o.conf;
-  if (!o.limit.empty()) {
-    DeviceLimits in_conf;
-    std::string conf_rest, conf_error;
-    if (split_device_limits(conf, conf_rest, in_conf, conf_error) && in_conf.any()) {
-      std::fprintf(stderr,
-                   "vramtrace run: --limit %s and a limit in --conf '%s': give the cap once (per device: "
-                   "--conf limit:[0:14GiB,1:20GiB,*:16GiB])\n",
-                   o.limit.c_str(), conf.c_str());
-      return 2;
-    }
-    // A size, or the name of a card (gpu_cards.h): its usable total as CUDA reports it.
-    std::uint64_t bytes = 0;
-    std::string error;
-    std::string limit = o.limit;
-    if (!parse_size(o.limit, bytes, error)) {
-      bytes = gpu_card_bytes(o.limit);
-      if (bytes == 0) {
-        std::fprintf(stderr,
-                     "vramtrace run: --limit '%s' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
-                     "known cards: %s\n",
-                     o.limit.c_str(), gpu_card_names().c_str());
-        return 2;
-      }
-      limit = std::to_string(bytes);
-      std::fprintf(stderr, "vramtrace run: --limit %s = %s (%s bytes, the card's total as CUDA reports it)\n",
-                   o.limit.c_str(), format_size(bytes).c_str(), with_commas(bytes).c_str());
-    } else if (bytes == 0) {
-      std::fprintf(stderr, "vramtrace run: --limit must be greater than 0\n");
-      return 2;
-    }
-    conf += (conf.empty() ? "" : ",") + std::string("limit:") + limit;
-  }
-  {
-    // The shim reads the same string from VRAMTRACE_CONF; refuse a bad one here, before the run.
-    // `limit` may be per device there (vramtrace/device_limits.h), which AllocatorSettings does not read.
-    AllocatorSettings settings;
-    DeviceLimits limits;
-    std::string rest, error;
-    if (!split_device_limits(conf, rest, limits, error) || !AllocatorSettings::parse(rest, settings, error)) {
-      std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
-      return 2;
-    }
-  }
-  if (!o.output.empty()) {
-    const std::string& out = o.output;
-    std::error_code ec;
-    if (out.back() == '/' || fs::is_directory(out, ec)) {
-      std::fprintf(stderr,
-                   "vramtrace run: -o '%s' is a directory; give a file name in it, e.g. -o %s%svramtrace.%%p.jsonl\n",
-                   out.c_str(), out.c_str(), out.back() == '/' ? "" : "/");
-      return 2;
-    }
-    if (out.size() > 3 && out.compare(out.size() - 3, 3, ".gz") == 0) {
-      std::fprintf(stderr,
-                   "vramtrace run: -o '%s': traces are written plain or zstd-compressed; end the name in .jsonl or "
-                   ".jsonl.zst (gzip a finished trace if you need .gz: the reports read it)\n",
-                   out.c_str());
-      return 2;
-    }
-  }
-  const std::time_t start = std::time(nullptr);
-  const std::string pattern = fix_start_time(o.output.empty() ? kDefaultOutput : o.output, start);
-  {
-    fs::path dir = fs::path(pattern).parent_path();
-    if (!dir.empty() && !fs::is_directory(dir)) {
-      std::fprintf(stderr, "vramtrace run: the output directory '%s' does not exist\n", dir.c_str());
-      return 2;
-    }
-  }
+  return true;
+}
 
-  // Files already matching the pattern (earlier runs) are never this run's traces.
-  std::set<std::pair<dev_t, ino_t>> existing;
-  const std::size_t existing_count = find_traces(pattern, 0, {}, &existing).size();
+// --limit as "limit:BYTES" appended to `conf`; false (after a message) for a bad or second limit.
+bool add_limit(const std::string& option, std::string& conf) {
+  DeviceLimits in_conf;
+  std::string conf_rest, conf_error;
+  if (split_device_limits(conf, conf_rest, in_conf, conf_error) && in_conf.any()) {
+    std::fprintf(stderr,
+                 "vramtrace run: --limit %s and a limit in --conf '%s': give the cap once (per device: "
+                 "--conf limit:[0:14GiB,1:20GiB,*:16GiB])\n",
+                 option.c_str(), conf.c_str());
+    return false;
+  }
+  // A size, or the name of a card (gpu_cards.h): its usable total as CUDA reports it.
+  std::uint64_t bytes = 0;
+  std::string error;
+  std::string limit = option;
+  if (!parse_size(option, bytes, error)) {
+    bytes = gpu_card_bytes(option);
+    if (bytes == 0) {
+      std::fprintf(stderr,
+                   "vramtrace run: --limit '%s' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
+                   "known cards: %s\n",
+                   option.c_str(), gpu_card_names().c_str());
+      return false;
+    }
+    limit = std::to_string(bytes);
+    std::fprintf(stderr, "vramtrace run: --limit %s = %s (%s bytes, the card's total as CUDA reports it)\n",
+                 option.c_str(), format_size(bytes).c_str(), with_commas(bytes).c_str());
+  } else if (bytes == 0) {
+    std::fprintf(stderr, "vramtrace run: --limit must be greater than 0\n");
+    return false;
+  }
+  conf += (conf.empty() ? "" : ",") + std::string("limit:") + limit;
+  return true;
+}
 
+// The shim reads the same string from VRAMTRACE_CONF; refuse a bad one here, before the run.
+// `limit` may be per device there (vramtrace/device_limits.h), which AllocatorSettings does not read.
+bool check_conf(const std::string& conf) {
+  AllocatorSettings settings;
+  DeviceLimits limits;
+  std::string rest, error;
+  if (!split_device_limits(conf, rest, limits, error) || !AllocatorSettings::parse(rest, settings, error)) {
+    std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
+    return false;
+  }
+  return true;
+}
+
+// -o names a file: not a directory, not .gz (the shim writes plain or zstd).
+bool check_output_name(const std::string& out) {
+  if (out.empty()) return true;
+  std::error_code ec;
+  if (out.back() == '/' || fs::is_directory(out, ec)) {
+    std::fprintf(stderr,
+                 "vramtrace run: -o '%s' is a directory; give a file name in it, e.g. -o %s%svramtrace.%%p.jsonl\n",
+                 out.c_str(), out.c_str(), out.back() == '/' ? "" : "/");
+    return false;
+  }
+  if (out.size() > 3 && out.compare(out.size() - 3, 3, ".gz") == 0) {
+    std::fprintf(stderr,
+                 "vramtrace run: -o '%s': traces are written plain or zstd-compressed; end the name in .jsonl or "
+                 ".jsonl.zst (gzip a finished trace if you need .gz: the reports read it)\n",
+                 out.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool check_output_dir(const std::string& pattern) {
+  fs::path dir = fs::path(pattern).parent_path();
+  if (!dir.empty() && !fs::is_directory(dir)) {
+    std::fprintf(stderr, "vramtrace run: the output directory '%s' does not exist\n", dir.c_str());
+    return false;
+  }
+  return true;
+}
+
+// --- the environment and the launch ----------------------------------------------------------
+
+// The variables the command starts with, in the order they are set.
+std::vector<std::pair<std::string, std::string>> child_environment(const std::string& lib, const std::string& pattern,
+                                                                   const std::string& conf, bool tensors) {
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
+  std::vector<std::pair<std::string, std::string>> env;
+  env.emplace_back("LD_PRELOAD", preload);
+  env.emplace_back("VRAMTRACE_OUTPUT", pattern);
+  if (!conf.empty()) env.emplace_back("VRAMTRACE_CONF", conf);
+  if (tensors) env.emplace_back("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
+  return env;
+}
 
+// Runs the command with `env` added and waits for it, forwarding signals meanwhile. `status` is
+// waitpid's, `seconds` the time it ran. False (after a message) when it cannot be started.
+bool launch(const std::vector<std::string>& command, const std::vector<std::pair<std::string, std::string>>& env,
+            int& status, double& seconds) {
   struct timespec t0 {};
   clock_gettime(CLOCK_MONOTONIC, &t0);
 
@@ -385,25 +422,22 @@ int run_command(const RunOptions& o) {
   pid_t child = fork();
   if (child < 0) {
     std::fprintf(stderr, "vramtrace run: cannot start the command: %s\n", std::strerror(errno));
-    return 2;
+    return false;
   }
   if (child == 0) {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     sigaction(SIGHUP, &old_hup, nullptr);
-    setenv("LD_PRELOAD", preload.c_str(), 1);
-    setenv("VRAMTRACE_OUTPUT", pattern.c_str(), 1);
-    if (!conf.empty()) setenv("VRAMTRACE_CONF", conf.c_str(), 1);
-    if (o.tensors) setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1", 1);
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
-    for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
     std::fprintf(stderr, "vramtrace run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
   }
   g_child = child;
-  int status = 0;
+  status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   g_child = 0;
@@ -412,11 +446,14 @@ int run_command(const RunOptions& o) {
   sigaction(SIGHUP, &old_hup, nullptr);
   struct timespec t1 {};
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  const double seconds =
-      static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  seconds = static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  return true;
+}
 
+// vramtrace run's exit code for the command's waitpid status (a shell's: 128 + signal), and how
+// the command ended, in words.
+int exit_code(int status, std::string& how) {
   int rc;
-  std::string how;
   if (WIFEXITED(status)) {
     rc = WEXITSTATUS(status);
     how = "exited with code " + std::to_string(rc);
@@ -428,40 +465,29 @@ int run_command(const RunOptions& o) {
     rc = 1;
     how = "ended";
   }
-  if (rc == 127 && WIFEXITED(status)) return rc;  // exec failed: the message is printed already
+  return rc;
+}
 
-  std::fprintf(stderr, "\nvramtrace: '%s' %s after %.1f s\n", o.command.front().c_str(), how.c_str(), seconds);
-  std::vector<std::string> traces = find_traces(pattern, start, existing);
-  if (traces.empty()) {
+// --- the end screen ---------------------------------------------------------------------------
+
+void explain_no_trace(const RunOptions& o, const std::string& pattern, std::size_t existing_count) {
+  std::fprintf(stderr,
+               "  no trace was written: the program made no CUDA allocation through libvramtrace.so, or tracing\n"
+               "  failed (see the vramtrace: line above). Expected files named like %s\n",
+               pattern.c_str());
+  if (existing_count > 0) {
+    const bool has_p = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 'p');
+    const bool has_t = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 't');
     std::fprintf(stderr,
-                 "  no trace was written: the program made no CUDA allocation through libvramtrace.so, or tracing\n"
-                 "  failed (see the vramtrace: line above). Expected files named like %s\n",
-                 pattern.c_str());
-    if (existing_count > 0) {
-      const bool has_p = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 'p');
-      const bool has_t = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 't');
-      std::fprintf(stderr,
-                   "  (%zu file(s) of that name were there before the run; an existing file is never overwritten:\n"
-                   "  %s, or remove them)\n",
-                   existing_count,
-                   has_t && !has_p ? "%t has one-second resolution, add %p to -o" : "use %p or %t in -o");
-    }
-    return rc;
+                 "  (%zu file(s) of that name were there before the run; an existing file is never overwritten:\n"
+                 "  %s, or remove them)\n",
+                 existing_count,
+                 has_t && !has_p ? "%t has one-second resolution, add %p to -o" : "use %p or %t in -o");
   }
-  {
-    // Files that are not readable traces (a file the program itself wrote under a matching
-    // name) are shown as such and left out of the suggested commands.
-    std::vector<std::string> readable;
-    for (const std::string& t : traces)
-      if (describe_trace(t, o.tensors)) readable.push_back(t);
-    traces = std::move(readable);
-    if (traces.empty()) return rc;
-  }
-  std::fprintf(
-      stderr, "  level  %s\n",
-      o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
-                : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
-  // Several processes (a launcher's ranks, fork children): the reports merge them when given all.
+}
+
+// The traces as the suggested commands name them: up to four by name, more by a glob of the pattern.
+std::string trace_arguments(const std::vector<std::string>& traces, const std::string& pattern) {
   std::string args = traces.front();
   if (traces.size() > 1 && traces.size() <= 4) {
     for (std::size_t i = 1; i < traces.size(); ++i) args += " " + traces[i];
@@ -477,8 +503,62 @@ int run_command(const RunOptions& o) {
     }
     args = "'" + glob + "'";
   }
+  return args;
+}
+
+// Each trace the run left, then the commands to paste next.
+void show_traces(const RunOptions& o, const std::string& pattern, std::time_t start,
+                 const std::set<std::pair<dev_t, ino_t>>& existing, std::size_t existing_count) {
+  std::vector<std::string> traces = find_traces(pattern, start, existing);
+  if (traces.empty()) {
+    explain_no_trace(o, pattern, existing_count);
+    return;
+  }
+  {
+    // Files that are not readable traces (a file the program itself wrote under a matching
+    // name) are shown as such and left out of the suggested commands.
+    std::vector<std::string> readable;
+    for (const std::string& t : traces)
+      if (describe_trace(t, o.tensors)) readable.push_back(t);
+    traces = std::move(readable);
+    if (traces.empty()) return;
+  }
+  std::fprintf(
+      stderr, "  level  %s\n",
+      o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
+                : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
+  // Several processes (a launcher's ranks, fork children): the reports merge them when given all.
+  std::string args = trace_arguments(traces, pattern);
   std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",
                args.c_str(), args.c_str(), args.c_str());
+}
+
+// The option checks, the launch, the end screen. The exit code is the command's as a shell gives
+// it (128 + signal when killed; 127 not found, 126 not executable); 2 when vramtrace refuses the
+// options or cannot start the command.
+int run_command(const RunOptions& o) {
+  std::string lib;
+  if (!find_shim(lib)) return 2;
+  std::string conf = o.conf;
+  if (!o.limit.empty() && !add_limit(o.limit, conf)) return 2;
+  if (!check_conf(conf) || !check_output_name(o.output)) return 2;
+  const std::time_t start = std::time(nullptr);
+  const std::string pattern = fix_start_time(o.output.empty() ? kDefaultOutput : o.output, start);
+  if (!check_output_dir(pattern)) return 2;
+
+  // Files already matching the pattern (earlier runs) are never this run's traces.
+  std::set<std::pair<dev_t, ino_t>> existing;
+  const std::size_t existing_count = find_traces(pattern, 0, {}, &existing).size();
+
+  int status = 0;
+  double seconds = 0;
+  if (!launch(o.command, child_environment(lib, pattern, conf, o.tensors), status, seconds)) return 2;
+  std::string how;
+  const int rc = exit_code(status, how);
+  if (rc == 127 && WIFEXITED(status)) return rc;  // exec failed: the message is printed already
+
+  std::fprintf(stderr, "\nvramtrace: '%s' %s after %.1f s\n", o.command.front().c_str(), how.c_str(), seconds);
+  show_traces(o, pattern, start, existing, existing_count);
   return rc;
 }
 

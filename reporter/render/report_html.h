@@ -26,7 +26,8 @@ struct ReportOptions {
 /// The data the page draws, as JSON (also used by tests).
 nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOptions& options = {});
 
-/// The whole page. Deterministic for a given input.
+/// The whole page: render/report/report.html (render/report_page.h) with report_data in place of
+/// its @DATA@. Deterministic for a given input.
 std::string render_report_html(const std::vector<TraceModel>& models, const ReportOptions& options = {});
 
 /// Serialises `j` for embedding inside <script type="application/json">: invalid UTF-8 replaced,

@@ -1,0 +1,19 @@
+var errors=[];
+window.addEventListener('error',function(e){errors.push(String(e.message));});
+var DATA=JSON.parse(document.getElementById('vt-data').textContent);
+var COLORS={reserved:'#e8912d',active:'#3aa35b',allocated:'#2f6fd6',requested:'#8f5bd6',cap:'#d62f2f'};
+var SERIES=[['reserved','r'],['active','c'],['allocated','a']];
+function el(tag,attrs,text){var e=document.createElement(tag);if(attrs)for(var k in attrs)e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=String(text);return e;}
+function fmtB(b){if(b===null||b===undefined)return 'n/a';var n=Math.abs(b),s=b<0?'-':'';
+ if(n<=1024)return s+n+' bytes';if(n<=1048576)return s+(n/1024).toFixed(2)+' KiB';if(n<=1073741824)return s+(n/1048576).toFixed(2)+' MiB';return s+(n/1073741824).toFixed(2)+' GiB';}
+function fmtT(ms){var a=Math.abs(ms);if(ms===0)return '0';if(a>=1000)return (ms/1000).toFixed(3)+' s';if(a>=1)return ms.toFixed(3)+' ms';return (ms*1000).toFixed(1)+' us';}
+function niceStep(range,n){var raw=range/Math.max(1,n),p=Math.pow(10,Math.floor(Math.log10(raw))),f=raw/p;return (f<1.5?1:f<3?2:f<7?5:10)*p;}
+function niceBytesStep(range,n){var u=range>3*1073741824?1073741824:range>3*1048576?1048576:1024;var s=niceStep(range/u,n);return s*u;}
+// Values at time t (ms from the device's first event): the bucket holding t.
+function bucketAt(tl,t){var lo=0,hi=tl.t.length-1;if(hi<0)return -1;if(t<tl.t[0])return 0;
+ while(lo<hi){var mid=(lo+hi+1)>>1;if(tl.t[mid]<=t)lo=mid;else hi=mid-1;}return lo;}
+function valuesAt(dev,t){var tl=dev.tl,i=bucketAt(tl,t);if(i<0)return null;var o={bucket:i,t_begin:tl.t[i],t_end:tl.te[i]};
+ SERIES.concat([['requested','q']]).forEach(function(s){o[s[0]]={min:tl[s[1]+'min'][i],max:tl[s[1]+'max'][i],last:tl[s[1]+'last'][i]};});return o;}
+function legend(){var L=document.getElementById('legend');[['allocated','allocated'],['active','active (allocated + pending free)'],['reserved','reserved (segments)'],['cap','capacity']].forEach(function(p){
+ var s=el('span');s.appendChild(el('i',{'class':'sw',style:'background:'+COLORS[p[0]]}));s.appendChild(document.createTextNode(p[1]));L.appendChild(s);});
+ L.appendChild(el('span',null,'\u25BC OOM'));L.appendChild(el('span',null,'\u2758 mark'));L.appendChild(el('span',{'class':'sub'},'drag to zoom, double-click to reset'));}

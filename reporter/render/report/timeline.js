@@ -1,0 +1,49 @@
+function Timeline(dev,host){
+ var self=this;this.dev=dev;var W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),H=320,ml=78,mr=12,mt=10,mb=28;
+ var wrap=el('div',{'class':'plot'});var cv=el('canvas',{width:W,height:H});var tip=el('div',{'class':'tip'});
+ var bar=el('div');var reset=el('button',null,'reset zoom');bar.appendChild(reset);
+ wrap.appendChild(cv);wrap.appendChild(tip);host.appendChild(wrap);host.appendChild(bar);this.canvas=cv;
+ var tl=dev.tl,n=tl.t.length,tmax=n?tl.te[n-1]:1;if(tmax<=0)tmax=1;var view=[0,tmax];
+ var ymax=0;for(var i=0;i<n;i++){ymax=Math.max(ymax,tl.rmax[i],tl.cmax[i],tl.amax[i]);}
+ var capIn=dev.capacity&&dev.capacity<=2.5*ymax;if(capIn)ymax=Math.max(ymax,dev.capacity);if(ymax<=0)ymax=1;ymax*=1.08;
+ var ctx=cv.getContext('2d');
+ function X(t){return ml+(t-view[0])/(view[1]-view[0])*(W-ml-mr);}
+ function T(x){return view[0]+(x-ml)/(W-ml-mr)*(view[1]-view[0]);}
+ function Y(v){return mt+(1-v/ymax)*(H-mt-mb);}
+ function draw(sel){ctx.clearRect(0,0,W,H);ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);
+  ctx.font='11px sans-serif';ctx.fillStyle='#5b6475';ctx.strokeStyle='#e6e9ef';ctx.lineWidth=1;
+  var ys=niceBytesStep(ymax,6);for(var v=0;v<=ymax;v+=ys){var y=Math.round(Y(v))+.5;ctx.beginPath();ctx.moveTo(ml,y);ctx.lineTo(W-mr,y);ctx.stroke();ctx.textAlign='right';ctx.fillText(fmtB(v),ml-6,y+4);}
+  var xs=niceStep(view[1]-view[0],8);for(var t=Math.ceil(view[0]/xs)*xs;t<=view[1];t+=xs){var x=Math.round(X(t))+.5;ctx.beginPath();ctx.moveTo(x,mt);ctx.lineTo(x,H-mb);ctx.stroke();ctx.textAlign='center';ctx.fillText(fmtT(t),x,H-mb+14);}
+  // per-pixel min/max of every series over the buckets in view
+  var cols=W-ml-mr,pmin={},pmax={};SERIES.forEach(function(s){pmin[s[0]]=new Float64Array(cols).fill(NaN);pmax[s[0]]=new Float64Array(cols).fill(NaN);});
+  for(var i=0;i<n;i++){if(tl.te[i]<view[0]||tl.t[i]>view[1])continue;var x0=Math.floor(X(tl.t[i]))-ml,x1=Math.floor(X(tl.te[i]))-ml;
+   x0=Math.max(0,x0);x1=Math.min(cols-1,Math.max(x0,x1));
+   for(var x=x0;x<=x1;x++)SERIES.forEach(function(s){var k=s[0],mn=tl[s[1]+'min'][i],mx=tl[s[1]+'max'][i];
+    if(!(pmin[k][x]<=mn))pmin[k][x]=mn;if(!(pmax[k][x]>=mx))pmax[k][x]=mx;});}
+  SERIES.forEach(function(s){var k=s[0];ctx.fillStyle=COLORS[k];ctx.globalAlpha=k==='reserved'?0.35:0.55;
+   for(var x=0;x<cols;x++){if(isNaN(pmax[k][x]))continue;var y0=Y(pmax[k][x]),y1=Y(pmin[k][x]);ctx.fillRect(ml+x,y0,1,Math.max(1,y1-y0));}
+   ctx.globalAlpha=1;ctx.strokeStyle=COLORS[k];ctx.lineWidth=1.4;ctx.beginPath();var started=false;
+   for(var x=0;x<cols;x++){if(isNaN(pmax[k][x]))continue;var y=Y(pmax[k][x]);if(!started){ctx.moveTo(ml+x,y);started=true;}else ctx.lineTo(ml+x,y);}ctx.stroke();});
+  if(dev.capacity&&!capIn){ctx.fillStyle=COLORS.cap;ctx.textAlign='right';ctx.fillText('capacity '+fmtB(dev.capacity)+' (above the scale)',W-mr-4,mt+12);}
+  if(capIn){ctx.strokeStyle=COLORS.cap;ctx.setLineDash([6,4]);ctx.lineWidth=1.5;var yc=Y(dev.capacity);ctx.beginPath();ctx.moveTo(ml,yc);ctx.lineTo(W-mr,yc);ctx.stroke();ctx.setLineDash([]);
+   ctx.fillStyle=COLORS.cap;ctx.textAlign='left';ctx.fillText('capacity '+fmtB(dev.capacity),ml+4,yc-4);}
+  dev.markers.forEach(function(m){if(m.t<view[0]||m.t>view[1])return;var x=X(m.t);
+   if(m.kind==='oom'){ctx.fillStyle=COLORS.cap;ctx.beginPath();ctx.moveTo(x-6,mt);ctx.lineTo(x+6,mt);ctx.lineTo(x,mt+10);ctx.fill();}
+   else{ctx.strokeStyle='#7d8596';ctx.beginPath();ctx.moveTo(x,H-mb-8);ctx.lineTo(x,H-mb);ctx.stroke();}});
+  ctx.strokeStyle='#9aa3b5';ctx.strokeRect(ml+.5,mt+.5,W-ml-mr,H-mt-mb);
+  if(sel){ctx.fillStyle='rgba(47,111,214,.12)';ctx.fillRect(Math.min(sel[0],sel[1]),mt,Math.abs(sel[1]-sel[0]),H-mt-mb);}
+ }
+ this.draw=draw;var drag=null;
+ cv.addEventListener('mousedown',function(e){drag=[e.offsetX,e.offsetX];});
+ cv.addEventListener('mousemove',function(e){var x=e.offsetX;if(drag){drag[1]=x;draw(drag);}
+  if(x<ml||x>W-mr){tip.style.display='none';return;}var t=T(x),v=valuesAt(dev,t);if(!v){tip.style.display='none';return;}
+  var lines=['t = '+fmtT(t)];SERIES.concat([['requested','q']]).slice().reverse().forEach(function(s){var q=v[s[0]];
+   lines.push(s[0]+': '+(q.min===q.max?fmtB(q.max):fmtB(q.min)+' .. '+fmtB(q.max)));});
+  if(v.t_end>v.t_begin)lines.push('(range '+fmtT(v.t_begin)+' .. '+fmtT(v.t_end)+')');
+  tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(x+14,W-230)+'px';tip.style.top=(e.offsetY+10)+'px';});
+ cv.addEventListener('mouseleave',function(){tip.style.display='none';});
+ window.addEventListener('mouseup',function(){if(!drag)return;var a=Math.min(drag[0],drag[1]),b=Math.max(drag[0],drag[1]);drag=null;
+  if(b-a>4){var t0=T(a),t1=T(b);view=[Math.max(0,t0),Math.min(tmax,t1)];}draw();});
+ cv.addEventListener('dblclick',function(){view=[0,tmax];draw();});reset.addEventListener('click',function(){view=[0,tmax];draw();});
+ draw();
+}
