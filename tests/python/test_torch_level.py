@@ -251,12 +251,14 @@ class RecordingStart(TorchLevelTest):
         res = self.run_both("""
         import torch
         torch.cuda.set_per_process_memory_fraction(0.5)
+        torch._fake.log("program: fraction set")
         x = torch.empty(4096, device="cuda")
         print("ok")
         """)
-        events = res.event_names()
-        self.assertLess(events.index("cuda_init"), events.index("attach_oom_observer"))
-        self.assertIn("record_history new", " ".join(events))
+        events = [e.split(" ")[0] for e in res.event_names()]
+        self.assertEqual(events[:5], ["import", "cuda_init", "record_history", "attach_oom_observer",
+                                      "getDeviceCount"])
+        self.assertEqual(events[5], "program:")
         side = self.assert_written(res, "exit")
         self.assertEqual(side["history"]["devices"][0]["actions"]["alloc"], 1)
 
@@ -682,6 +684,14 @@ if tl is not None:
         self.assertEqual(tl.expand_output_path("%h", 1), "localhost")
         self.assertEqual(tl.short_version("2.11.0+cu130"), "2.11")
         self.assertEqual(tl.sidecar_path("x.pickle"), "x.pickle.json")
+
+    def test_every_suite_is_registered_in_cmake(self):
+        with open(os.path.join(HERE, "CMakeLists.txt")) as f:
+            text = f.read()
+        listed = set(re.search(r"foreach\(suite(.*?)\)", text, re.S).group(1).split())
+        suites = {name for name, value in globals().items() if isinstance(value, type)
+                  and issubclass(value, TorchLevelTest) and value is not TorchLevelTest}
+        self.assertEqual(listed, suites)
 
 
 if __name__ == "__main__":
