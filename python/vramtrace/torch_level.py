@@ -237,6 +237,7 @@ class _Recorder:
         self._orig_os_exit = None
         self._prev_handlers = {}
         self._lazy_init_pair = None
+        self._snapshot_s = None
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -601,6 +602,7 @@ class _Recorder:
         """Writes the snapshot (when recording) and the sidecar; True if all was written."""
         if not self._active():
             return False
+        import time
         with self._write_lock:
             if self.exit_written and final:
                 return False
@@ -609,9 +611,12 @@ class _Recorder:
             path = self.output_path()
             snapshot = None
             snapshot_error = None
+            self._snapshot_s = None
             if self.mode == "recording":
                 try:
+                    t0 = time.perf_counter()
                     snapshot = self.torch.cuda.memory._snapshot()
+                    self._snapshot_s = time.perf_counter() - t0
                 except Exception as exc:  # noqa: BLE001
                     snapshot_error = _describe(exc)
                     self._tell("torch.cuda.memory._snapshot() failed (%s)" % snapshot_error)
@@ -756,6 +761,7 @@ class _Recorder:
             "written_at": time.time(),
             "snapshot": os.path.basename(snapshot_path) if snapshot_path else None,
             "snapshot_error": snapshot_error,
+            "snapshot_s": self._snapshot_s,
             "recording": recording,
             "allocator": allocator,
             "history": self._history(snapshot),
