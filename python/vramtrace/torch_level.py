@@ -45,12 +45,14 @@ ENV_OUT = "VRAMTRACE_TORCH_OUT"
 ENV_MAX_ENTRIES = "VRAMTRACE_TORCH_MAX_ENTRIES"
 ENV_SIGNALS = "VRAMTRACE_TORCH_SIGNALS"
 
-# One entry costs PyTorch a TraceEntry (about 100 bytes) plus, with Python stacks, a captured
-# traceback of 16 bytes per frame (PR #82146): roughly 0.5-1 KB per entry for a training loop
-# 20-40 frames deep, so 1,000,000 entries hold about 0.5-1 GB of host memory once the ring is full.
-# _snapshot() converts entries to Python at ~1.5 us each (0.07-0.11 s for 60,614 entries on an
-# H200), so the exit snapshot of a full ring takes seconds, not minutes. GPT-2 124M training makes
-# ~4,300 entries a step: the default keeps the last ~230 steps.
+# What one history entry costs (PyTorch 2.11, H200 machine, one run each, docs/tensor-level.md):
+# 328 bytes of host memory with 7 Python frames on the stack, 925 bytes with 42 (a TraceEntry plus
+# 16 bytes a frame); about 1 us more per allocation or free; _snapshot() converts ~5 us an entry
+# into ~0.75-1.3 KB of transient Python objects, and the pickle takes ~70-110 bytes an entry. So
+# the default ring holds 0.3-0.9 GB once full and its exit snapshot takes ~5 s plus ~1 s to
+# pickle; GPT-2 124M training makes ~4,500 entries a step, so it keeps the last ~220 steps.
+# Ten times that would hold 3-9 GB, take a minute at exit and give a pickle past the ~1 GB
+# memory_viz can open.
 DEFAULT_MAX_ENTRIES = 1_000_000
 # memory_viz's JavaScript unpickler reads protocols 2 to 4 only.
 PICKLE_PROTOCOL = 4
@@ -207,7 +209,8 @@ class _Recorder:
 
     def __init__(self):
         self.installed = False
-        # waiting_for_torch -> waiting_for_cuda | unavailable -> recording | no_history
+        # off -> waiting_for_torch -> unavailable (torch cannot be recorded)
+        #                          -> waiting_for_cuda -> starting -> recording | no_history
         self.mode = "off"
         self.reason = None
         self.template = None
@@ -556,13 +559,16 @@ class _Recorder:
         self._write("oom", final=False)
 
     def _at_exit(self):
-        self._write("exit", final=True)
+        try:
+            self._write("exit", final=True)
+        except Exception as exc:  # noqa: BLE001 - atexit would print a traceback
+            _say("writing the PyTorch snapshot at exit failed (%s)" % _describe(exc))
 
     def _before_os_exit(self):
         try:
             self._write("os._exit", final=True)
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception as exc:  # noqa: BLE001
+            _say("writing the PyTorch snapshot at os._exit failed (%s)" % _describe(exc))
 
     def _on_signal(self, signum, frame):
         import signal
@@ -603,6 +609,7 @@ class _Recorder:
         if not self._active():
             return False
         import time
+
         with self._write_lock:
             if self.exit_written and final:
                 return False
@@ -615,7 +622,8 @@ class _Recorder:
             if self.mode == "recording":
                 try:
                     t0 = time.perf_counter()
-                    snapshot = self.torch.cuda.memory._snapshot()
+                    with _inductor_lookup_hidden(self.torch):
+                        snapshot = self.torch.cuda.memory._snapshot()
                     self._snapshot_s = time.perf_counter() - t0
                 except Exception as exc:  # noqa: BLE001
                     snapshot_error = _describe(exc)
@@ -784,6 +792,79 @@ class _Recorder:
         }
 
 
+class _inductor_lookup_hidden:
+    """Keeps torch._snapshot() from importing torch._inductor in a program that never did.
+
+    To map inductor-generated frames, PyTorch's symbolizer (torch/csrc/profiler/python/
+    combined_traceback.cpp) asks `hasattr(torch, "_inductor")` and then for `codecache` in it;
+    torch's module __getattr__ imports torch._inductor lazily, so the first snapshot of a program
+    that never compiled anything imports inductor, dynamo and sympy (883 modules, 4.2 s measured
+    with PyTorch 2.11 on the H200 machine), registers their atexit handlers, and, at exit, turns
+    the exit status of an interrupted program from -SIGINT into 1 (see
+    _preload_exit_path_modules). Without inductor no frame can be inductor's, so for the duration
+    of the call torch._inductor is a stand-in that has no `codecache` for this thread and forwards
+    everything to the real module (importing it) for any other thread. Nothing is changed when
+    torch._inductor is already imported or already set.
+    """
+
+    def __init__(self, torch):
+        self._torch = torch
+        self._stand_in = None
+
+    def __enter__(self):
+        try:
+            namespace = self._torch.__dict__
+            if "torch._inductor" not in sys.modules and "_inductor" not in namespace:
+                self._stand_in = _InductorStandIn(_thread_ident())
+                namespace["_inductor"] = self._stand_in
+        except Exception:  # noqa: BLE001
+            self._stand_in = None
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            namespace = self._torch.__dict__
+            if self._stand_in is not None and namespace.get("_inductor") is self._stand_in:
+                del namespace["_inductor"]
+        except Exception:  # noqa: BLE001
+            pass
+        return False
+
+
+def _thread_ident():
+    import threading
+
+    return threading.get_ident()
+
+
+def _make_inductor_stand_in_type():
+    import types
+
+    class InductorStandIn(types.ModuleType):
+        def __init__(self, owner):
+            super().__init__("torch._inductor")
+            self.__dict__["_vramtrace_owner"] = owner
+
+        def __getattr__(self, name):
+            if _thread_ident() == self.__dict__["_vramtrace_owner"]:
+                raise AttributeError(name)
+            import importlib
+
+            return getattr(importlib.import_module("torch._inductor"), name)
+
+    return InductorStandIn
+
+
+def _InductorStandIn(owner):  # noqa: N802 - a class made on first use (types stays unimported)
+    global _INDUCTOR_STAND_IN_TYPE
+    if _INDUCTOR_STAND_IN_TYPE is None:
+        _INDUCTOR_STAND_IN_TYPE = _make_inductor_stand_in_type()
+    return _INDUCTOR_STAND_IN_TYPE(owner)
+
+
+_INDUCTOR_STAND_IN_TYPE = None
+
+
 def _preload_exit_path_modules():
     """Imports now every module the writing path needs, so that exit imports nothing.
 
@@ -792,10 +873,14 @@ def _preload_exit_path_modules():
     (`_Py_UnhandledKeyboardInterrupt`), and collections.namedtuple execs a string, so importing
     platform or inspect in an atexit handler turns -2 into 1. Modules already imported run nothing.
     """
+    import importlib  # noqa: F401
     import json  # noqa: F401
     import pickle  # noqa: F401
     import signal  # noqa: F401
     import time  # noqa: F401
+    import types  # noqa: F401
+
+    _InductorStandIn(0)  # its class, made now
 
 
 def _replace_in_torch_modules(name, old, new):

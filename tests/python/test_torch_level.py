@@ -297,6 +297,45 @@ class RecordingStart(TorchLevelTest):
         self.assertEqual(res.stdout, "True False\n")
 
 
+class Inductor(TorchLevelTest):
+    def test_the_snapshot_does_not_import_inductor_into_a_program_that_did_not(self):
+        res = self.run_both(ALLOCATE + "import sys; print('torch._inductor' in sys.modules)\n")
+        self.assertIn("False", res.stdout)
+        self.assert_written(res, "exit")
+        self.assertNotIn("import torch._inductor", res.event_names())
+        # the program itself can still reach it afterwards
+        res = self.run_both(ALLOCATE + """
+import atexit, torch
+atexit.register(lambda: print(hasattr(torch._inductor, "codecache")))  # after vramtrace's write
+""")
+        self.assertEqual(res.stdout.split()[-1], "True")
+
+    def test_inductor_frames_are_mapped_when_the_program_uses_inductor(self):
+        res = self.run_both("import torch._inductor\n" + ALLOCATE)
+        self.assert_written(res, "exit")
+        self.assertIn("stack_frames_for_code", res.event_names())
+
+    def test_another_thread_sees_the_real_module_during_the_snapshot(self):
+        res = self.run_both("""
+import threading, torch
+x = torch.empty(10, device="cuda")
+seen = []
+real_snapshot = torch._C._cuda_memorySnapshot
+def snapshot_with_a_thread(*args):
+    t = threading.Thread(target=lambda: seen.append(hasattr(torch._inductor, "codecache")))
+    t.start(); t.join()
+    return real_snapshot(*args)
+torch._C._cuda_memorySnapshot = snapshot_with_a_thread
+tl = __import__("sys").modules.get("_vramtrace_torch_level")
+if tl is not None:
+    tl.write_snapshot("test")
+else:
+    seen.append(True)
+print(seen)
+""")
+        self.assertEqual(res.stdout, "[True]\n")
+
+
 class Exits(TorchLevelTest):
     def test_normal_exit(self):
         res = self.run_both(ALLOCATE)

@@ -250,8 +250,25 @@ def _cuda_attach_out_of_memory_observer(observer):
         a.observers.append(observer)
 
 
+def _symbolize(traces):
+    """As PyTorch's PythonTraceback::appendSymbolized: asks torch for inductor's code cache."""
+    import torch
+
+    lookup = None
+    if hasattr(torch, "_inductor"):
+        inductor = torch._inductor
+        if hasattr(inductor, "codecache"):
+            lookup = inductor.codecache.PyCodeCache.stack_frames_for_code
+    if lookup is not None:
+        for trace in traces:
+            for entry in trace:
+                for frame in entry.get("frames", []):
+                    lookup(frame["filename"], frame["line"])
+
+
 def _cuda_memorySnapshot(*args):
     _fake.log("snapshot")
+    _symbolize([a.history() for a in _allocators])
     segments = []
     for a in _allocators:
         segments.extend(a.segments())

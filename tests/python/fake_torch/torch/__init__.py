@@ -15,6 +15,18 @@ if _fake.FLAVOUR != "nocuda":
     from torch import cuda  # noqa: E402,F401
 
 
+_lazy_modules = {"_inductor"}
+
+
+def __getattr__(name):
+    """As torch/__init__.py: some submodules are imported on first attribute access."""
+    if name in _lazy_modules:
+        import importlib
+
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError("module 'torch' has no attribute %r" % name)
+
+
 class Tensor:
     """Device bytes; freed when the object goes away."""
 
