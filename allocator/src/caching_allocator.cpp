@@ -14,7 +14,6 @@
 
 #include <sched.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,12 +31,6 @@ namespace vramtrace {
 namespace {
 
 constexpr std::uint64_t kOneExaByte = std::uint64_t{1} << 60;  // PyTorch's "more than 1EB" sanity check
-
-std::uint64_t now_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 std::uint32_t current_thread_id() noexcept {
   static thread_local std::uint32_t tid = static_cast<std::uint32_t>(::syscall(SYS_gettid));
@@ -346,7 +339,7 @@ struct CachingAllocator::Impl {
             std::uint16_t entry_point = 0, std::uint64_t aux = 0) noexcept {
     if (sink == nullptr) return;
     Event e;
-    e.time_ns = now_ns();
+    e.time_ns = event_time_ns();
     e.addr = addr;
     e.size_bytes = size;
     e.block_bytes = block_bytes;
@@ -360,30 +353,10 @@ struct CachingAllocator::Impl {
     sink->record(e);
   }
 
-  // ---- sizes (round_size, get_allocation_size) ------------------------------------------------
+  // ---- sizes (round_size, get_allocation_size: vramtrace/size_rules.h) ------------------------
 
   std::uint64_t round_size(std::uint64_t size) const {
-    if (size < kMinBlockSize) return kMinBlockSize;
-    if (any_divisions) {
-      const std::uint64_t divisions = settings.divisions_for(size);
-      if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
-    }
-    return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
-  }
-
-  static std::uint64_t roundup_power2_next_division(std::uint64_t size, std::uint64_t divisions) {
-    if (std::has_single_bit(size)) return size;
-    const std::uint64_t power2_floor = std::bit_floor(size);
-    const std::uint64_t step = power2_floor >> (std::bit_width(divisions) - 1);
-    if (step == 0) return power2_floor << 1;
-    const std::uint64_t floor = size & ~(step - 1);
-    return floor == size ? size : floor + step;
-  }
-
-  static std::uint64_t allocation_size(std::uint64_t size) {
-    if (size <= kSmallSize) return kSmallBuffer;
-    if (size < kMinLargeAlloc) return kLargeBuffer;
-    return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+    return vramtrace::round_size(size, any_divisions ? settings.divisions_for(size) : 0);
   }
 
   // ---- events of blocks used on other streams ---------------------------------------------------
@@ -757,9 +730,8 @@ struct CachingAllocator::Impl {
   // ---- splitting and merging --------------------------------------------------------------------
 
   bool should_split(const Block* block, std::uint64_t size) const {
-    const std::uint64_t remaining = block->size - size;
-    if (block->pool->is_small || settings.expandable_segments) return remaining >= kMinBlockSize;
-    return size < settings.max_split_size_bytes && remaining > kSmallSize;
+    return vramtrace::should_split(size, block->size - size, block->pool->is_small || settings.expandable_segments,
+                                   settings.max_split_size_bytes);
   }
 
   // Merges `src` into `dst` if src is free, idle and in the same mapped state. Returns the bytes
@@ -899,7 +871,7 @@ struct CachingAllocator::Impl {
     AllocParams p;
     p.stream = stream;
     p.size = round_size(orig_size);
-    p.pool = p.size <= kSmallSize ? &small_pool : &large_pool;
+    p.pool = in_small_pool(p.size) ? &small_pool : &large_pool;
 
     bool found = get_free_block(p);
     if (!found) {
@@ -929,7 +901,7 @@ struct CachingAllocator::Impl {
       stats.num_ooms += 1;
       if (sink != nullptr) {
         Event e;
-        e.time_ns = now_ns();
+        e.time_ns = event_time_ns();
         e.size_bytes = orig_size;
         e.block_bytes = p.alloc_size;
         e.stream = stream.value;

@@ -2,6 +2,7 @@
 #include <string_view>
 
 #include "vramtrace/event.h"
+#include "vramtrace/settings.h"
 #include "vramtrace/snapshot.h"
 #include "vramtrace/types.h"
 
@@ -35,6 +36,16 @@ std::optional<Action> parse_action(std::string_view name) noexcept {
   VRAMTRACE_ACTIONS(VRAMTRACE_ACTION_PARSE)
 #undef VRAMTRACE_ACTION_PARSE
   return std::nullopt;
+}
+
+const char* reuse_policy_name(ReusePolicy p) noexcept {
+  switch (p) {
+    case ReusePolicy::lazy_sync: return "lazy_sync";
+    case ReusePolicy::device_sync: return "device_sync";
+    case ReusePolicy::stream_ordered: return "stream_ordered";
+    case ReusePolicy::none: return "none";
+  }
+  return "lazy_sync";
 }
 
 const char* block_state_name(BlockState s) noexcept {

@@ -1,7 +1,12 @@
-// Parsing of allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax), byte sizes, and size formatting.
+// Parsing of allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); sizes are read by units.h.
 // Key rules follow c10/cuda/CUDAAllocatorConfig.cpp and c10/core/AllocatorConfig.cpp; see
 // docs/configuration.md for the user-facing table.
 #include "vramtrace/settings.h"
+
+#include "vramtrace/device_limits.h"
+#include "vramtrace/size_rules.h"
+
+#include "text.h"
 
 #include <algorithm>
 #include <bit>
@@ -15,13 +20,7 @@
 namespace vramtrace {
 namespace {
 
-std::string strip_spaces(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s)
-    if (!std::isspace(static_cast<unsigned char>(c))) out.push_back(c);
-  return out;
-}
+using detail::strip_spaces;
 
 bool parse_u64(std::string_view s, std::uint64_t& out) {
   if (s.empty()) return false;
@@ -133,94 +132,129 @@ constexpr const char* kKnownKeys =
     "expandable_segments, per_process_memory_fraction, backend, limit, reuse (and PyTorch's "
     "release_lock_on_cudamalloc, pinned_*, graph_capture_record_stream_reuse, which are accepted and ignored)";
 
+// A size of the `limit` key, alone (limit:14GiB) or in the per-device list: units.h's grammar, > 0.
+bool parse_limit_size(std::string_view v, std::uint64_t& out_bytes, std::string& error) {
+  std::uint64_t bytes = 0;
+  std::string size_error;
+  if (!parse_size(v, bytes, size_error)) {
+    error = "setting 'limit': " + size_error;
+    return false;
+  }
+  if (bytes == 0) {
+    error = "setting 'limit': must be greater than 0";
+    return false;
+  }
+  out_bytes = bytes;
+  return true;
+}
+
+// One KEY:VALUE item on top of `s`. On a refusal `s` may be half-changed: callers parse into a copy.
+bool parse_item(std::string_view item, AllocatorSettings& s, std::string& error) {
+  auto colon = item.find(':');
+  if (colon == std::string_view::npos) {
+    error = "setting '" + std::string(item) + "' has no value: expected KEY:VALUE";
+    return false;
+  }
+  std::string_view key = item.substr(0, colon), v = item.substr(colon + 1);
+  const std::string k(key);
+  if (key == "max_split_size_mb") {
+    if (!parse_mb_at_least(key, v, 20, s.max_split_size_bytes, error)) return false;
+  } else if (key == "max_non_split_rounding_mb") {
+    if (!parse_mb_at_least(key, v, 20, s.max_non_split_rounding_bytes, error)) return false;
+  } else if (key == "roundup_power2_divisions") {
+    if (!parse_divisions(v, s.roundup_power2_divisions, error)) return false;
+  } else if (key == "garbage_collection_threshold") {
+    double t = 0;
+    if (!parse_double(v, t) || !(t > 0.0 && t < 1.0)) {
+      error = "setting 'garbage_collection_threshold': expected a number between 0 and 1 (exclusive), got '" +
+              std::string(v) + "'";
+      return false;
+    }
+    s.garbage_collection_threshold = t;
+  } else if (key == "per_process_memory_fraction") {
+    double f = 0;
+    if (!parse_double(v, f) || !(f > 0.0 && f <= 1.0)) {
+      error = "setting 'per_process_memory_fraction': expected a number in (0, 1], got '" + std::string(v) + "'";
+      return false;
+    }
+    s.per_process_memory_fraction = f;
+  } else if (key == "expandable_segments") {
+    if (!parse_bool(key, v, s.expandable_segments, error)) return false;
+  } else if (key == "backend") {
+    if (v != "native") {
+      error = "setting 'backend': only 'native' is modelled (PyTorch's caching allocator); got '" + std::string(v) +
+              "'. Traces recorded with backend:cudaMallocAsync can be read, but not re-simulated with it";
+      return false;
+    }
+  } else if (key == "limit") {
+    if (!parse_limit_size(v, s.limit_bytes, error)) return false;
+  } else if (key == "reuse") {
+    bool known = false;
+    for (ReusePolicy p : {ReusePolicy::lazy_sync, ReusePolicy::device_sync, ReusePolicy::stream_ordered,
+                          ReusePolicy::none}) {
+      if (v != reuse_policy_name(p)) continue;
+      s.reuse = p;
+      known = true;
+    }
+    if (!known) {
+      error = "setting 'reuse': expected lazy_sync, device_sync, stream_ordered or none, got '" + std::string(v) + "'";
+      return false;
+    }
+  } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
+             key == "pinned_use_background_threads" || key == "graph_capture_record_stream_reuse" ||
+             key == "pinned_free_catch_all" || key == "throw_on_cudamalloc_oom") {
+    bool ignored = false;
+    if (!parse_bool(key, v, ignored, error)) return false;
+  } else if (key == "pinned_num_register_threads" || key == "pinned_reserve_segment_size_mb") {
+    std::uint64_t ignored = 0;
+    if (!parse_u64(v, ignored)) {
+      error = "setting '" + k + "': expected a whole number, got '" + std::string(v) + "'";
+      return false;
+    }
+  } else {
+    error = "unknown setting '" + k + "'; known settings: " + kKnownKeys;
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool AllocatorSettings::parse(std::string_view conf, AllocatorSettings& out, std::string& error) {
   AllocatorSettings s = out;
   const std::string text = strip_spaces(conf);
   s.text = text;
-  if (text.empty()) {
-    out = s;
-    return true;
-  }
   for (std::string_view item : split_top_level(text)) {
     if (item.empty()) continue;
-    auto colon = item.find(':');
-    if (colon == std::string_view::npos) {
-      error = "setting '" + std::string(item) + "' has no value: expected KEY:VALUE";
-      return false;
-    }
-    std::string_view key = item.substr(0, colon), v = item.substr(colon + 1);
-    const std::string k(key);
-    if (key == "max_split_size_mb") {
-      if (!parse_mb_at_least(key, v, 20, s.max_split_size_bytes, error)) return false;
-    } else if (key == "max_non_split_rounding_mb") {
-      if (!parse_mb_at_least(key, v, 20, s.max_non_split_rounding_bytes, error)) return false;
-    } else if (key == "roundup_power2_divisions") {
-      if (!parse_divisions(v, s.roundup_power2_divisions, error)) return false;
-    } else if (key == "garbage_collection_threshold") {
-      double t = 0;
-      if (!parse_double(v, t) || !(t > 0.0 && t < 1.0)) {
-        error = "setting 'garbage_collection_threshold': expected a number between 0 and 1 (exclusive), got '" +
-                std::string(v) + "'";
-        return false;
-      }
-      s.garbage_collection_threshold = t;
-    } else if (key == "per_process_memory_fraction") {
-      double f = 0;
-      if (!parse_double(v, f) || !(f > 0.0 && f <= 1.0)) {
-        error = "setting 'per_process_memory_fraction': expected a number in (0, 1], got '" + std::string(v) + "'";
-        return false;
-      }
-      s.per_process_memory_fraction = f;
-    } else if (key == "expandable_segments") {
-      if (!parse_bool(key, v, s.expandable_segments, error)) return false;
-    } else if (key == "backend") {
-      if (v != "native") {
-        error = "setting 'backend': only 'native' is modelled (PyTorch's caching allocator); got '" + std::string(v) +
-                "'. Traces recorded with backend:cudaMallocAsync can be read, but not re-simulated with it";
-        return false;
-      }
-    } else if (key == "limit") {
-      std::string size_error;
-      if (!parse_size(v, s.limit_bytes, size_error) || s.limit_bytes == 0) {
-        error = "setting 'limit': " + (size_error.empty() ? std::string("must be greater than 0") : size_error);
-        return false;
-      }
-    } else if (key == "reuse") {
-      if (v == "lazy_sync") s.reuse = ReusePolicy::lazy_sync;
-      else if (v == "device_sync") s.reuse = ReusePolicy::device_sync;
-      else if (v == "stream_ordered") s.reuse = ReusePolicy::stream_ordered;
-      else if (v == "none") s.reuse = ReusePolicy::none;
-      else {
-        error = "setting 'reuse': expected lazy_sync, device_sync, stream_ordered or none, got '" + std::string(v) + "'";
-        return false;
-      }
-    } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
-               key == "pinned_use_background_threads" || key == "graph_capture_record_stream_reuse" ||
-               key == "pinned_free_catch_all" || key == "throw_on_cudamalloc_oom") {
-      bool ignored = false;
-      if (!parse_bool(key, v, ignored, error)) return false;
-    } else if (key == "pinned_num_register_threads" || key == "pinned_reserve_segment_size_mb") {
-      std::uint64_t ignored = 0;
-      if (!parse_u64(v, ignored)) {
-        error = "setting '" + k + "': expected a whole number, got '" + std::string(v) + "'";
-        return false;
-      }
-    } else {
-      error = "unknown setting '" + k + "'; known settings: " + kKnownKeys;
-      return false;
-    }
+    if (!parse_item(item, s, error)) return false;
   }
   out = s;
   return true;
 }
 
+AllocatorSettings AllocatorSettings::parse_recorded(std::string_view conf, std::vector<RejectedSetting>* rejected) {
+  AllocatorSettings s;
+  const std::string text = strip_spaces(conf);
+  s.text = text;
+  for (std::string_view item : split_top_level(text)) {
+    if (item.empty()) continue;
+    AllocatorSettings with = s;
+    std::string error;
+    if (parse_item(item, with, error)) {
+      s = std::move(with);
+    } else if (rejected != nullptr) {
+      const auto colon = item.find(':');
+      const bool has_value = colon != std::string_view::npos;
+      rejected->push_back({std::string(item.substr(0, colon)),
+                           has_value ? std::string(item.substr(colon + 1)) : std::string(), has_value,
+                           std::move(error)});
+    }
+  }
+  return s;
+}
+
 std::uint32_t AllocatorSettings::divisions_for(std::uint64_t bytes) const noexcept {
-  // Interval index = floor(log2(size)) - 20, clamped to [0, 15] (1 MiB .. 64 GiB).
-  int log_size = bytes == 0 ? 0 : std::bit_width(bytes) - 1;
-  int index = std::clamp(log_size - 20, 0, 15);
-  return roundup_power2_divisions[index];
+  return roundup_power2_divisions[roundup_power2_interval(bytes)];
 }
 
 std::string AllocatorSettings::to_string() const {
@@ -258,82 +292,128 @@ std::string AllocatorSettings::to_string() const {
   }
   if (expandable_segments) add("expandable_segments:True");
   if (limit_bytes != 0) add("limit:" + std::to_string(limit_bytes));
-  if (reuse == ReusePolicy::device_sync) add("reuse:device_sync");
-  if (reuse == ReusePolicy::stream_ordered) add("reuse:stream_ordered");
-  if (reuse == ReusePolicy::none) add("reuse:none");
+  if (reuse != d.reuse) add(std::string("reuse:") + reuse_policy_name(reuse));
   return out;
 }
 
-bool parse_size(std::string_view text, std::uint64_t& out_bytes, std::string& error) {
-  std::string s = strip_spaces(text);
-  if (s.empty()) {
-    error = "empty size";
-    return false;
+// ---- the per-device form of `limit` (device_limits.h) ------------------------------------------
+
+namespace {
+
+bool parse_ordinal(std::string_view s, int& out) {
+  if (s.empty() || s.size() > 4) return false;
+  int v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
   }
-  std::size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  std::string number = s.substr(0, i), unit = s.substr(i);
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double value = 0;
-  if (number.empty() || number.find('.') != number.rfind('.') || !parse_double(number, value)) {
-    error = "'" + std::string(text) + "' is not a size (examples: 1048576, 512MiB, 16GB, 14.58GiB)";
-    return false;
-  }
-  double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kib") mult = 1024.0;
-  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") mult = 1e3;
-  else if (unit == "mb") mult = 1e6;
-  else if (unit == "gb") mult = 1e9;
-  else if (unit == "tb") mult = 1e12;
-  else {
-    error = "'" + std::string(text) + "' has an unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)";
-    return false;
-  }
-  if (unit.empty() && number.find('.') != std::string::npos) {
-    error = "'" + std::string(text) + "': a size in bytes must be a whole number";
-    return false;
-  }
-  const double bytes = value * mult;
-  if (bytes > static_cast<double>(std::uint64_t{1} << 60)) {
-    error = "'" + std::string(text) + "' is absurdly large (more than 1 EiB)";
-    return false;
-  }
-  if (unit.empty()) {
-    std::uint64_t whole = 0;
-    if (!parse_u64(number, whole)) {
-      error = "'" + std::string(text) + "' is not a whole number of bytes";
-      return false;
-    }
-    // The double check above cannot see 2^60 + 1 (it rounds to 2^60): check the integer too.
-    // Found by tests/fuzz/fuzz_size.cpp (regressions/size/above-2pow60-integer).
-    if (whole > (std::uint64_t{1} << 60)) {
-      error = "'" + std::string(text) + "' is absurdly large (more than 1 EiB)";
-      return false;
-    }
-    out_bytes = whole;
-    return true;
-  }
-  out_bytes = static_cast<std::uint64_t>(std::floor(bytes));
+  out = v;
   return true;
 }
 
-std::string format_size(std::uint64_t bytes) {
-  // c10's format_size: <= 1 KiB in bytes, <= 1 MiB in KiB, <= 1 GiB in MiB, else GiB.
-  char buf[64];
-  if (bytes <= 1024) {
-    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(bytes));
-  } else if (bytes <= kMiB) {
-    std::snprintf(buf, sizeof buf, "%.2f KiB", static_cast<double>(bytes) / 1024.0);
-  } else if (bytes <= kGiB) {
-    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / kMiB);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / kGiB);
+// A cap of the list form: a size (a ':' in it means two items ran together).
+bool parse_cap(std::string_view v, std::uint64_t& out, std::string& error) {
+  if (v.find(':') != std::string_view::npos) {
+    error = "setting 'limit': '" + std::string(v) + "' is not a size (a ',' missing between list items?)";
+    return false;
   }
-  return buf;
+  return parse_limit_size(v, out, error);
+}
+
+}  // namespace
+
+bool split_device_limits(std::string_view conf, std::string& rest, DeviceLimits& out, std::string& error) {
+  const std::string text = strip_spaces(conf);
+  DeviceLimits limits;
+  std::string kept;
+  for (std::string_view item : split_top_level(text)) {
+    if (item.rfind("limit:", 0) != 0) {
+      if (item.empty()) continue;
+      if (!kept.empty()) kept += ',';
+      kept.append(item);
+      continue;
+    }
+    std::string_view v = item.substr(6);
+    DeviceLimits one;
+    const std::size_t brackets_inside =
+        v.size() < 2 ? std::string_view::npos : v.substr(1, v.size() - 2).find_first_of("[]");
+    const bool list = !v.empty() && v.front() == '[';
+    if ((!list && v.find_first_of("[]") != std::string_view::npos) ||
+        (list && brackets_inside != std::string_view::npos)) {
+      error = "setting 'limit': unbalanced '[' or ']' in '" + std::string(v) +
+              "' (expected limit:SIZE or limit:[0:14GiB,1:20GiB,*:16GiB])";
+      return false;
+    }
+    if (!list) {
+      if (!parse_cap(v, one.others_bytes, error)) return false;
+    } else {
+      if (v.back() != ']') {
+        error =
+            "setting 'limit': missing ']' in '" + std::string(v) + "' (expected e.g. limit:[0:14GiB,1:20GiB,*:16GiB])";
+        return false;
+      }
+      std::string_view body = v.substr(1, v.size() - 2);
+      if (body.empty()) {
+        error = "setting 'limit': empty list (expected e.g. limit:[0:14GiB,1:20GiB,*:16GiB])";
+        return false;
+      }
+      bool star_seen = false;
+      for (bool more = true; more;) {
+        auto comma = body.find(',');
+        std::string_view e = body.substr(0, comma);
+        more = comma != std::string_view::npos;
+        if (more) body = body.substr(comma + 1);
+        if (e.empty()) {
+          error = "setting 'limit': an empty item in the list '" + std::string(v) + "' (a stray ',')";
+          return false;
+        }
+        auto colon = e.find(':');
+        if (colon == std::string_view::npos) {
+          error = "setting 'limit': list item '" + std::string(e) + "' is not DEVICE:SIZE (DEVICE a CUDA ordinal or *)";
+          return false;
+        }
+        std::string_view k = e.substr(0, colon), size = e.substr(colon + 1);
+        std::uint64_t bytes = 0;
+        if (!parse_cap(size, bytes, error)) return false;
+        if (k == "*") {
+          if (star_seen) {
+            error = "setting 'limit': * is listed twice";
+            return false;
+          }
+          star_seen = true;
+          one.others_bytes = bytes;
+          continue;
+        }
+        int dev = 0;
+        if (!parse_ordinal(k, dev)) {
+          error = "setting 'limit': device '" + std::string(k) + "' is not a CUDA ordinal (0, 1, ...) or *";
+          return false;
+        }
+        for (const auto& [d, b] : one.by_device) {
+          if (d == dev) {
+            error = "setting 'limit': device " + std::to_string(dev) + " is listed twice";
+            return false;
+          }
+        }
+        one.by_device.emplace_back(dev, bytes);
+      }
+    }
+    limits = std::move(one);
+  }
+  out = std::move(limits);
+  rest = std::move(kept);
+  return true;
+}
+
+bool parse_settings_with_limits(std::string_view conf, AllocatorSettings& settings, DeviceLimits& limits,
+                                std::string& error) {
+  std::string rest;
+  DeviceLimits l;
+  AllocatorSettings s = settings;
+  if (!split_device_limits(conf, rest, l, error) || !AllocatorSettings::parse(rest, s, error)) return false;
+  settings = std::move(s);
+  limits = std::move(l);
+  return true;
 }
 
 }  // namespace vramtrace

@@ -55,39 +55,13 @@ std::optional<double> parse_percent(std::string_view s) {
 }  // namespace
 
 std::optional<std::uint64_t> parse_size(std::string_view text) {
-  std::string_view s = trim(text);
-  std::size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  if (i == 0) return std::nullopt;
-  auto number = parse_number(s.substr(0, i));
-  if (!number || *number < 0) return std::nullopt;
-  std::string unit = lower(trim(s.substr(i)));
-  double mult = 0;
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},          {"b", 1},
-      {"k", 0x1p10},    {"kib", 0x1p10}, {"m", 0x1p20}, {"mib", 0x1p20},
-      {"g", 0x1p30},    {"gib", 0x1p30}, {"t", 0x1p40}, {"tib", 0x1p40},
-      {"kb", 1e3},      {"mb", 1e6},     {"gb", 1e9},   {"tb", 1e12},
-  };
-  for (const auto& [name, m] : kUnits)
-    if (unit == name) mult = m;
-  if (mult == 0) return std::nullopt;
-  double bytes = std::round(*number * mult);
-  if (bytes >= 0x1p63) return std::nullopt;
-  return static_cast<std::uint64_t>(bytes);
-}
-
-std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = std::abs(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  const char* sign = bytes < 0 ? "-" : "";
-  if (u == 0) return fmt::format("{}{:.0f} B", sign, v);
-  return fmt::format("{}{:.2f} {}", sign, v, units[u]);
+  // Budgets are limits, not allocations: any amount below 2^63 bytes, to the nearest byte.
+  constexpr SizeBounds kBudgetBounds{(std::uint64_t{1} << 63) - 1, /*round_to_nearest=*/true,
+                                     /*fractional_bytes=*/true};
+  std::uint64_t bytes = 0;
+  std::string error;
+  if (!parse_size(text, bytes, error, kBudgetBounds)) return std::nullopt;
+  return bytes;
 }
 
 void Budgets::merge(const Budgets& over) {
@@ -260,7 +234,7 @@ BudgetResult limit(const char* budget, const char* what, const DeviceMeasures& m
   BudgetResult r = base_result(budget, m, unit);
   r.allowed = allowed;
   auto text = [&](double v) {
-    if (std::string_view(unit) == "bytes") return format_bytes(v);
+    if (std::string_view(unit) == "bytes") return format_bytes(v, ByteStyle::binary);
     if (std::string_view(unit) == "ratio") return fmt::format("{:.3f}", v);
     return fmt::format("{:.0f}", v);
   };
@@ -302,7 +276,7 @@ nlohmann::json growth_json(const GrowthFit& g, const DeviceMeasures& m) {
 BudgetResult growth_budget(const char* budget, const DeviceMeasures& m, double allowed) {
   BudgetResult r = base_result(budget, m, "bytes/step");
   r.allowed = allowed;
-  r.allowed_text = format_bytes(allowed) + "/step";
+  r.allowed_text = format_bytes(allowed, ByteStyle::binary) + "/step";
   if (!m.growth || !m.growth->evaluated) {
     r.verdict = Verdict::unknown;
     r.measured_text = "unknown";
@@ -316,19 +290,19 @@ BudgetResult growth_budget(const char* budget, const DeviceMeasures& m, double a
   }
   const GrowthFit& g = *m.growth;
   r.measured = g.slope_bytes_per_step;
-  r.measured_text = format_bytes(g.slope_bytes_per_step) + "/step";
+  r.measured_text = format_bytes(g.slope_bytes_per_step, ByteStyle::binary) + "/step";
   r.details = growth_json(g, m);
   // Growth counts only when it is significant (Note [growth detection], rule 4).
   bool over = g.growing && g.slope_bytes_per_step > allowed;
   r.verdict = over ? Verdict::fail : Verdict::pass;
   std::string fit = fmt::format("fitted over steps {}..{} after {} warm-up steps, R^2 {:.3f}, +/- {}", g.warmup_steps,
-                                g.samples - 1, g.warmup_steps, g.r_squared, format_bytes(g.slope_stderr));
+                                g.samples - 1, g.warmup_steps, g.r_squared, format_bytes(g.slope_stderr, ByteStyle::binary));
   if (over) {
     r.message = fmt::format("{}: allocated memory grows by {} per step ({}), over the budget of {} ({})", budget,
-                            format_bytes(g.slope_bytes_per_step), fit, r.allowed_text, where(m));
+                            format_bytes(g.slope_bytes_per_step, ByteStyle::binary), fit, r.allowed_text, where(m));
   } else {
     r.message = fmt::format("{}: growth per step is {}{} ({}), within the budget of {} ({})", budget,
-                            format_bytes(g.slope_bytes_per_step), g.growing ? "" : ", not significant", fit,
+                            format_bytes(g.slope_bytes_per_step, ByteStyle::binary), g.growing ? "" : ", not significant", fit,
                             r.allowed_text, where(m));
   }
   return r;
@@ -350,13 +324,13 @@ BudgetResult increase(const char* budget, const char* stat, const DeviceMeasures
   BudgetResult r = base_result(budget, m, "bytes");
   if (!base || !then) {
     r.verdict = Verdict::unknown;
-    r.measured_text = now ? format_bytes(static_cast<double>(*now)) : "unknown";
+    r.measured_text = now ? format_bytes(static_cast<double>(*now), ByteStyle::binary) : "unknown";
     r.allowed_text = "unknown";
     r.message = fmt::format("{}: the baseline has no {} for device {} ({})", budget, stat, m.device, where(m));
     return r;
   }
   r.allowed = static_cast<double>(*then) * (1 + pct / 100) + margin;
-  r.allowed_text = format_bytes(r.allowed);
+  r.allowed_text = format_bytes(r.allowed, ByteStyle::binary);
   r.details = {{"stat", stat}, {"baseline", *then}, {"max_increase_percent", pct}, {"noise_margin_bytes", margin}};
   if (!now) {
     r.verdict = Verdict::unknown;
@@ -365,13 +339,13 @@ BudgetResult increase(const char* budget, const char* stat, const DeviceMeasures
     return r;
   }
   r.measured = static_cast<double>(*now);
-  r.measured_text = format_bytes(r.measured);
+  r.measured_text = format_bytes(r.measured, ByteStyle::binary);
   double change = *then > 0 ? (r.measured - static_cast<double>(*then)) / static_cast<double>(*then) * 100 : 0;
   r.details["change_percent"] = change;
   r.verdict = r.measured <= r.allowed ? Verdict::pass : Verdict::fail;
   r.message = fmt::format("{}: {} is {}, {:+.1f}% against the baseline's {}; allowed {} (+{}% + {} noise margin) ({})",
-                          budget, stat, r.measured_text, change, format_bytes(static_cast<double>(*then)),
-                          r.allowed_text, pct, format_bytes(margin), where(m));
+                          budget, stat, r.measured_text, change, format_bytes(static_cast<double>(*then), ByteStyle::binary),
+                          r.allowed_text, pct, format_bytes(margin, ByteStyle::binary), where(m));
   return r;
 }
 

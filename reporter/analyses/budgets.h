@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "analyses/growth.h"
+#include "vramtrace/size_rules.h"
+#include "vramtrace/units.h"
 
 namespace vramtrace {
 
@@ -23,15 +25,12 @@ class BudgetError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Parses a byte size: a non-negative number (fractions allowed) and an optional unit.
-/// Binary units KiB, MiB, GiB, TiB (and the shorthands K, M, G, T) are powers of 1024; SI units
-/// KB, MB, GB, TB are powers of 1000 (as pytest-memray's "24 MB"); B or no unit is bytes.
-/// Letters are case-insensitive, a space may separate number and unit. Returns nullopt on
-/// anything else, or beyond 2^63 bytes.
+/// Parses a budget size with the size grammar of every option (vramtrace/units.h parse_size:
+/// a number and an optional unit, binary KiB..TiB (and K, M, G, T) or SI KB..TB (as
+/// pytest-memray's "24 MB"), or a GPU card name such as T4), with a budget's bounds: a plain
+/// number of bytes may have a fraction, fractions round to the nearest byte, and anything up to
+/// 2^63 bytes is allowed. Returns nullopt on anything else.
 std::optional<std::uint64_t> parse_size(std::string_view text);
-
-/// "100.00 MiB", "1.50 GiB", "512 B": binary units, two decimals. For messages.
-std::string format_bytes(double bytes);
 
 /// Every budget; unset ones are not checked. Names are the command-line options without "--".
 struct Budgets {
@@ -50,7 +49,7 @@ struct Budgets {
   std::optional<std::uint64_t> noise_margin;
   std::optional<std::int32_t> device;               ///< only this device
 
-  static constexpr std::uint64_t kDefaultNoiseMargin = 2ull << 20;
+  static constexpr std::uint64_t kDefaultNoiseMargin = kSmallBuffer;
 
   /// Fields set in `over` replace those here (command line over file); no_leaks is or-ed.
   void merge(const Budgets& over);

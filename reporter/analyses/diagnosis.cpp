@@ -11,6 +11,7 @@
 //     would make the request fit.
 //  6. capacity: otherwise.
 #include "analyses/diagnosis.h"
+#include "vramtrace/units.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -23,7 +24,7 @@ namespace {
 using u64 = std::uint64_t;
 using i64 = std::int64_t;
 
-std::string fb(u64 v) { return format_bytes(static_cast<i64>(v)); }
+std::string fb(u64 v) { return format_bytes(static_cast<i64>(v), ByteStyle::pytorch); }
 
 }  // namespace
 
@@ -37,17 +38,6 @@ const char* diagnosis_code_name(DiagnosisCode c) noexcept {
     case DiagnosisCode::undetermined: return "undetermined";
   }
   return "undetermined";
-}
-
-std::string format_bytes(std::int64_t bytes) {
-  // PyTorch's format_size (c10/cuda/CUDACachingAllocator.cpp): <= 1024 "N bytes", <= 1 MiB KiB,
-  // <= 1 GiB MiB, else GiB, two decimals.
-  const char* sign = bytes < 0 ? "-" : "";
-  u64 b = bytes < 0 ? static_cast<u64>(-(bytes + 1)) + 1 : static_cast<u64>(bytes);
-  if (b <= 1024) return fmt::format("{}{} bytes", sign, b);
-  if (b <= 1048576) return fmt::format("{}{:.2f} KiB", sign, static_cast<double>(b) / 1024.0);
-  if (b <= 1073741824ull) return fmt::format("{}{:.2f} MiB", sign, static_cast<double>(b) / 1048576.0);
-  return fmt::format("{}{:.2f} GiB", sign, static_cast<double>(b) / 1073741824.0);
 }
 
 OomFigures figures_from_message(const OomMessage& m) {
@@ -128,7 +118,7 @@ void diagnose_bfc(const OomFigures& f, u64 R, Diagnosis& d) {
   std::optional<u64> free_in_limit = f.reserved_unallocated;
   if (f.allowed && f.allocated) {
     i64 v = static_cast<i64>(*f.allowed) - static_cast<i64>(*f.allocated);
-    derive(d, "free_within_limit", v, fmt::format("free within the limit = Limit - InUse = {} - {} = {}", fb(*f.allowed), fb(*f.allocated), format_bytes(v)));
+    derive(d, "free_within_limit", v, fmt::format("free within the limit = Limit - InUse = {} - {} = {}", fb(*f.allowed), fb(*f.allocated), format_bytes(v, ByteStyle::pytorch)));
     free_in_limit = v > 0 ? static_cast<u64>(v) : 0;
   }
   if (!free_in_limit) {
@@ -182,7 +172,7 @@ void derive_cache(const OomFigures& f, Derived& x, Diagnosis& d) {
     i64 v = static_cast<i64>(*x.reserved) - static_cast<i64>(*f.allocated);
     derive(d, "reserved_unallocated", v,
            fmt::format("reserved but unallocated (free in the cache) = reserved - allocated = {} - {} = {}", fb(*x.reserved),
-                       fb(*f.allocated), format_bytes(v)));
+                       fb(*f.allocated), format_bytes(v, ByteStyle::pytorch)));
     if (v < 0) d.notes.push_back("allocated exceeds reserved: the figures are inconsistent (or rounded very coarsely)");
     x.cache_free = v > 0 ? static_cast<u64>(v) : 0;
   }
@@ -202,7 +192,7 @@ void derive_outside(const OomFigures& f, Derived& x, Diagnosis& d) {
     i64 v = static_cast<i64>(*f.process_in_use) - static_cast<i64>(*x.reserved);
     derive(d, "outside_allocator_this_process", v,
            fmt::format("memory outside the allocator in this process = in use - reserved = {} - {} = {}",
-                       fb(*f.process_in_use), fb(*x.reserved), format_bytes(v)));
+                       fb(*f.process_in_use), fb(*x.reserved), format_bytes(v, ByteStyle::pytorch)));
     u64 own = v > 0 ? static_cast<u64>(v) : 0;
     x.outside = own + f.other_processes.value_or(0);
     if (f.other_processes) {
@@ -215,7 +205,7 @@ void derive_outside(const OomFigures& f, Derived& x, Diagnosis& d) {
     i64 v = static_cast<i64>(*f.device_total) - static_cast<i64>(*f.device_free) - static_cast<i64>(*x.reserved);
     derive(d, "outside_allocator", v,
            fmt::format("memory outside the allocator (context, libraries, other processes) = total - free - reserved = {} - {} - {} = {}",
-                       fb(*f.device_total), fb(*f.device_free), fb(*x.reserved), format_bytes(v)));
+                       fb(*f.device_total), fb(*f.device_free), fb(*x.reserved), format_bytes(v, ByteStyle::pytorch)));
     x.outside = v > 0 ? static_cast<u64>(v) : 0;
   }
 }
@@ -228,7 +218,7 @@ void derive_device_avail(const OomFigures& f, Derived& x, Diagnosis& d) {
     i64 head = static_cast<i64>(*f.allowed) - static_cast<i64>(*x.reserved);
     derive(d, "cap_headroom", head,
            fmt::format("headroom under the cap = allowed - reserved = {} - {} = {}", fb(*f.allowed), fb(*x.reserved),
-                       format_bytes(head)));
+                       format_bytes(head, ByteStyle::pytorch)));
     u64 h = head > 0 ? static_cast<u64>(head) : 0;
     if (!x.device_avail || h < *x.device_avail) {
       x.device_avail = h;

@@ -83,8 +83,4 @@ Diagnosis diagnose(const OomFigures& f);
 /// The figures a message states (and nothing else).
 OomFigures figures_from_message(const OomMessage& m);
 
-/// PyTorch's format_size: "512 bytes", "1.50 KiB", "20.00 MiB", "14.58 GiB" (negative values
-/// get a leading '-').
-std::string format_bytes(std::int64_t bytes);
-
 }  // namespace vramtrace

@@ -15,6 +15,7 @@
 //     (fragmentation or caching), with the largest free block at the end.
 //  5. Otherwise: no difference beyond the margin.
 #include "analyses/diff.h"
+#include "vramtrace/units.h"
 
 #include <algorithm>
 #include <cmath>
@@ -60,9 +61,9 @@ const DeviceEventFacts* facts_of(const CheckInput& in, std::int32_t device) {
   return nullptr;
 }
 
-std::string bytes(std::optional<std::int64_t> v) { return v ? format_bytes(static_cast<double>(*v)) : "-"; }
+std::string bytes(std::optional<std::int64_t> v) { return v ? format_bytes(static_cast<double>(*v), ByteStyle::binary) : "-"; }
 
-std::string signed_bytes(std::int64_t v) { return (v > 0 ? "+" : "") + format_bytes(static_cast<double>(v)); }
+std::string signed_bytes(std::int64_t v) { return (v > 0 ? "+" : "") + format_bytes(static_cast<double>(v), ByteStyle::binary); }
 
 bool same_bytes(std::int64_t a, std::int64_t b, std::uint64_t margin) {
   auto diff = static_cast<double>(std::llabs(a - b));
@@ -75,9 +76,9 @@ std::string oom_sentence(const char* who, const char* other, const DeviceEventFa
   const std::int64_t live = f.oom_allocated_bytes;
   const std::uint64_t cache_free =
       f.oom_reserved_bytes > f.oom_allocated_bytes ? static_cast<std::uint64_t>(f.oom_reserved_bytes - f.oom_allocated_bytes) : 0;
-  std::string head = fmt::format("{} ran out of memory asking for {}", who, format_bytes(static_cast<double>(req)));
+  std::string head = fmt::format("{} ran out of memory asking for {}", who, format_bytes(static_cast<double>(req), ByteStyle::binary));
   if (!of)
-    return head + fmt::format(" with {} allocated; {} has no event detail to compare.", format_bytes(static_cast<double>(live)), other);
+    return head + fmt::format(" with {} allocated; {} has no event detail to compare.", format_bytes(static_cast<double>(live), ByteStyle::binary), other);
   // Live (requested) bytes at the failed request, against the other run's when its own largest
   // request came (in a run that did not fail, that is the request the other one failed).
   auto other_live = static_cast<std::int64_t>(of->has_oom ? of->live_bytes_at_oom : of->live_bytes_before_largest);
@@ -88,9 +89,9 @@ std::string oom_sentence(const char* who, const char* other, const DeviceEventFa
     std::string s = fmt::format(
         "{} with the same live bytes as {} ({} vs {}): its largest free block was {}, smaller than the request, "
         "although {} of its reserved memory was free and {} more on the device, so the difference is fragmentation",
-        head, other, format_bytes(static_cast<double>(own_live)), format_bytes(static_cast<double>(other_live)),
-        format_bytes(static_cast<double>(f.oom_largest_free_block_bytes)), format_bytes(static_cast<double>(cache_free)),
-        format_bytes(static_cast<double>(f.oom_device_free_bytes)));
+        head, other, format_bytes(static_cast<double>(own_live), ByteStyle::binary), format_bytes(static_cast<double>(other_live), ByteStyle::binary),
+        format_bytes(static_cast<double>(f.oom_largest_free_block_bytes), ByteStyle::binary), format_bytes(static_cast<double>(cache_free), ByteStyle::binary),
+        format_bytes(static_cast<double>(f.oom_device_free_bytes), ByteStyle::binary));
     std::uint64_t other_frees = of->has_oom ? of->frees_before_oom : of->frees_before_largest;
     if (f.frees_before_oom > other_frees)
       s += fmt::format(" from load order: {} allocated and freed {} temporary blocks among its long-lived allocations "
@@ -101,11 +102,11 @@ std::string oom_sentence(const char* who, const char* other, const DeviceEventFa
   if (same_live)
     return head + fmt::format(" with the same live bytes as {} ({}); its largest free block was {} and {} were free on "
                               "the device: the device had less room (another process, or a lower memory cap).",
-                              other, format_bytes(static_cast<double>(own_live)),
-                              format_bytes(static_cast<double>(f.oom_largest_free_block_bytes)),
-                              format_bytes(static_cast<double>(f.oom_device_free_bytes)));
+                              other, format_bytes(static_cast<double>(own_live), ByteStyle::binary),
+                              format_bytes(static_cast<double>(f.oom_largest_free_block_bytes), ByteStyle::binary),
+                              format_bytes(static_cast<double>(f.oom_device_free_bytes), ByteStyle::binary));
   return head + fmt::format(" holding {} live against {} in {} at the same point: {} live bytes explain it (capacity).",
-                            format_bytes(static_cast<double>(own_live)), format_bytes(static_cast<double>(other_live)),
+                            format_bytes(static_cast<double>(own_live), ByteStyle::binary), format_bytes(static_cast<double>(other_live), ByteStyle::binary),
                             other, signed_bytes(own_live - other_live));
 }
 
@@ -133,7 +134,7 @@ std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const Devic
       const auto& top = d.sizes.front();
       auto dc = static_cast<std::int64_t>(top.now) - static_cast<std::int64_t>(top.base);
       s += fmt::format("; the size whose count changed most is {} ({:+} allocations)",
-                       format_bytes(static_cast<double>(top.size)), dc);
+                       format_bytes(static_cast<double>(top.size), ByteStyle::binary), dc);
     }
     return s + ".";
   }
@@ -146,11 +147,11 @@ std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const Devic
                     : "(better reuse of cached blocks)";
     for (const auto& f : d.largest_free_block)
       if (f.when == "end" && f.base && f.now)
-        s += fmt::format("; largest free block at the end {} vs {}", format_bytes(static_cast<double>(*f.now)),
-                         format_bytes(static_cast<double>(*f.base)));
+        s += fmt::format("; largest free block at the end {} vs {}", format_bytes(static_cast<double>(*f.now), ByteStyle::binary),
+                         format_bytes(static_cast<double>(*f.base), ByteStyle::binary));
     return s + ".";
   }
-  return fmt::format("No difference beyond the noise margin of {} in the peaks.", format_bytes(static_cast<double>(margin)));
+  return fmt::format("No difference beyond the noise margin of {} in the peaks.", format_bytes(static_cast<double>(margin), ByteStyle::binary));
 }
 
 }  // namespace
@@ -213,7 +214,7 @@ std::string render_diff_text(const TraceDiff& t) {
     for (const auto& f : d.peaks) {
       auto show = [&](std::optional<std::int64_t> v) {
         if (!v) return std::string("-");
-        return f.bytes ? format_bytes(static_cast<double>(*v)) : std::to_string(*v);
+        return f.bytes ? format_bytes(static_cast<double>(*v), ByteStyle::binary) : std::to_string(*v);
       };
       std::string change = "-";
       if (f.base && f.now) {
@@ -227,12 +228,12 @@ std::string render_diff_text(const TraceDiff& t) {
       out += fmt::format("  allocation sizes whose counts changed most\n  {:>14} {:>8} {:>8} {:>8}\n", "size", "BASE",
                          "NEW", "change");
       for (const auto& s : d.sizes)
-        out += fmt::format("  {:>14} {:>8} {:>8} {:>+8}\n", format_bytes(static_cast<double>(s.size)), s.base, s.now,
+        out += fmt::format("  {:>14} {:>8} {:>8} {:>+8}\n", format_bytes(static_cast<double>(s.size), ByteStyle::binary), s.base, s.now,
                            static_cast<std::int64_t>(s.now) - static_cast<std::int64_t>(s.base));
     }
     out += "  largest free block";
     for (const auto& f : d.largest_free_block) {
-      auto show = [](std::optional<std::uint64_t> v) { return v ? format_bytes(static_cast<double>(*v)) : std::string("-"); };
+      auto show = [](std::optional<std::uint64_t> v) { return v ? format_bytes(static_cast<double>(*v), ByteStyle::binary) : std::string("-"); };
       out += fmt::format("  at {}: {} vs {}", f.when, show(f.base), show(f.now));
     }
     out += "\n  " + d.explanation + "\n";

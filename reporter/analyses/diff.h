@@ -53,7 +53,7 @@ struct TraceDiff {
 /// Compares the first trace of each input per device. `noise_margin_bytes` is the change below
 /// which two byte figures count as the same (default: one 2 MiB segment, as check's baseline).
 TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now,
-                      std::uint64_t noise_margin_bytes = std::uint64_t{2} << 20);
+                      std::uint64_t noise_margin_bytes = Budgets::kDefaultNoiseMargin);
 
 /// Side-by-side text. Deterministic.
 std::string render_diff_text(const TraceDiff& d);

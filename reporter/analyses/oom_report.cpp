@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "analyses/summary.h"
+#include "vramtrace/size_rules.h"
+#include "vramtrace/units.h"
 
 namespace vramtrace {
 
@@ -15,7 +17,7 @@ OomFigures figures_for(const TraceModel& m, std::int32_t device, const StateAt& 
   OomFigures f;
   if (request) {
     f.request = *request;
-    f.device_request = segment_size_for(*request);
+    f.device_request = allocation_size(*request);
   }
   if (u64 total = m.header.total_bytes_of(device)) f.device_total = total;
   f.device_free = device_free;
@@ -29,16 +31,9 @@ OomFigures figures_for(const TraceModel& m, std::int32_t device, const StateAt& 
   return f;
 }
 
-std::string fb(i64 v) { return format_bytes(v); }
+std::string fb(i64 v) { return format_bytes(v, ByteStyle::pytorch); }
 
 }  // namespace
-
-std::uint64_t segment_size_for(std::uint64_t rounded) noexcept {
-  constexpr u64 MiB = 1ull << 20;
-  if (rounded <= MiB) return 2 * MiB;
-  if (rounded < 10 * MiB) return 20 * MiB;
-  return (rounded + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
-}
 
 std::vector<OomCase> oom_cases(const TraceModel& m) {
   std::vector<OomCase> out;

@@ -12,10 +12,6 @@
 
 namespace vramtrace {
 
-/// PyTorch's get_allocation_size: the device allocation a rounded request needs
-/// (<= 1 MiB: 2 MiB; < 10 MiB: 20 MiB; else rounded up to 2 MiB).
-std::uint64_t segment_size_for(std::uint64_t rounded_bytes) noexcept;
-
 /// One post-mortem: an OOM event, or the trace's last state (request unknown).
 struct OomCase {
   std::int32_t device = 0;

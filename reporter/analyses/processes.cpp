@@ -8,6 +8,7 @@
 #include <set>
 
 #include "analyses/diagnosis.h"
+#include "vramtrace/units.h"
 
 namespace vramtrace {
 
@@ -290,12 +291,12 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
       const auto* cell = find_cell(v, i, d.device);
       const auto& p = v.processes[i];
       bool foreign = std::find(p.foreign_devices.begin(), p.foreign_devices.end(), d.device) != p.foreign_devices.end();
-      std::string s = cell ? format_bytes(cell->peak_allocated) + " / " + format_bytes(cell->peak_reserved) : "-";
+      std::string s = cell ? format_bytes(cell->peak_allocated, ByteStyle::pytorch) + " / " + format_bytes(cell->peak_reserved, ByteStyle::pytorch) : "-";
       if (foreign) s += " *";
       w = std::max(w, s.size());
       c.push_back(s);
     }
-    std::string total = format_bytes(d.peak_allocated_sum) + " / " + format_bytes(d.peak_reserved_sum);
+    std::string total = format_bytes(d.peak_allocated_sum, ByteStyle::pytorch) + " / " + format_bytes(d.peak_reserved_sum, ByteStyle::pytorch);
     w = std::max(w, total.size());
     c.push_back(total);
     cols.push_back(std::move(c));
@@ -328,11 +329,11 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
     } else if (v.others_equal) {
       out +=
           fmt::format("Imbalance: {} holds {:.1f}x the others ({} reserved vs {} on each other device).\n", mx->label,
-                      *v.imbalance, format_bytes(mx->peak_reserved_sum), format_bytes(mn->peak_reserved_sum));
+                      *v.imbalance, format_bytes(mx->peak_reserved_sum, ByteStyle::pytorch), format_bytes(mn->peak_reserved_sum, ByteStyle::pytorch));
     } else {
       out += fmt::format("Imbalance: {} holds {:.1f}x {}, the least loaded device ({} reserved vs {}).\n", mx->label,
-                         *v.imbalance, mn->label, format_bytes(mx->peak_reserved_sum),
-                         format_bytes(mn->peak_reserved_sum));
+                         *v.imbalance, mn->label, format_bytes(mx->peak_reserved_sum, ByteStyle::pytorch),
+                         format_bytes(mn->peak_reserved_sum, ByteStyle::pytorch));
     }
   }
   std::size_t flagged = 0;
@@ -348,7 +349,7 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
       std::string where;
       for (auto d : p.foreign_devices) {
         const auto* c = find_cell(v, i, d);
-        where += fmt::format("{}{} reserved on {}", where.empty() ? "" : ", ", format_bytes(c ? c->peak_reserved : 0),
+        where += fmt::format("{}{} reserved on {}", where.empty() ? "" : ", ", format_bytes(c ? c->peak_reserved : 0, ByteStyle::pytorch),
                              device_label(v, d));
       }
       out += fmt::format("  {}: {} (its own device is {}, {})\n", p.label, where, device_label(v, *p.own_device),

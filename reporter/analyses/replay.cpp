@@ -65,13 +65,10 @@ struct Lane {
   CachingAllocator allocator;
   AddrMap<Mapped> map;
   ReplayResult result;
-  std::int64_t best_peak = 0;
-  bool peak_dirty = false;
+  PeakWatch peak;  // of allocated bytes: Note [state at the peak] in vramtrace/stats.h
 
   void note_peak_end() {
-    if (!peak_dirty) return;
-    result.largest_free_at_peak = allocator.snapshot().largest_free_block();
-    peak_dirty = false;
+    if (peak.take()) result.largest_free_at_peak = allocator.snapshot().largest_free_block();
   }
 };
 
@@ -113,14 +110,14 @@ class Engine {
           on_free_completed(r);
           break;
         case Action::segment_alloc:
-          if (r.memory_kind != 0) break;  // passed through by the shim: not the allocator's
+          if (!is_memory_kind(r.memory_kind, MemoryKind::allocator)) break;  // passed through by the shim
           report_.trace_segment_allocs.push_back(SegmentAlloc{r.size, report_.alloc_requests, r.device});
           // Place our segment where the program got its own: best fit breaks ties between
           // equal sizes by address, so the order of segment addresses matters.
           for (std::size_t c = 0; c < configs_.size(); ++c) lane(c, r.device).device.plan_address(r.size, r.addr);
           break;
         case Action::segment_map:
-          if (r.memory_kind != 0) break;
+          if (!is_memory_kind(r.memory_kind, MemoryKind::allocator)) break;
           ++report_.trace_segment_maps;
           break;
         default:
@@ -189,11 +186,7 @@ class Engine {
       Status s = L.allocator.allocate(r.size, StreamId{r.stream}, &ours);
       if (s == Status::ok) {
         L.map.put(r.addr, Mapped{ours, ours == 0 ? AddrState::skipped : AddrState::live});
-        DeviceStats st = L.allocator.stats();
-        if (st.allocated_bytes[kStatAll].peak > L.best_peak) {
-          L.best_peak = st.allocated_bytes[kStatAll].peak;
-          L.peak_dirty = true;
-        }
+        L.peak.after_increase(L.allocator.stats().allocated_bytes[kStatAll]);
       } else if (s == Status::out_of_memory) {
         L.map.put(r.addr, Mapped{0, AddrState::skipped});
         ++L.result.failed_allocs;

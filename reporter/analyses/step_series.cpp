@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "vramtrace/size_rules.h"
+
 namespace vramtrace {
 
 namespace {
@@ -34,9 +36,7 @@ StepSeriesBuilder::StepSeriesBuilder(std::size_t max_curve_points)
     : max_curve_points_(std::max<std::size_t>(max_curve_points, 64)) {}
 
 std::uint64_t StepSeriesBuilder::block_size(std::uint64_t requested) noexcept {
-  constexpr std::uint64_t kMinBlockSize = 512;  // c10 CUDACachingAllocator kMinBlockSize
-  if (requested < kMinBlockSize) return kMinBlockSize;
-  return (requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+  return round_size(requested, /*divisions=*/0);
 }
 
 void StepSeriesBuilder::add(const TraceRecord& r, std::string_view mark_name) {

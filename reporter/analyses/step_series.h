@@ -48,7 +48,7 @@ class StepSeriesBuilder {
   /// Per device, sorted by device id.
   std::vector<DeviceSteps> finish();
 
-  /// PyTorch's round_size for the default settings (see class comment). Bytes.
+  /// PyTorch's round_size for the default settings (vramtrace/size_rules.h; see class comment). Bytes.
   static std::uint64_t block_size(std::uint64_t requested) noexcept;
 
  private:

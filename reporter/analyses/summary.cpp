@@ -5,6 +5,7 @@
 #include <map>
 
 #include "analyses/diagnosis.h"
+#include "vramtrace/units.h"
 
 namespace vramtrace {
 
@@ -76,8 +77,8 @@ std::string live_table(const std::vector<LiveAllocation>& v, const DeviceModel& 
                                 "allocated at", "address");
   int i = 1;
   for (const auto& a : v) {
-    out += fmt::format("    {:>3}  {:>12}  {:>12}  {:>8}  {:>12}  {}{}\n", i++, format_bytes(static_cast<i64>(a.size)),
-                       format_bytes(static_cast<i64>(a.requested_size)), a.stream, rel_time(d, a.alloc_time_ns),
+    out += fmt::format("    {:>3}  {:>12}  {:>12}  {:>8}  {:>12}  {}{}\n", i++, format_bytes(static_cast<i64>(a.size), ByteStyle::pytorch),
+                       format_bytes(static_cast<i64>(a.requested_size), ByteStyle::pytorch), a.stream, rel_time(d, a.alloc_time_ns),
                        hex(a.address), a.pending_free ? "  (freed, pending on a stream)" : "");
   }
   return out;
@@ -165,14 +166,14 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         const auto& st = p.stats;
         i64 alloc = st.allocated_bytes[kStatAll].current, req = st.requested_bytes[kStatAll].current;
         out += fmt::format("\nAt the peak of allocated memory ({}, event {}):\n", rel_time(d, p.time_ns), p.event_index);
-        out += fmt::format("  allocated {}  reserved {}  requested {}  active {}\n", format_bytes(alloc),
-                           format_bytes(st.reserved_bytes[kStatAll].current), format_bytes(req),
-                           format_bytes(st.active_bytes[kStatAll].current));
+        out += fmt::format("  allocated {}  reserved {}  requested {}  active {}\n", format_bytes(alloc, ByteStyle::pytorch),
+                           format_bytes(st.reserved_bytes[kStatAll].current, ByteStyle::pytorch), format_bytes(req, ByteStyle::pytorch),
+                           format_bytes(st.active_bytes[kStatAll].current, ByteStyle::pytorch));
         out += fmt::format("  reserved but unallocated {}  non-releasable (inactive split) {}\n",
-                           format_bytes(st.reserved_bytes[kStatAll].current - alloc),
-                           format_bytes(st.inactive_split_bytes[kStatAll].current));
+                           format_bytes(st.reserved_bytes[kStatAll].current - alloc, ByteStyle::pytorch),
+                           format_bytes(st.inactive_split_bytes[kStatAll].current, ByteStyle::pytorch));
         out += fmt::format("  rounding waste (allocated - requested) {}  largest free block in the cache {}\n",
-                           format_bytes(alloc - req), format_bytes(static_cast<i64>(p.largest_free_block)));
+                           format_bytes(alloc - req, ByteStyle::pytorch), format_bytes(static_cast<i64>(p.largest_free_block), ByteStyle::pytorch));
         if (!p.biggest.empty()) {
           out += fmt::format("  The {} biggest allocations alive at the peak:\n", p.biggest.size());
           out += live_table(p.biggest, d);
@@ -181,8 +182,8 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       const auto& e = d.at_end;
       i64 live_bytes = e.stats.active_bytes[kStatAll].current;
       i64 live_n = e.stats.active[kStatAll].current;
-      out += fmt::format("\nStill allocated at the end: {} blocks, {} (reserved {})\n", live_n, format_bytes(live_bytes),
-                         format_bytes(e.stats.reserved_bytes[kStatAll].current));
+      out += fmt::format("\nStill allocated at the end: {} blocks, {} (reserved {})\n", live_n, format_bytes(live_bytes, ByteStyle::pytorch),
+                         format_bytes(e.stats.reserved_bytes[kStatAll].current, ByteStyle::pytorch));
       if (!e.biggest.empty()) out += live_table(e.biggest, d);
       // Cross-check against the figures PyTorch recorded, when the trace has them.
       std::string check;

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "commands/commands.h"
-#include "vramtrace/settings.h"
+#include "vramtrace/units.h"
 
 namespace vramtrace::cli {
 namespace {

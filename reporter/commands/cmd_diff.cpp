@@ -85,7 +85,7 @@ void register_diff(CLI::App& app) {
   cmd->add_option("--noise-margin", o->margin, "Changes below this count as none (default 2MiB)");
   cmd->callback([o]() {
     try {
-      std::uint64_t margin = std::uint64_t{2} << 20;
+      std::uint64_t margin = Budgets::kDefaultNoiseMargin;
       if (!o->margin.empty()) {
         auto m = parse_size(o->margin);
         if (!m) throw BudgetError("--noise-margin: \"" + o->margin + "\" is not a size");

@@ -22,7 +22,9 @@
 #include "vramtrace/gpu_cards.h"
 #include "vramtrace/device_limits.h"
 #include "vramtrace/settings.h"
+#include "vramtrace/stats.h"
 #include "vramtrace/trace/vramtrace_reader.h"
+#include "vramtrace/units.h"
 
 namespace vramtrace::cli {
 
@@ -170,8 +172,7 @@ std::vector<std::string> find_traces(const std::string& pattern, std::time_t sta
 }
 
 struct DevicePeaks {
-  std::int64_t allocated = 0, allocated_peak = 0;
-  std::int64_t reserved = 0, reserved_peak = 0;
+  Stat allocated, reserved;  // current and peak, as the allocator counts them
 };
 
 // The counters a trailer gives: events, OOMs and each device's peaks.
@@ -183,8 +184,8 @@ void read_trailer(const VramtraceTrailer& trailer, std::map<std::int32_t, Device
   for (const auto& [device, stats] : trailer.device_stats) {
     DevicePeaks& d = peaks[device];
     for (const auto& [key, value] : stats) {
-      if (key == "allocated_bytes.all.peak") d.allocated_peak = value;
-      if (key == "reserved_bytes.all.peak") d.reserved_peak = value;
+      if (key == "allocated_bytes.all.peak") d.allocated.peak = value;
+      if (key == "reserved_bytes.all.peak") d.reserved.peak = value;
     }
   }
 }
@@ -221,8 +222,8 @@ void print_devices(const VramtraceHeaderDetails& h, const std::map<std::int32_t,
     for (const auto& dev : h.devices)
       if (dev.id == device) name = dev.name;
     std::fprintf(stderr, "    cuda:%d %-22s peak allocated %-12s peak reserved %s\n", device, name.c_str(),
-                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.allocated_peak))).c_str(),
-                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.reserved_peak))).c_str());
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.allocated.peak))).c_str(),
+                 format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.reserved.peak))).c_str());
   }
   if (ooms == 0) {
     std::fprintf(stderr, "    OOMs: none\n");
@@ -254,19 +255,21 @@ bool describe_trace(const std::string& path, bool tensors) {
         DevicePeaks& d = peaks[r.device];
         switch (r.action) {
           case Action::alloc:
-            d.allocated += static_cast<std::int64_t>(reader->block_bytes());
+            d.allocated.increase(static_cast<std::int64_t>(reader->block_bytes()));
             break;
           case Action::free_completed:
-            d.allocated -= static_cast<std::int64_t>(reader->block_bytes());
+            d.allocated.decrease(static_cast<std::int64_t>(reader->block_bytes()));
             break;
           // Pinned host memory (memory kind 5) is traced too but is not device memory.
           case Action::segment_alloc:
           case Action::segment_map:
-            if (reader->memory_kind() != 5) d.reserved += static_cast<std::int64_t>(r.size);
+            if (!is_memory_kind(reader->memory_kind(), MemoryKind::pinned_host))
+              d.reserved.increase(static_cast<std::int64_t>(r.size));
             break;
           case Action::segment_free:
           case Action::segment_unmap:
-            if (reader->memory_kind() != 5) d.reserved -= static_cast<std::int64_t>(r.size);
+            if (!is_memory_kind(reader->memory_kind(), MemoryKind::pinned_host))
+              d.reserved.decrease(static_cast<std::int64_t>(r.size));
             break;
           case Action::oom:
             ++ooms;
@@ -274,8 +277,6 @@ bool describe_trace(const std::string& path, bool tensors) {
           default:
             break;
         }
-        d.allocated_peak = std::max(d.allocated_peak, d.allocated);
-        d.reserved_peak = std::max(d.reserved_peak, d.reserved);
       }
     } catch (const TraceError& e) {
       std::fprintf(stderr, "  %s: stopped reading: %s\n", path.c_str(), e.what());
@@ -320,19 +321,18 @@ bool add_limit(const std::string& option, std::string& conf) {
                  option.c_str(), conf.c_str());
     return false;
   }
-  // A size, or the name of a card (gpu_cards.h): its usable total as CUDA reports it.
+  // A size, or the name of a card (units.h, gpu_cards.h): its usable total as CUDA reports it.
   std::uint64_t bytes = 0;
   std::string error;
   std::string limit = option;
   if (!parse_size(option, bytes, error)) {
-    bytes = gpu_card_bytes(option);
-    if (bytes == 0) {
-      std::fprintf(stderr,
-                   "vramtrace run: --limit '%s' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
-                   "known cards: %s\n",
-                   option.c_str(), gpu_card_names().c_str());
-      return false;
-    }
+    std::fprintf(stderr,
+                 "vramtrace run: --limit '%s' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
+                 "known cards: %s\n",
+                 option.c_str(), gpu_card_names().c_str());
+    return false;
+  }
+  if (size_names_card(option)) {
     limit = std::to_string(bytes);
     std::fprintf(stderr, "vramtrace run: --limit %s = %s (%s bytes, the card's total as CUDA reports it)\n",
                  option.c_str(), format_size(bytes).c_str(), with_commas(bytes).c_str());
@@ -349,8 +349,8 @@ bool add_limit(const std::string& option, std::string& conf) {
 bool check_conf(const std::string& conf) {
   AllocatorSettings settings;
   DeviceLimits limits;
-  std::string rest, error;
-  if (!split_device_limits(conf, rest, limits, error) || !AllocatorSettings::parse(rest, settings, error)) {
+  std::string error;
+  if (!parse_settings_with_limits(conf, settings, limits, error)) {
     std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
     return false;
   }

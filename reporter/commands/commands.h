@@ -28,8 +28,9 @@ void register_diff(CLI::App& app);
 /// usage error (exit 2).
 void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_allowed);
 
-/// CLI11 check: a byte size in the settings grammar (512MiB, 14.58GiB, 16GB, a plain byte count;
-/// vramtrace/settings.h parse_size), greater than 0 unless `allow_zero`.
+/// CLI11 check: a byte size in the grammar of every size option (512MiB, 14.58GiB, 16GB, a plain
+/// byte count, a card name such as T4; vramtrace/units.h parse_size), greater than 0 unless
+/// `allow_zero`.
 CLI::Validator size_check(bool allow_zero = false);
 
 /// CLI11 check: a whole number >= 0 (a count), in plain words when it is not.

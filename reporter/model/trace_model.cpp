@@ -8,8 +8,9 @@
 #include "model/trace_model.h"
 
 #include <algorithm>
-#include <bit>
 #include <fmt/format.h>
+#include "vramtrace/settings.h"
+#include "vramtrace/size_rules.h"
 #include "vramtrace/trace/vramtrace_reader.h"
 
 namespace vramtrace {
@@ -18,10 +19,6 @@ namespace {
 
 using u64 = std::uint64_t;
 using i64 = std::int64_t;
-
-constexpr u64 kMinBlock = 512;
-constexpr u64 kSmallSizeB = 1ull << 20;
-constexpr u64 kSmallBufferB = 2ull << 20;
 
 struct Block {
   u64 size = 0;
@@ -51,15 +48,14 @@ void bump(StatArray& a, int pool, i64 delta) {
   }
 }
 
-bool parse_uint(const std::string& s, u64& out) {
-  if (s.empty() || s.size() > 18) return false;
-  u64 v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<u64>(c - '0');
-  }
-  out = v;
-  return true;
+// An allocation as the allocator counts it: one more allocation and active block of `block_bytes`
+// in `pool`, `requested_bytes` asked for.
+void count_alloc(DeviceStats& st, int pool, u64 block_bytes, u64 requested_bytes) {
+  bump(st.allocation, pool, 1);
+  bump(st.allocated_bytes, pool, static_cast<i64>(block_bytes));
+  bump(st.active, pool, 1);
+  bump(st.active_bytes, pool, static_cast<i64>(block_bytes));
+  bump(st.requested_bytes, pool, static_cast<i64>(requested_bytes));
 }
 
 }  // namespace
@@ -67,90 +63,23 @@ bool parse_uint(const std::string& s, u64& out) {
 // --- settings --------------------------------------------------------------------------------
 
 LayoutRules LayoutRules::from_settings(const std::string& conf, std::vector<std::string>* notes) {
+  // The settings grammar of the allocator, forgiving: a trace may carry keys or values of another
+  // PyTorch version. Only the two keys the layout needs are worth a note.
+  std::vector<RejectedSetting> rejected;
+  const AllocatorSettings s = AllocatorSettings::parse_recorded(conf, &rejected);
   LayoutRules r;
-  std::string s;
-  for (char c : conf)
-    if (c != ' ' && c != '\t' && c != '\n') s.push_back(c);
-  // Split on commas outside brackets.
-  std::vector<std::string> items;
-  std::string cur;
-  int depth = 0;
-  for (char c : s) {
-    if (c == '[') ++depth;
-    if (c == ']') --depth;
-    if (c == ',' && depth == 0) {
-      items.push_back(cur);
-      cur.clear();
-    } else {
-      cur.push_back(c);
-    }
-  }
-  if (!cur.empty()) items.push_back(cur);
-  for (const auto& it : items) {
-    auto colon = it.find(':');
-    if (colon == std::string::npos) continue;
-    std::string key = it.substr(0, colon), val = it.substr(colon + 1);
-    if (key == "max_split_size_mb") {
-      u64 mb = 0;
-      if (parse_uint(val, mb)) {
-        r.max_split_size_bytes = mb << 20;
-      } else if (notes) {
-        notes->push_back(fmt::format("settings: max_split_size_mb value \"{}\" not understood; ignored", val));
-      }
-    } else if (key == "roundup_power2_divisions") {
-      if (!val.empty() && val.front() == '[' && val.back() == ']') {
-        std::string body = val.substr(1, val.size() - 2);
-        std::size_t pos = 0;
-        bool first = true;
-        int last_index = -1;
-        while (pos <= body.size()) {
-          auto comma = body.find(',', pos);
-          std::string kv = body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-          pos = comma == std::string::npos ? body.size() + 1 : comma + 1;
-          auto c2 = kv.find(':');
-          u64 div = 0;
-          if (c2 == std::string::npos || !parse_uint(kv.substr(c2 + 1), div)) continue;
-          std::string k = kv.substr(0, c2);
-          if (k == ">") {
-            for (int i = last_index + 1; i < 16; ++i) r.roundup_power2_divisions[i] = static_cast<std::uint32_t>(div);
-            continue;
-          }
-          u64 mb = 0;
-          if (!parse_uint(k, mb) || mb == 0) continue;
-          int index = std::clamp(static_cast<int>(std::bit_width(mb)) - 1, 0, 15);
-          if (first) {
-            for (int i = 0; i < index; ++i) r.roundup_power2_divisions[i] = static_cast<std::uint32_t>(div);
-            first = false;
-          }
-          r.roundup_power2_divisions[index] = static_cast<std::uint32_t>(div);
-          last_index = index;
-        }
-      } else {
-        u64 div = 0;
-        if (parse_uint(val, div)) {
-          r.roundup_power2_divisions.fill(static_cast<std::uint32_t>(div));
-        } else if (notes) {
-          notes->push_back(fmt::format("settings: roundup_power2_divisions value \"{}\" not understood; ignored", val));
-        }
-      }
-    }
+  r.max_split_size_bytes = s.max_split_size_bytes;
+  r.roundup_power2_divisions = s.roundup_power2_divisions;
+  if (notes) {
+    for (const auto& item : rejected)
+      if (item.has_value && (item.key == "max_split_size_mb" || item.key == "roundup_power2_divisions"))
+        notes->push_back(fmt::format("settings: {} value \"{}\" not understood; ignored", item.key, item.value));
   }
   return r;
 }
 
 std::uint64_t LayoutRules::round_size(std::uint64_t size) const noexcept {
-  if (size < kMinBlock) return kMinBlock;
-  int index = std::clamp(static_cast<int>(std::bit_width(size)) - 1 - 20, 0, 15);
-  u64 divisions = roundup_power2_divisions[static_cast<std::size_t>(index)];
-  if (divisions > 1 && size > kMinBlock * divisions) {
-    if (std::has_single_bit(size)) return size;
-    u64 floor2 = std::bit_floor(size);
-    u64 step = floor2 >> (std::bit_width(divisions) - 1);
-    if (step == 0) return floor2 << 1;
-    u64 down = size & ~(step - 1);
-    return down == size ? size : down + step;
-  }
-  return kMinBlock * ((size + kMinBlock - 1) / kMinBlock);
+  return vramtrace::round_size(size, roundup_power2_divisions);
 }
 
 // --- the builder -----------------------------------------------------------------------------
@@ -160,10 +89,8 @@ struct DeviceState {
   std::map<u64, Segment> segments;
   std::unordered_map<u64, Block> orphans;  // allocs in no known segment
   std::multiset<u64> free_sizes;           // inactive block sizes, for the largest free block
-  bool peak_pending = false;               // state equals a new peak not captured yet
-  u64 peak_event = 0;                      // global index of the event that made the pending peak
+  PeakWatch peak;                          // when to copy the state at the peak of allocated bytes
   u64 last_event = 0;                      // global index of this device's last event
-  i64 captured_peak = -1;
   u64 snapshot_cost = 0;                   // blocks copied for peak states
   // timeline
   std::vector<TimelineBucket> buckets;
@@ -342,16 +269,13 @@ struct TraceModelBuilder::Impl {
     st.biggest = std::move(live);
   }
 
-  // Takes the pending peak state before an event that is not a further increase.
+  // Takes the pending peak state before an event that is not a further increase (Note [state at
+  // the peak] in vramtrace/stats.h).
   void settle_peak(DeviceState& d) {
-    if (!d.peak_pending) return;
-    d.peak_pending = false;
-    i64 peak = d.out.stats.allocated_bytes[kStatAll].current;
-    if (peak <= d.captured_peak) return;
-    d.captured_peak = peak;
+    if (!d.peak.take()) return;
     // The event that made the peak (events of other devices may have come since; this device's
     // state has not changed since it).
-    const u64 index = d.peak_event;
+    const u64 index = d.peak.event();
     if (!opt.capture_peak_after_event.empty()) return;  // second pass: only the given event
     if (d.snapshot_cost > opt.peak_copy_budget_per_event * events + opt.peak_copy_budget_base) {
       // Too many new peaks to copy the layout at each: keep the exact figures, defer the layout.
@@ -370,19 +294,18 @@ struct TraceModelBuilder::Impl {
     capture(d, d.out.at_peak, d.out.last_time_ns, index);
   }
 
-  void note_peak(DeviceState& d) {
-    const auto& a = d.out.stats.allocated_bytes[kStatAll];
-    if (a.current == a.peak && a.current > d.captured_peak) {
-      d.peak_pending = true;
-      d.peak_event = events;
-    }
-  }
+  void note_peak(DeviceState& d) { d.peak.after_increase(d.out.stats.allocated_bytes[kStatAll], events); }
 
   // --- events --------------------------------------------------------------------------------
   // Memory the shim passed through (TraceRecord::memory_kind) counts as a segment when it is
   // device memory with an address and a size (device, managed, pitched, pool); pinned host
   // memory, arrays and VMM handles are not device segments.
-  static bool lays_out_as_segment(const TraceRecord& r) { return r.memory_kind <= 4; }
+  static bool lays_out_as_segment(const TraceRecord& r) {
+    for (MemoryKind k :
+         {MemoryKind::allocator, MemoryKind::device, MemoryKind::managed, MemoryKind::pitched, MemoryKind::pool})
+      if (is_memory_kind(r.memory_kind, k)) return true;
+    return false;
+  }
 
   void on_segment_alloc(DeviceState& d, const TraceRecord& r, bool mapped_range) {
     has_segment_events = true;
@@ -425,7 +348,7 @@ struct TraceModelBuilder::Impl {
     Segment s;
     s.size = r.size;
     s.stream = r.stream;
-    s.small = !mapped_range && r.size == kSmallBufferB;
+    s.small = !mapped_range && r.size == kSmallBuffer;
     s.expandable = mapped_range;
     Block b;
     b.size = r.size;
@@ -604,16 +527,12 @@ struct TraceModelBuilder::Impl {
     nb.alloc_time = r.time_ns;
     nb.alloc_event = events;
     if (!s) {
-      int pool = rounded <= kSmallSizeB ? kStatSmall : kStatLarge;
+      int pool = in_small_pool(rounded) ? kStatSmall : kStatLarge;
       nb.size = rounded;
       if (d.orphans.count(r.addr)) conflict(d, fmt::format("alloc at 0x{:x}, which is already allocated", r.addr));
       d.orphans[r.addr] = nb;
       ++d.out.orphan_allocs;
-      bump(d.out.stats.allocation, pool, 1);
-      bump(d.out.stats.allocated_bytes, pool, static_cast<i64>(rounded));
-      bump(d.out.stats.active, pool, 1);
-      bump(d.out.stats.active_bytes, pool, static_cast<i64>(rounded));
-      bump(d.out.stats.requested_bytes, pool, static_cast<i64>(r.size));
+      count_alloc(d.out.stats, pool, rounded, r.size);
       return;
     }
     auto it = s->blocks.upper_bound(r.addr);
@@ -623,11 +542,7 @@ struct TraceModelBuilder::Impl {
       int pool = pool_of(*s);
       nb.size = rounded;
       d.orphans[r.addr] = nb;
-      bump(d.out.stats.allocation, pool, 1);
-      bump(d.out.stats.allocated_bytes, pool, static_cast<i64>(rounded));
-      bump(d.out.stats.active, pool, 1);
-      bump(d.out.stats.active_bytes, pool, static_cast<i64>(rounded));
-      bump(d.out.stats.requested_bytes, pool, static_cast<i64>(r.size));
+      count_alloc(d.out.stats, pool, rounded, r.size);
       return;
     }
     split_contrib(d.out.stats, *s, -1);
@@ -644,8 +559,7 @@ struct TraceModelBuilder::Impl {
     u64 size = std::min(rounded, avail);
     if (rounded > avail) conflict(d, fmt::format("alloc of {} B at 0x{:x} does not fit the free block of {} B", r.size, r.addr, avail));
     u64 remaining = avail - size;
-    bool split = (s->small || s->expandable) ? remaining >= kMinBlock
-                                             : (size < rules.max_split_size_bytes && remaining > kSmallSizeB);
+    bool split = should_split(size, remaining, s->small || s->expandable, rules.max_split_size_bytes);
     if (!split) size = avail;
     nb.size = size;
     s->blocks[r.addr] = nb;
@@ -657,18 +571,14 @@ struct TraceModelBuilder::Impl {
     }
     split_contrib(d.out.stats, *s, +1);
     int pool = pool_of(*s);
-    bump(d.out.stats.allocation, pool, 1);
-    bump(d.out.stats.allocated_bytes, pool, static_cast<i64>(size));
-    bump(d.out.stats.active, pool, 1);
-    bump(d.out.stats.active_bytes, pool, static_cast<i64>(size));
-    bump(d.out.stats.requested_bytes, pool, static_cast<i64>(r.size));
+    count_alloc(d.out.stats, pool, size, r.size);
     if (size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.increase(1);
   }
 
   void on_free_requested(DeviceState& d, const TraceRecord& r) {
     if (auto o = d.orphans.find(r.addr); o != d.orphans.end()) {
       if (o->second.state != BlockState::active_allocated) return;
-      int pool = o->second.size <= kSmallSizeB ? kStatSmall : kStatLarge;
+      int pool = in_small_pool(o->second.size) ? kStatSmall : kStatLarge;
       bump(d.out.stats.allocation, pool, -1);
       bump(d.out.stats.allocated_bytes, pool, -static_cast<i64>(o->second.size));
       o->second.state = BlockState::active_pending_free;
@@ -689,7 +599,7 @@ struct TraceModelBuilder::Impl {
   void on_free_completed(DeviceState& d, const TraceRecord& r) {
     if (auto o = d.orphans.find(r.addr); o != d.orphans.end()) {
       Block b = o->second;
-      int pool = b.size <= kSmallSizeB ? kStatSmall : kStatLarge;
+      int pool = in_small_pool(b.size) ? kStatSmall : kStatLarge;
       if (b.state == BlockState::active_allocated) {
         bump(d.out.stats.allocation, pool, -1);
         bump(d.out.stats.allocated_bytes, pool, -static_cast<i64>(b.size));

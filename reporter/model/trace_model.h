@@ -30,11 +30,12 @@ namespace vramtrace {
 struct LayoutRules {
   std::uint64_t max_split_size_bytes = UINT64_MAX;           ///< blocks >= this are not split
   std::array<std::uint32_t, 16> roundup_power2_divisions{};  ///< per [2^(20+i), 2^(21+i)) interval
-  /// Reads max_split_size_mb and roundup_power2_divisions from a PYTORCH_CUDA_ALLOC_CONF string;
-  /// other keys are ignored. Unreadable values leave the default and add a note to `notes`.
+  /// Reads max_split_size_mb and roundup_power2_divisions from a PYTORCH_CUDA_ALLOC_CONF string
+  /// with the allocator's settings grammar (AllocatorSettings::parse_recorded); other keys are
+  /// ignored. A value that grammar refuses leaves the default and adds a note to `notes`.
   static LayoutRules from_settings(const std::string& conf, std::vector<std::string>* notes = nullptr);
-  /// PyTorch's round_size: < 512 -> 512; otherwise up to 512 B, or to the power-of-two division
-  /// when roundup_power2_divisions applies (sizes above 1 MiB).
+  /// PyTorch's round_size (vramtrace/size_rules.h) with these divisions: < 512 -> 512; otherwise
+  /// up to 512 B, or to the power-of-two division when roundup_power2_divisions applies.
   std::uint64_t round_size(std::uint64_t requested) const noexcept;
 };
 

@@ -2,12 +2,21 @@
 // vramtrace/trace/reader.h).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "readers/open_trace.h"
 
 namespace vramtrace {
+
+/// PyTorch's time stamps (time_us, microseconds) as TraceRecord::time_ns, saturating at the
+/// int64 range: a time stamp out of range is not an error. Pure.
+constexpr std::int64_t us_to_ns(std::int64_t us) noexcept {
+  if (us > INT64_MAX / 1000) return INT64_MAX;
+  if (us < INT64_MIN / 1000) return INT64_MIN;
+  return us * 1000;
+}
 
 /// PyTorch's allocator history as JSON lines, optionally gzip/zstd compressed: an optional
 /// header line {"kind": "header", "workload", "conf", "stats", "total", ...} then one entry per

@@ -14,13 +14,6 @@
 namespace vramtrace {
 namespace {
 
-/// Microseconds to nanoseconds, saturating (time stamps out of range are not an error).
-std::int64_t us_to_ns(std::int64_t us) {
-  if (us > INT64_MAX / 1000) return INT64_MAX;
-  if (us < INT64_MIN / 1000) return INT64_MIN;
-  return us * 1000;
-}
-
 namespace od = simdjson::ondemand;
 
 class TorchTraceReader final : public TraceReader {

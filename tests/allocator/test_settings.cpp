@@ -1,6 +1,9 @@
 // Settings in PYTORCH_CUDA_ALLOC_CONF syntax, sizes and size formatting.
 #include "test_support.h"
 
+#include "vramtrace/device_limits.h"
+#include "vramtrace/gpu_cards.h"
+
 using namespace vramtrace;
 using namespace vramtrace::test;
 
@@ -97,4 +100,47 @@ TEST_CASE("sizes format as PyTorch's OOM message does") {
   CHECK(format_size(kMiB) == "1024.00 KiB");
   CHECK(format_size(20 * kMiB) == "20.00 MiB");
   CHECK(format_size(static_cast<std::uint64_t>(14.58 * kGiB)) == "14.58 GiB");
+}
+
+TEST_CASE("recorded settings are read item by item with parse's rules") {
+  std::vector<RejectedSetting> rejected;
+  const AllocatorSettings s = AllocatorSettings::parse_recorded(
+      "backend:cudaMallocAsync, max_split_size_mb:128, future_key:1, roundup_power2_divisions:3, expandable_segments",
+      &rejected);
+  CHECK(s.max_split_size_bytes == 128 * kMiB);
+  CHECK(s.roundup_power2_divisions == AllocatorSettings{}.roundup_power2_divisions);
+  REQUIRE(rejected.size() == 4);
+  CHECK(rejected[0].key == "backend");
+  CHECK(rejected[1].key == "future_key");
+  CHECK(rejected[2].key == "roundup_power2_divisions");
+  CHECK(rejected[2].value == "3");
+  CHECK_THAT(rejected[2].error, Catch::Contains("power of two"));
+  CHECK(rejected[3].key == "expandable_segments");
+  CHECK_FALSE(rejected[3].has_value);
+  // A later bad item leaves the earlier good one of the same key in force.
+  CHECK(AllocatorSettings::parse_recorded("limit:1GiB,limit:0").limit_bytes == kGiB);
+  CHECK(AllocatorSettings::parse_recorded("roundup_power2_divisions:[64:8,>:2]").divisions_for(kGiB) == 2);
+}
+
+TEST_CASE("the limit setting takes card names, alone and per device") {
+  CHECK(settings_from("limit:T4").limit_bytes == cli::gpu_card_bytes("T4"));
+  AllocatorSettings s;
+  DeviceLimits limits;
+  std::string error;
+  REQUIRE(parse_settings_with_limits("expandable_segments:True, limit:[0:A100-40GB,*:16GiB]", s, limits, error));
+  CHECK(s.expandable_segments);
+  CHECK(s.limit_bytes == 0);  // the cap is the shim's, per device
+  CHECK(limits.for_device(0) == cli::gpu_card_bytes("A100-40GB"));
+  CHECK(limits.for_device(3) == 16 * kGiB);
+  // Errors of either half; the outputs stay as they were.
+  limits = DeviceLimits{};
+  s.max_split_size_bytes = 42;
+  CHECK_FALSE(parse_settings_with_limits("limit:[0:1GiB", s, limits, error));
+  CHECK_THAT(error, Catch::Contains("missing ']'"));
+  CHECK_FALSE(parse_settings_with_limits("limit:1GiB,max_split_size_mb:128,nope:1", s, limits, error));
+  CHECK_THAT(error, Catch::Contains("unknown setting 'nope'"));
+  CHECK(s.max_split_size_bytes == 42);
+  CHECK_FALSE(limits.any());
+  CHECK_FALSE(parse_settings_with_limits("limit:[0:1GiB *:2GiB]", s, limits, error));
+  CHECK_THAT(error, Catch::Contains("a ',' missing between list items?"));
 }

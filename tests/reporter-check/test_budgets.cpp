@@ -63,9 +63,9 @@ TEST_CASE("parse_size: binary and SI units fractions junk rejected", "[budgets]"
 }
 
 TEST_CASE("format_bytes uses binary units", "[budgets]") {
-  CHECK(format_bytes(512) == "512 B");
-  CHECK(format_bytes(100.0 * kMiB) == "100.00 MiB");
-  CHECK(format_bytes(1.5 * kGiB) == "1.50 GiB");
+  CHECK(format_bytes(512, ByteStyle::binary) == "512 B");
+  CHECK(format_bytes(100.0 * kMiB, ByteStyle::binary) == "100.00 MiB");
+  CHECK(format_bytes(1.5 * kGiB, ByteStyle::binary) == "1.50 GiB");
 }
 
 TEST_CASE("max-peak-reserved and max-peak-allocated both ways", "[budgets]") {

@@ -244,9 +244,10 @@ void encode_event(TextBuffer& out, const Event& e, std::int64_t origin_ns, std::
       p = put_int(p, e.block_bytes);
     }
   }
-  // Memory that bypassed the caching allocator: the shim's pass-through kind (docs/trace-format.md).
-  if (e.aux != 0 && (e.action == Action::segment_alloc || e.action == Action::segment_free ||
-                     e.action == Action::segment_map || e.action == Action::segment_unmap)) {
+  // Memory that bypassed the caching allocator: the shim's MemoryKind (docs/trace-format.md).
+  if (!is_memory_kind(e.aux, MemoryKind::allocator) &&
+      (e.action == Action::segment_alloc || e.action == Action::segment_free || e.action == Action::segment_map ||
+       e.action == Action::segment_unmap)) {
     p = put_lit(p, ",\"k\":");
     p = put_int(p, e.aux);
   }

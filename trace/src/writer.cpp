@@ -140,7 +140,7 @@ TraceWriter::TraceWriter(TraceWriterOptions options)
 
 TraceWriter::~TraceWriter() { close(); }
 
-std::uint64_t TraceWriter::now_ns() noexcept { return static_cast<std::uint64_t>(clock_ns(CLOCK_MONOTONIC)); }
+std::uint64_t TraceWriter::now_ns() noexcept { return event_time_ns(); }
 
 std::string TraceWriter::path() const {
   std::lock_guard<std::mutex> lock(path_mu_);
@@ -168,7 +168,7 @@ bool TraceWriter::start_locked(bool in_fork_child) noexcept {
     h.local_rank = local_rank_from_environment();
     if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) h.cuda_visible_devices = std::string(v);
     h.command_line = read_command_line();
-    h.origin_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+    h.origin_monotonic_ns = static_cast<std::int64_t>(event_time_ns());  // the events' clock
     h.start_unix_ns = clock_ns(CLOCK_REALTIME);
     h.buffer_events = ring_.capacity();
     h.drop_when_full = options_.drop_when_full;
@@ -252,7 +252,7 @@ void TraceWriter::close(const std::vector<FlatStats>& final_stats) noexcept {
   if (!file_.is_open()) return;
   try {
     TrailerFields t;
-    t.time_ns = clock_ns(CLOCK_MONOTONIC) - origin_ns_;
+    t.time_ns = static_cast<std::int64_t>(event_time_ns()) - origin_ns_;
     t.events = events_written_;
     t.dropped = dropped_.load(std::memory_order_relaxed);
     std::copy(std::begin(counts_), std::end(counts_), std::begin(t.counts));

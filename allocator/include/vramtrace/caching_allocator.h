@@ -14,18 +14,11 @@
 #include "vramtrace/device_backend.h"
 #include "vramtrace/event.h"
 #include "vramtrace/settings.h"
+#include "vramtrace/size_rules.h"
 #include "vramtrace/snapshot.h"
 #include "vramtrace/stats.h"
 
 namespace vramtrace {
-
-/// Size constants of PyTorch's allocator, in bytes.
-inline constexpr std::uint64_t kMinBlockSize = 512;         ///< all sizes round to multiples of this
-inline constexpr std::uint64_t kSmallSize = 1 * kMiB;       ///< rounded size <= this: small pool
-inline constexpr std::uint64_t kSmallBuffer = 2 * kMiB;     ///< small-pool segment / page size
-inline constexpr std::uint64_t kLargeBuffer = 20 * kMiB;    ///< segment for (1 MiB, 10 MiB) requests
-inline constexpr std::uint64_t kMinLargeAlloc = 10 * kMiB;  ///< at or above: segment = 2 MiB-rounded request
-inline constexpr std::uint64_t kRoundLarge = 2 * kMiB;      ///< rounding of large segments
 
 /// Facts about a live block, for the shim's pointer lookups and for reports.
 struct BlockInfo {

@@ -39,6 +39,31 @@ std::optional<Action> parse_action(std::string_view name) noexcept;
 /// Memory pool of a block or segment, PyTorch's small (<= 1 MiB rounded) and large pools.
 enum class PoolKind : std::uint8_t { small = 0, large = 1 };
 
+/// Kind of memory of a segment_* event: the caching allocator's own segment, or memory that the
+/// shim passed through to the driver untouched (Event::aux of the shim's segment events, "k" in
+/// docs/trace-format.md; the values are the format's and never change).
+enum class MemoryKind : std::uint8_t {
+  allocator = 0,    ///< a segment of the caching allocator (never set by the shim; "k" left out)
+  device = 1,       ///< plain device memory forwarded: reuse:none, stream capture, exit, disabled pool
+  managed = 2,      ///< cuMemAllocManaged
+  pitched = 3,      ///< cuMemAllocPitch_v2 (size = pitch * height)
+  pool = 4,         ///< cuMemAllocFromPoolAsync, or cuMemAllocAsync after a custom pool was set
+  pinned_host = 5,  ///< pinned host memory (cuMemHostAlloc, cuMemAllocHost_v2): not device memory
+  array = 6,        ///< CUDA arrays (address = handle, size 0: not known without the driver's query)
+  vmm = 7,          ///< cuMemCreate/cuMemRelease (address = handle) and cuMemMap/cuMemUnmap ranges
+};
+
+/// Whether `k`, a kind as a trace or an Event stores it (a plain integer), is `kind`. A value
+/// outside the list is none of them.
+constexpr bool is_memory_kind(std::uint64_t k, MemoryKind kind) noexcept {
+  return k == static_cast<std::uint64_t>(kind);
+}
+
+/// The clock of Event::time_ns: CLOCK_MONOTONIC, in nanoseconds. Every event is stamped with it
+/// (the allocator's, the shim's own and the trace writer's marks), and the trace's origin
+/// (origin_monotonic_ns) is read from it. Thread-safe, async-signal-safe, never fails.
+std::uint64_t event_time_ns() noexcept;
+
 /// One allocator event. Fixed size (64 bytes) and trivially copyable so that the shim can append
 /// it to a ring buffer without allocating or formatting on the calling thread.
 ///
@@ -53,7 +78,7 @@ enum class PoolKind : std::uint8_t { small = 0, large = 1 };
 ///    num_alloc_retries at the failure (its own retry included; there is no address).
 ///  - mark: `aux` the id of the mark's name in the sink's string table.
 struct Event {
-  std::uint64_t time_ns = 0;     ///< monotonic clock (CLOCK_MONOTONIC) in nanoseconds
+  std::uint64_t time_ns = 0;     ///< event_time_ns(): CLOCK_MONOTONIC in nanoseconds
   DevicePtr addr = 0;
   std::uint64_t size_bytes = 0;
   std::uint64_t block_bytes = 0;

@@ -7,8 +7,10 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "vramtrace/types.h"
+#include "vramtrace/units.h"
 
 namespace vramtrace {
 
@@ -21,6 +23,18 @@ enum class ReusePolicy : std::uint8_t {
   device_sync,     ///< that synchronisation from the start, whatever streams the program uses
   stream_ordered,  ///< reuse at once on the same stream (fast; for single-stream programs)
   none,            ///< no caching: every free goes to the device at once
+};
+
+/// The `reuse` setting's spelling of a policy ("lazy_sync", "device_sync", "stream_ordered",
+/// "none"). Never null.
+const char* reuse_policy_name(ReusePolicy p) noexcept;
+
+/// An item of a settings string that AllocatorSettings::parse_recorded left out.
+struct RejectedSetting {
+  std::string key;         ///< as written (the whole item when it has no ':')
+  std::string value;       ///< as written, whitespace removed
+  bool has_value = true;   ///< false for an item without ':' (a key alone)
+  std::string error;       ///< AllocatorSettings::parse's message for it
 };
 
 /// The allocator's policy knobs. Defaults follow PyTorch's native caching allocator.
@@ -42,7 +56,7 @@ struct AllocatorSettings {
   /// Reserve address space and map pages on demand. Key `expandable_segments` (True/False).
   bool expandable_segments = false;
   /// Our own: cap in bytes on reserved memory plus memory outside the allocator (0 = none).
-  /// Key `limit` (a size such as `14.58GiB`).
+  /// Key `limit` (a size such as `14.58GiB` or a card name such as `T4`: units.h).
   std::uint64_t limit_bytes = 0;
   /// Our own, shim only: when freed blocks may be reused. Key `reuse`
   /// (`lazy_sync`, `stream_ordered`, `none`).
@@ -58,20 +72,18 @@ struct AllocatorSettings {
   /// unknown key or bad value; `out` is then unchanged.
   static bool parse(std::string_view conf, AllocatorSettings& out, std::string& error);
 
+  /// Reads settings that a program recorded (a trace's PYTORCH_CUDA_ALLOC_CONF or header) with
+  /// parse's rules, item by item: an item parse would refuse (an unknown key, no value, a bad
+  /// value) is left out, and listed in `rejected` when given; every other item applies on top
+  /// of the defaults. For readers of traces, which must not fail on settings another version
+  /// wrote. Never fails; thread-safe (pure).
+  static AllocatorSettings parse_recorded(std::string_view conf, std::vector<RejectedSetting>* rejected = nullptr);
+
   /// `roundup_power2_divisions` for a rounded size in bytes (interval index clamped to [0,15]).
   std::uint32_t divisions_for(std::uint64_t bytes) const noexcept;
 
   /// Canonical text of the non-default settings ("" for defaults), stable for reports.
   std::string to_string() const;
 };
-
-/// Parses a byte size: a plain integer (bytes) or a number with a unit, binary (KiB, MiB, GiB,
-/// TiB) or decimal (KB, MB, GB, TB), case-insensitive, optional space: "14.58GiB", "16GB",
-/// "512MiB", "1048576". Fractions are rounded down to whole bytes. Returns false and sets `error`
-/// for anything else, for negatives and for values above 2^60 bytes (1 EiB).
-bool parse_size(std::string_view text, std::uint64_t& out_bytes, std::string& error);
-
-/// Formats bytes as PyTorch's OOM message does: "512 bytes", "1.50 KiB", "20.00 MiB", "14.58 GiB".
-std::string format_size(std::uint64_t bytes);
 
 }  // namespace vramtrace

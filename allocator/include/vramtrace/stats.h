@@ -35,6 +35,43 @@ struct Stat {
   }
 };
 
+/// Note [state at the peak]
+/// Stat::peak is the one running maximum of a statistic (the allocator's, the trace model's and
+/// `vramtrace run`'s end screen all count with Stat). A report also wants the *state* at the
+/// peak (the layout, the largest free block), which is only worth copying once per new peak: the
+/// state after the last increase that reached it, i.e. just before the first event that may
+/// lower the statistic again (or at the end). PeakWatch says when that is; the trace model
+/// (reporter/model) and replay (reporter/analyses) both take their state at the peak through it.
+///
+/// Use: after_increase(stat, event) after each event that may raise the statistic; take() before
+/// each event that may lower it, and at the end; when take() returns true, copy the state now (it
+/// is still the state after event()). Not thread-safe (one per statistic and reader).
+class PeakWatch {
+ public:
+  /// After an event that may have raised `s`: a new peak is pending when `s` is at its peak and
+  /// above the last peak taken. `event` is the event's index, returned by event().
+  void after_increase(const Stat& s, std::uint64_t event = 0) noexcept {
+    if (s.current == s.peak && s.current > taken_) {
+      pending_ = s.current;
+      event_ = event;
+    }
+  }
+  /// Before an event that may lower the statistic, and at the end: true, once per new peak, when
+  /// the state at the peak is to be copied now.
+  bool take() noexcept {
+    if (pending_ <= taken_) return false;
+    taken_ = pending_;
+    return true;
+  }
+  /// The index of the event that made the peak last pending (as given to after_increase).
+  std::uint64_t event() const noexcept { return event_; }
+
+ private:
+  std::int64_t pending_ = 0;  // the pending peak's value (<= taken_: none)
+  std::int64_t taken_ = 0;    // the last peak taken
+  std::uint64_t event_ = 0;
+};
+
 /// Index of a per-pool stat array: PyTorch's "all", "small_pool", "large_pool".
 enum StatPool : int { kStatAll = 0, kStatSmall = 1, kStatLarge = 2 };
 inline constexpr int kNumStatPools = 3;

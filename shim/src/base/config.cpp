@@ -24,8 +24,7 @@ Config load() noexcept {
   DeviceLimits limits;
   bool ok = false;
   try {
-    std::string rest;
-    ok = split_device_limits(conf, rest, limits, error) && AllocatorSettings::parse(rest, parsed, error);
+    ok = parse_settings_with_limits(conf, parsed, limits, error);
   } catch (...) {
     error = "could not be parsed";
   }

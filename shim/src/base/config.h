@@ -19,9 +19,9 @@ struct Config {
   DeviceLimits limits;
 };
 
-/// The configuration, parsed on first use: the `limit` items with split_device_limits
-/// (vramtrace/device_limits.h), the rest with AllocatorSettings::parse (the syntax of
-/// `replay --conf` and PYTORCH_CUDA_ALLOC_CONF). Thread-safe.
+/// The configuration, parsed on first use by parse_settings_with_limits
+/// (vramtrace/device_limits.h): the `limit` items, the rest with AllocatorSettings::parse (the
+/// syntax of `replay --conf` and PYTORCH_CUDA_ALLOC_CONF). Thread-safe.
 const Config& config() noexcept;
 
 /// config().enabled, cheap.

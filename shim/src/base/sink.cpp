@@ -1,7 +1,5 @@
 #include "base/sink.h"
 
-#include <time.h>
-
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -56,12 +54,6 @@ CountingSink* counting_sink() noexcept {
   return s;
 }
 
-std::uint64_t now_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 }  // namespace
 
 EventSink* sink() noexcept {
@@ -84,11 +76,7 @@ trace::HeaderInfo base_header() {
   trace::HeaderInfo h;
   h.tool_version = vramtrace_version();
   h.allocator_settings = config().settings.to_string();
-  const char* reuse = "lazy_sync";
-  if (config().settings.reuse == ReusePolicy::device_sync) reuse = "device_sync";
-  if (config().settings.reuse == ReusePolicy::stream_ordered) reuse = "stream_ordered";
-  if (config().settings.reuse == ReusePolicy::none) reuse = "none";
-  h.settings.emplace_back("reuse", reuse);
+  h.settings.emplace_back("reuse", reuse_policy_name(config().settings.reuse));
   // The memory cap (memory_cap.h) in the list form of `limit`, in bytes; absent without one. The
   // devices' total_bytes are already the capped totals.
   if (const DeviceLimits& l = config().limits; l.any()) {
@@ -179,11 +167,11 @@ void sink_after_fork_child() noexcept {
 }
 
 void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream,
-          std::uint16_t entry, PassKind kind, int device) noexcept {
+          std::uint16_t entry, MemoryKind kind, int device) noexcept {
   EventSink* s = sink();
   if (!s) return;
   Event e;
-  e.time_ns = now_ns();
+  e.time_ns = event_time_ns();
   e.addr = addr;
   e.size_bytes = size_bytes;
   e.block_bytes = size_bytes;
@@ -200,7 +188,7 @@ void emit_mark(std::uint32_t name_id) noexcept {
   EventSink* s = sink();
   if (!s) return;
   Event e;
-  e.time_ns = now_ns();
+  e.time_ns = event_time_ns();
   e.aux = name_id;
   e.thread_id = this_thread_id();
   e.action = Action::mark;

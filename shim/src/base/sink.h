@@ -12,19 +12,6 @@
 
 namespace vramtrace::shim {
 
-/// Kind of memory in an event the shim emits itself (Event::aux of segment_* events for memory
-/// that bypasses the caching allocator). Allocator events carry aux = 0 (cached).
-enum class PassKind : std::uint8_t {
-  cached = 0,   ///< from the caching allocator (never set by the shim)
-  device = 1,   ///< plain device memory forwarded: reuse:none, stream capture, exit, disabled pool
-  managed = 2,  ///< cuMemAllocManaged
-  pitched = 3,  ///< cuMemAllocPitch_v2 (size = pitch * height)
-  pool = 4,     ///< cuMemAllocFromPoolAsync, or cuMemAllocAsync after a custom pool was set
-  host = 5,     ///< pinned host memory (cuMemHostAlloc, cuMemAllocHost_v2)
-  array = 6,    ///< CUDA arrays (address = handle, size 0: not known without the driver's query)
-  vmm = 7,      ///< cuMemCreate/cuMemRelease (address = handle) and cuMemMap/cuMemUnmap ranges
-};
-
 /// The sink the shim and its allocators write to; null when tracing is off. Created on first use
 /// by make_trace_sink() and wrapped by a counting adaptor (counts feed the stats file).
 EventSink* sink() noexcept;
@@ -57,10 +44,10 @@ struct EventCounts {
 };
 extern EventCounts g_event_counts;
 
-/// Emits one event the shim makes itself (pass-through memory, marks). Fills time_ns
-/// (CLOCK_MONOTONIC) and thread_id. No-op when tracing is disabled or there is no sink.
+/// Emits one event the shim makes itself (pass-through memory, marks): Event::aux = `kind`
+/// (MemoryKind, vramtrace/event.h). Fills time_ns (event_time_ns) and thread_id. No-op when tracing is disabled or there is no sink.
 void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream,
-          std::uint16_t entry, PassKind kind, int device) noexcept;
+          std::uint16_t entry, MemoryKind kind, int device) noexcept;
 
 /// Emits a `mark` event (Event::aux = `name_id`, device 0: a mark belongs to no device).
 void emit_mark(std::uint32_t name_id) noexcept;

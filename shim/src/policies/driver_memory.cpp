@@ -52,7 +52,7 @@ CUresult oom_fallback(const ContextPool& pool, Fn real, std::uint16_t entry, CUd
   CUresult r = real(dptr, bytes, extra...);
   if (r == CUDA_SUCCESS) {
     bump(g_counters.oom_fallbacks);
-    passthrough_alloc(*dptr, bytes, PassKind::device, entry);
+    passthrough_alloc(*dptr, bytes, MemoryKind::device, entry);
   }
   return r;
 }
@@ -87,7 +87,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
     CUresult r = real(dptr, bytes, s);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
       if (capture_active()) bump(g_counters.capture_passthrough);
-      passthrough_alloc(*dptr, bytes, g_custom_pool ? PassKind::pool : PassKind::device, e.entry(), key.value);
+      passthrough_alloc(*dptr, bytes, g_custom_pool ? MemoryKind::pool : MemoryKind::device, e.entry(), key.value);
     }
     return r;
   }
@@ -187,7 +187,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
     CUresult r = real(dptr, bytes);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
       if (capture_active()) bump(g_counters.capture_passthrough);
-      passthrough_alloc(*dptr, bytes, PassKind::device, e.entry());
+      passthrough_alloc(*dptr, bytes, MemoryKind::device, e.entry());
     }
     return r;
   }

@@ -13,8 +13,8 @@ namespace {
 
 // Kinds of forwarded memory that occupy device memory, counted by the cap (memory_cap.h). Managed
 // memory migrates on demand (not resident), host and arrays are not device bytes we can size.
-bool device_resident(PassKind k) noexcept {
-  return k == PassKind::device || k == PassKind::pitched || k == PassKind::pool || k == PassKind::vmm;
+bool device_resident(MemoryKind k) noexcept {
+  return k == MemoryKind::device || k == MemoryKind::pitched || k == MemoryKind::pool || k == MemoryKind::vmm;
 }
 
 struct Registry {
@@ -36,7 +36,7 @@ int current_device() noexcept {
   return dev;
 }
 
-void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, PassKind kind, std::uint16_t entry,
+void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, MemoryKind kind, std::uint16_t entry,
                        std::uint64_t stream) noexcept {
   PassThrough p{size_bytes, kind, current_device()};
   try {

@@ -11,12 +11,12 @@ namespace vramtrace::shim {
 
 struct PassThrough {
   std::uint64_t size_bytes = 0;
-  PassKind kind = PassKind::device;
+  MemoryKind kind = MemoryKind::device;
   int device = 0;
 };
 
 /// Records a forwarded allocation (address or handle) and emits segment_alloc (aux = kind).
-void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, PassKind kind, std::uint16_t entry,
+void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, MemoryKind kind, std::uint16_t entry,
                        std::uint64_t stream = 0) noexcept;
 /// Forgets a forwarded allocation and emits segment_free; nullopt (no event) if unknown.
 std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t entry, std::uint64_t stream = 0) noexcept;

@@ -1,6 +1,6 @@
 // Tracing of forwarded calls (policy TRACE of hooks.def). Memory that bypasses the cache is
 // recorded as segment_alloc/segment_free (or segment_map/segment_unmap for virtual memory) with
-// Event::aux = PassKind (sink.h), so that reports count all of the program's device memory.
+// Event::aux = MemoryKind (vramtrace/event.h), so that reports count all of the program's device memory.
 #include "policies/tracers.h"
 
 #include "policies/capture.h"
@@ -61,29 +61,29 @@ void Tracer<Hook::cuGraphLaunch_ptsz>::after(std::uint16_t, CUresult, CUgraphExe
 
 void Tracer<Hook::cuMemAllocManaged>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t bytes,
                                             unsigned int) noexcept {
-  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, PassKind::managed, entry);
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, MemoryKind::managed, entry);
 }
 void Tracer<Hook::cuMemAllocPitch_v2>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t* pitch, size_t,
                                              size_t height, unsigned int) noexcept {
-  if (r == CUDA_SUCCESS && p && pitch) passthrough_alloc(*p, *pitch * height, PassKind::pitched, entry);
+  if (r == CUDA_SUCCESS && p && pitch) passthrough_alloc(*p, *pitch * height, MemoryKind::pitched, entry);
 }
 void Tracer<Hook::cuMemAllocFromPoolAsync>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t bytes,
                                                   CUmemoryPool, CUstream s) noexcept {
-  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, PassKind::pool, entry, stream_key(s, false).value);
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, MemoryKind::pool, entry, stream_key(s, false).value);
 }
 void Tracer<Hook::cuMemAllocFromPoolAsync_ptsz>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t bytes,
                                                        CUmemoryPool, CUstream s) noexcept {
-  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, PassKind::pool, entry, stream_key(s, true).value);
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, MemoryKind::pool, entry, stream_key(s, true).value);
 }
 void Tracer<Hook::cuDeviceSetMemPool>::after(std::uint16_t, CUresult r, CUdevice, CUmemoryPool) noexcept {
   if (r == CUDA_SUCCESS) note_custom_mem_pool();
 }
 
 void Tracer<Hook::cuMemHostAlloc>::after(std::uint16_t entry, CUresult r, void** p, size_t bytes, unsigned int) noexcept {
-  if (r == CUDA_SUCCESS && p) passthrough_alloc(handle_value(*p), bytes, PassKind::host, entry);
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(handle_value(*p), bytes, MemoryKind::pinned_host, entry);
 }
 void Tracer<Hook::cuMemAllocHost_v2>::after(std::uint16_t entry, CUresult r, void** p, size_t bytes) noexcept {
-  if (r == CUDA_SUCCESS && p) passthrough_alloc(handle_value(*p), bytes, PassKind::host, entry);
+  if (r == CUDA_SUCCESS && p) passthrough_alloc(handle_value(*p), bytes, MemoryKind::pinned_host, entry);
 }
 void Tracer<Hook::cuMemFreeHost>::after(std::uint16_t entry, CUresult r, void* p) noexcept {
   if (r == CUDA_SUCCESS) passthrough_free(handle_value(p), entry);
@@ -91,18 +91,18 @@ void Tracer<Hook::cuMemFreeHost>::after(std::uint16_t entry, CUresult r, void* p
 
 void Tracer<Hook::cuArrayCreate_v2>::after(std::uint16_t entry, CUresult r, CUarray* a,
                                            const CUDA_ARRAY_DESCRIPTOR*) noexcept {
-  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, PassKind::array, entry);
+  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, MemoryKind::array, entry);
 }
 void Tracer<Hook::cuArray3DCreate_v2>::after(std::uint16_t entry, CUresult r, CUarray* a,
                                              const CUDA_ARRAY3D_DESCRIPTOR*) noexcept {
-  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, PassKind::array, entry);
+  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, MemoryKind::array, entry);
 }
 void Tracer<Hook::cuArrayDestroy>::after(std::uint16_t entry, CUresult r, CUarray a) noexcept {
   if (r == CUDA_SUCCESS) passthrough_free(handle_value(a), entry);
 }
 void Tracer<Hook::cuMipmappedArrayCreate>::after(std::uint16_t entry, CUresult r, CUmipmappedArray* a,
                                                  const CUDA_ARRAY3D_DESCRIPTOR*, unsigned int) noexcept {
-  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, PassKind::array, entry);
+  if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, MemoryKind::array, entry);
 }
 void Tracer<Hook::cuMipmappedArrayDestroy>::after(std::uint16_t entry, CUresult r, CUmipmappedArray a) noexcept {
   if (r == CUDA_SUCCESS) passthrough_free(handle_value(a), entry);
@@ -114,17 +114,17 @@ void Tracer<Hook::cuMipmappedArrayDestroy>::after(std::uint16_t entry, CUresult 
 void Tracer<Hook::cuMemCreate>::after(std::uint16_t entry, CUresult r, CUmemGenericAllocationHandle* h, size_t size,
                                       const CUmemAllocationProp* prop, unsigned long long) noexcept {
   if (r != CUDA_SUCCESS || !h || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
-  passthrough_alloc(*h, size, PassKind::vmm, entry);
+  passthrough_alloc(*h, size, MemoryKind::vmm, entry);
 }
 void Tracer<Hook::cuMemRelease>::after(std::uint16_t entry, CUresult r, CUmemGenericAllocationHandle h) noexcept {
   if (r == CUDA_SUCCESS) passthrough_free(h, entry);
 }
 void Tracer<Hook::cuMemMap>::after(std::uint16_t entry, CUresult r, CUdeviceptr p, size_t size, size_t,
                                    CUmemGenericAllocationHandle, unsigned long long) noexcept {
-  if (r == CUDA_SUCCESS) emit(Action::segment_map, p, size, 0, entry, PassKind::vmm, current_device());
+  if (r == CUDA_SUCCESS) emit(Action::segment_map, p, size, 0, entry, MemoryKind::vmm, current_device());
 }
 void Tracer<Hook::cuMemUnmap>::after(std::uint16_t entry, CUresult r, CUdeviceptr p, size_t size) noexcept {
-  if (r == CUDA_SUCCESS) emit(Action::segment_unmap, p, size, 0, entry, PassKind::vmm, current_device());
+  if (r == CUDA_SUCCESS) emit(Action::segment_unmap, p, size, 0, entry, MemoryKind::vmm, current_device());
 }
 
 // IPC: an exported block of ours is quarantined at its free (never reused; research 5.5).

@@ -38,9 +38,9 @@ struct TraceRecord {
   /// -1 when the trace does not say (PyTorch's traces, vramtrace format 1.0).
   std::int64_t oom_retries = -1;
   /// For segment_* records of vramtrace traces: 0 when the segment is the caching allocator's
-  /// own, otherwise the kind of memory the shim passed through untouched ("k" in
-  /// docs/trace-format.md: 1 device, 2 managed, 3 pitched, 4 pool, 5 pinned host, 6 array,
-  /// 7 VMM). Passed-through memory is outside the allocator: replay never drives the allocator
+  /// own, otherwise the kind of memory the shim passed through untouched (MemoryKind in
+  /// vramtrace/event.h, "k" in docs/trace-format.md: 1 device, 2 managed, 3 pitched, 4 pool,
+  /// 5 pinned host, 6 array, 7 VMM; compare with is_memory_kind). Passed-through memory is outside the allocator: replay never drives the allocator
   /// with it, and pinned host memory (5) is not device memory. Always 0 for PyTorch's traces.
   std::uint8_t memory_kind = 0;
 };

@@ -72,8 +72,9 @@ class VramtraceTraceReader : public TraceReader {
   /// Of the record last returned by next(): entry point id (index into details().entry_points).
   virtual std::uint32_t entry_point() const = 0;
   /// Of the record last returned by next(), for segment_*: 0 for the caching allocator's own
-  /// segments, else the kind of memory that bypassed it ("k": 1 device, 2 managed, 3 pitched,
-  /// 4 pool, 5 pinned host, 6 array, 7 virtual memory; docs/trace-format.md).
+  /// segments, else the kind of memory that bypassed it (MemoryKind in vramtrace/event.h, "k":
+  /// 1 device, 2 managed, 3 pitched, 4 pool, 5 pinned host, 6 array, 7 virtual memory;
+  /// docs/trace-format.md). Compare with is_memory_kind.
   virtual std::uint32_t memory_kind() const = 0;
   /// Of the record last returned by next(), when a mark: its name.
   virtual const std::string& mark_name() const = 0;

@@ -147,7 +147,7 @@ class TraceWriter final : public EventSink {
   std::string path() const;
   /// Events dropped because the ring was full (drop mode only).
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
-  /// Current CLOCK_MONOTONIC in nanoseconds, the clock of Event::time_ns.
+  /// Current CLOCK_MONOTONIC in nanoseconds, the clock of Event::time_ns (event_time_ns).
   static std::uint64_t now_ns() noexcept;
 
  private:
