@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "vramtrace/gpu_cards.h"
 #include "vramtrace/device_limits.h"
 #include "vramtrace/settings.h"
@@ -286,8 +287,7 @@ int run_command(const RunOptions& o) {
   std::string looked;
   std::string lib = find_library(looked);
   if (lib.empty()) {
-    std::fprintf(stderr, "vramtrace run: cannot find libvramtrace.so (looked at %s); set VRAMTRACE_LIB to its path\n",
-                 looked.c_str());
+    logger().error("vramtrace run: cannot find libvramtrace.so (looked at {}); set VRAMTRACE_LIB to its path", looked);
     return 2;
   }
   std::string conf = o.conf;
@@ -295,10 +295,10 @@ int run_command(const RunOptions& o) {
     DeviceLimits in_conf;
     std::string conf_rest, conf_error;
     if (split_device_limits(conf, conf_rest, in_conf, conf_error) && in_conf.any()) {
-      std::fprintf(stderr,
-                   "vramtrace run: --limit %s and a limit in --conf '%s': give the cap once (per device: "
-                   "--conf limit:[0:14GiB,1:20GiB,*:16GiB])\n",
-                   o.limit.c_str(), conf.c_str());
+      logger().error(
+          "vramtrace run: --limit {} and a limit in --conf '{}': give the cap once (per device: "
+          "--conf limit:[0:14GiB,1:20GiB,*:16GiB])",
+          o.limit, conf);
       return 2;
     }
     // A size, or the name of a card (gpu_cards.h): its usable total as CUDA reports it.
@@ -308,17 +308,17 @@ int run_command(const RunOptions& o) {
     if (!parse_size(o.limit, bytes, error)) {
       bytes = gpu_card_bytes(o.limit);
       if (bytes == 0) {
-        std::fprintf(stderr,
-                     "vramtrace run: --limit '%s' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
-                     "known cards: %s\n",
-                     o.limit.c_str(), gpu_card_names().c_str());
+        logger().error(
+            "vramtrace run: --limit '{}' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
+            "known cards: {}",
+            o.limit, gpu_card_names());
         return 2;
       }
       limit = std::to_string(bytes);
-      std::fprintf(stderr, "vramtrace run: --limit %s = %s (%s bytes, the card's total as CUDA reports it)\n",
-                   o.limit.c_str(), format_size(bytes).c_str(), with_commas(bytes).c_str());
+      logger().info("vramtrace run: --limit {} = {} ({} bytes, the card's total as CUDA reports it)", o.limit,
+                    format_size(bytes), with_commas(bytes));
     } else if (bytes == 0) {
-      std::fprintf(stderr, "vramtrace run: --limit must be greater than 0\n");
+      logger().error("vramtrace run: --limit must be greater than 0");
       return 2;
     }
     conf += (conf.empty() ? "" : ",") + std::string("limit:") + limit;
@@ -330,7 +330,7 @@ int run_command(const RunOptions& o) {
     DeviceLimits limits;
     std::string rest, error;
     if (!split_device_limits(conf, rest, limits, error) || !AllocatorSettings::parse(rest, settings, error)) {
-      std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
+      logger().error("vramtrace run: --conf '{}': {}", conf, error);
       return 2;
     }
   }
@@ -338,16 +338,15 @@ int run_command(const RunOptions& o) {
     const std::string& out = o.output;
     std::error_code ec;
     if (out.back() == '/' || fs::is_directory(out, ec)) {
-      std::fprintf(stderr,
-                   "vramtrace run: -o '%s' is a directory; give a file name in it, e.g. -o %s%svramtrace.%%p.jsonl\n",
-                   out.c_str(), out.c_str(), out.back() == '/' ? "" : "/");
+      logger().error("vramtrace run: -o '{}' is a directory; give a file name in it, e.g. -o {}{}vramtrace.%p.jsonl", out,
+                     out, out.back() == '/' ? "" : "/");
       return 2;
     }
     if (out.size() > 3 && out.compare(out.size() - 3, 3, ".gz") == 0) {
-      std::fprintf(stderr,
-                   "vramtrace run: -o '%s': traces are written plain or zstd-compressed; end the name in .jsonl or "
-                   ".jsonl.zst (gzip a finished trace if you need .gz: the reports read it)\n",
-                   out.c_str());
+      logger().error(
+          "vramtrace run: -o '{}': traces are written plain or zstd-compressed; end the name in .jsonl or "
+          ".jsonl.zst (gzip a finished trace if you need .gz: the reports read it)",
+          out);
       return 2;
     }
   }
@@ -356,7 +355,7 @@ int run_command(const RunOptions& o) {
   {
     fs::path dir = fs::path(pattern).parent_path();
     if (!dir.empty() && !fs::is_directory(dir)) {
-      std::fprintf(stderr, "vramtrace run: the output directory '%s' does not exist\n", dir.c_str());
+      logger().error("vramtrace run: the output directory '{}' does not exist", dir.string());
       return 2;
     }
   }
@@ -384,7 +383,8 @@ int run_command(const RunOptions& o) {
 
   pid_t child = fork();
   if (child < 0) {
-    std::fprintf(stderr, "vramtrace run: cannot start the command: %s\n", std::strerror(errno));
+    const int err = errno;  // before logger(), which may allocate on first use
+    logger().error("vramtrace run: cannot start the command: {}", std::strerror(err));
     return 2;
   }
   if (child == 0) {
@@ -399,8 +399,9 @@ int run_command(const RunOptions& o) {
     for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
-    std::fprintf(stderr, "vramtrace run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-    _exit(errno == ENOENT ? 127 : 126);
+    const int err = errno;  // before logger(), which may allocate on first use
+    logger().error("vramtrace run: cannot run '{}': {}", argv[0], std::strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
   }
   g_child = child;
   int status = 0;
