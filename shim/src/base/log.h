@@ -75,14 +75,17 @@ void log_line(LogLevel level, fmt::format_string<Args...> format, Args&&... args
   detail::vlog(level, format, fmt::make_format_args(args...));
 }
 
+/// An integer a raw line writes in decimal (bool and char are not numbers there).
+template <class T>
+concept RawInteger = std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char>;
+
 /// One piece of a raw line: text, or an integer written in decimal into the piece itself.
 class RawPart {
  public:
   RawPart(std::string_view text) noexcept : text_(text) {}
   RawPart(const char* text) noexcept : text_(text ? text : "(null)") {}
-  template <std::integral T>
-  requires(!std::same_as<T, bool> && !std::same_as<T, char>) RawPart(T value)
-  noexcept {
+  template <RawInteger T>
+  RawPart(T value) noexcept {
     set_number(value < 0, value < 0 ? 0 - static_cast<std::uint64_t>(value) : static_cast<std::uint64_t>(value));
   }
   std::string_view view() const noexcept {
@@ -170,7 +173,7 @@ enum class Decision : std::uint8_t {
 #define VT_DECISION_ENUM(name, text) name,
   VT_LOG_DECISIONS(VT_DECISION_ENUM)
 #undef VT_DECISION_ENUM
-      count
+  count
 };
 
 /// How a pointer to one of our wrappers was handed to the program, for the road of its first call.
