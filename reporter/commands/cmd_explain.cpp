@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "analyses/explain.h"
 
 namespace vramtrace::cli {
@@ -29,7 +30,7 @@ void register_explain(CLI::App& app) {
       } else {
         std::ifstream in(opts->file, std::ios::binary);
         if (!in) {
-          std::fprintf(stderr, "vramtrace explain: cannot open %s\n", opts->file.c_str());
+          logger().error("vramtrace explain: cannot open {}", opts->file);
           set_exit_code(2);
           return;
         }
@@ -41,7 +42,7 @@ void register_explain(CLI::App& app) {
       for (std::size_t i = 0; i < opts->words.size(); ++i) text += (i ? " " : "") + opts->words[i];
     }
     if (text.empty()) {
-      std::fprintf(stderr, "vramtrace explain: give the message as an argument or with --file\n");
+      logger().error("vramtrace explain: give the message as an argument or with --file");
       set_exit_code(2);
       return;
     }

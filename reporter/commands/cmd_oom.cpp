@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "model/load_models.h"
 #include "analyses/oom_report.h"
 #include "analyses/oom_whatif.h"
@@ -43,7 +44,7 @@ void register_oom(CLI::App& app) {
           std::string err;
           capacity = whatif_capacity(m, cases, opts->capacity, err);
           if (!err.empty()) {
-            std::fprintf(stderr, "vramtrace oom: %s\n", err.c_str());
+            logger().error("vramtrace oom: {}", err);
             set_exit_code(2);
             return;
           }
@@ -69,7 +70,7 @@ void register_oom(CLI::App& app) {
       }
       set_exit_code(0);
     } catch (const TraceError& e) {
-      std::fprintf(stderr, "vramtrace oom: %s\n", e.what());
+      logger().error("vramtrace oom: {}", e.what());
       set_exit_code(2);
     }
   });

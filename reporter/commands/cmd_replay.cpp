@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "analyses/replay.h"
 
 namespace vramtrace::cli {
@@ -168,11 +169,11 @@ int run_replay(const ReplayArgs& args) {
   if (!args.capacity.empty()) {
     std::string err;
     if (!parse_size(args.capacity, capacity, err)) {
-      fmt::print(stderr, "vramtrace replay: --capacity {}: {}\n", args.capacity, err);
+      logger().error("vramtrace replay: --capacity {}: {}", args.capacity, err);
       return 2;
     }
     if (capacity == 0) {
-      fmt::print(stderr, "vramtrace replay: --capacity must be more than 0 bytes\n");
+      logger().error("vramtrace replay: --capacity must be more than 0 bytes");
       return 2;
     }
   }
@@ -182,7 +183,7 @@ int run_replay(const ReplayArgs& args) {
     ReplayConfig c;
     std::string err;
     if (!AllocatorSettings::parse(text, c.settings, err)) {
-      fmt::print(stderr, "vramtrace replay: --conf \"{}\": {}\n", text, err);
+      logger().error("vramtrace replay: --conf \"{}\": {}", text, err);
       return 2;
     }
     c.settings.text = text;
@@ -204,10 +205,10 @@ int run_replay(const ReplayArgs& args) {
     else print_text(rep, multi_device);
     return 0;
   } catch (const TraceError& e) {
-    fmt::print(stderr, "vramtrace replay: {}\n", e.what());
+    logger().error("vramtrace replay: {}", e.what());
     return 2;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "vramtrace replay: {}: out of host memory\n", args.trace);
+    logger().error("vramtrace replay: {}: out of host memory", args.trace);
     return 2;
   }
 }

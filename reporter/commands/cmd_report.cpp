@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "model/load_models.h"
 #include "render/report_html.h"
 #include "readers/trace_paths.h"
@@ -28,14 +29,14 @@ void register_report(CLI::App& app) {
       std::string page = render_report_html(models, ro);
       std::ofstream out(opts->output, std::ios::binary);
       if (!out || !out.write(page.data(), static_cast<std::streamsize>(page.size()))) {
-        std::fprintf(stderr, "vramtrace report: cannot write %s\n", opts->output.c_str());
+        logger().error("vramtrace report: cannot write {}", opts->output);
         set_exit_code(2);
         return;
       }
-      std::fprintf(stderr, "vramtrace report: wrote %s (%.1f KiB)\n", opts->output.c_str(), static_cast<double>(page.size()) / 1024.0);
+      logger().info("vramtrace report: wrote {} ({:.1f} KiB)", opts->output, static_cast<double>(page.size()) / 1024.0);
       set_exit_code(0);
     } catch (const TraceError& e) {
-      std::fprintf(stderr, "vramtrace report: %s\n", e.what());
+      logger().error("vramtrace report: {}", e.what());
       set_exit_code(2);
     }
   });

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "vramtrace/gpu_cards.h"
 #include "vramtrace/device_limits.h"
 #include "vramtrace/settings.h"
@@ -433,8 +434,9 @@ bool launch(const std::vector<std::string>& command, const std::vector<std::pair
     for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
-    std::fprintf(stderr, "vramtrace run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
-    _exit(errno == ENOENT ? 127 : 126);
+    const int err = errno;  // before logger(), which may allocate on first use
+    logger().error("vramtrace run: cannot run '{}': {}", argv[0], std::strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
   }
   g_child = child;
   status = 0;

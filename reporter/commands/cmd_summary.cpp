@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "model/load_models.h"
 #include "analyses/processes.h"
 #include "analyses/summary.h"
@@ -33,7 +34,7 @@ void register_summary(CLI::App& app) {
       }
       set_exit_code(0);
     } catch (const TraceError& e) {
-      std::fprintf(stderr, "vramtrace summary: %s\n", e.what());
+      logger().error("vramtrace summary: {}", e.what());
       set_exit_code(2);
     }
   });

@@ -675,3 +675,122 @@ TEST_CASE("memory cap: `vramtrace run --limit` takes a size or a card name, and 
   CHECK(badconf.err.find("missing ']'") != std::string::npos);
   capture_cmd("rm -rf " + dir);
 }
+
+// ----------------------------------------------------------------------- VRAMTRACE_LOG_LEVEL
+
+namespace {
+/// How many lines of `text` contain `what`.
+long lines_with(const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  long n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(what) != std::string::npos;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("log level debug: the road of each first call and every pass-through reason, once each") {
+  Run plain = run({road("road_runtime_shared")}, true, {"ROAD_EARLY_STREAM=1"});
+  REQUIRE(plain.exit_code == 0);
+  Run r = run({road("road_runtime_shared")}, true, {"ROAD_EARLY_STREAM=1", "VRAMTRACE_LOG_LEVEL=debug"});
+  REQUIRE(r.exit_code == 0);
+  INFO(r.err);
+  CHECK(r.program == plain.program);  // logging changes nothing the program sees
+  CHECK(get(r.stats(), "shim.cached_allocs") == get(plain.stats(), "shim.cached_allocs"));
+  const std::string debug = "] debug: ";
+  // The roads in: our export, a dlsym substitution, a resolver substitution.
+  CHECK(lines_with(r.err, debug + "cudaMalloc: first call (road: exported symbol") == 1);
+  CHECK(lines_with(r.err, debug + "cuGetProcAddress_v2: dlsym answered with our wrapper (road: dlsym substitution)") ==
+        1);
+  CHECK(lines_with(r.err, debug + "cuMemAlloc_v2: our wrapper substituted for the driver's pointer (road: resolver "
+                              "substitution) (asked cuGetProcAddress_v2(\"cuMemAlloc\"))") == 1);
+  CHECK(lines_with(r.err, debug + "cuStreamCreate: first call (road: a pointer a resolver handed out") == 1);
+  CHECK(lines_with(r.err, debug + "cuMemAlloc_v2: first call, inside cudaMalloc") == 1);
+  // Served, once although the program allocates many times.
+  CHECK(lines_with(r.err, debug + "cudaMalloc: served by the caching allocator without entering cudart") == 1);
+  // Why memory was not served by the caching allocator.
+  CHECK(lines_with(r.err, debug + "cudaMallocManaged: managed memory is never cached") == 1);
+  CHECK(lines_with(r.err, debug + "cudaMallocPitch: pitched memory is never cached") == 1);
+  CHECK(lines_with(r.err, debug + "cudaHostAlloc: pinned host memory is not device memory") == 1);
+  CHECK(lines_with(r.err, debug + "cudaMalloc: not cached: a stream capture is active") == 1);
+  CHECK(lines_with(r.err, debug + "cuIpcGetMemHandle: a block of vramtrace's cache exported by IPC") == 1);
+  CHECK(lines_with(r.err, debug + "cudaFree: a block exported by IPC: quarantined at its free") == 1);
+  CHECK(lines_with(r.err, debug + "cudaFree: a pointer vramtrace never handed out") == 1);
+  CHECK(lines_with(r.err, debug + "cudaFree: inside vramtrace's cache but not a live block") == 1);
+  // Each (decision, entry point) once: no debug line repeats.
+  std::istringstream in(r.err);
+  std::map<std::string, int> seen;
+  for (std::string line; std::getline(in, line);)
+    if (line.find(debug) != std::string::npos) ++seen[line];
+  for (const auto& [line, n] : seen) {
+    INFO(line);
+    CHECK(n == 1);
+  }
+  // No warning: only tagged lines.
+  CHECK(lines_with(r.err, "vramtrace: ") == 0);
+  no_call_after_exit(r);
+}
+
+TEST_CASE("log level debug: a static cudart's driver calls came by the resolver, dlsym users by dlsym") {
+  Run s = run({road("road_runtime_static")}, true, {"VRAMTRACE_LOG_LEVEL=debug"});
+  REQUIRE(s.exit_code == 0);
+  INFO(s.err);
+  CHECK(lines_with(s.err, "] debug: cuMemAlloc_v2: first call (road: a pointer a resolver handed out") == 1);
+  CHECK(lines_with(s.err, "] debug: cuMemAllocManaged: managed memory is never cached") == 1);
+  Run d = run({road("road_dlsym")}, true, {"VRAMTRACE_LOG_LEVEL=debug"});
+  REQUIRE(d.exit_code == 0);
+  INFO(d.err);
+  CHECK(lines_with(d.err, "] debug: cuMemAlloc_v2: dlsym answered with our wrapper (road: dlsym substitution)") ==
+        1);
+  CHECK(lines_with(d.err, "] debug: cuMemAlloc_v2: first call (road: a pointer our dlsym handed out)") == 1);
+  CHECK(lines_with(d.err, "] debug: cuMemAlloc_v2: resolved to a variant vramtrace does not hook") == 1);
+  Run n = run({road("road_runtime_shared")}, true,
+              {"VRAMTRACE_CONF=reuse:none", "ROAD_EXPECT=none", "VRAMTRACE_LOG_LEVEL=debug"});
+  REQUIRE(n.exit_code == 0);
+  CHECK(lines_with(n.err, "] debug: cudaMalloc: not cached (reuse:none)") == 1);
+}
+
+TEST_CASE("log level info: the fork child and exit lines come from the raw path, one per process") {
+  Run r = run({road("road_fork_exec"), "fork"}, true, {"VRAMTRACE_LOG_LEVEL=info"});
+  REQUIRE(r.exit_code == 0);
+  INFO(r.err);
+  CHECK(lines_with(r.err, "] info: libvramtrace ") == 1);  // loaded once, before the fork
+  CHECK(lines_with(r.err, "] info: fork child: pools, pass-through records and counters dropped") == 1);
+  CHECK(lines_with(r.err, "] info: exit began") == 2);
+  CHECK(lines_with(r.err, "] debug: ") == 0);
+}
+
+TEST_CASE("log level: the default prints nothing new, off silences even warnings, a bad value warns once") {
+  Run plain = run({road("road_runtime_shared")}, false);
+  Run dflt = run({road("road_runtime_shared")}, true);
+  REQUIRE(dflt.exit_code == 0);
+  CHECK(dflt.err == plain.err);
+  Run warn = run({road("road_runtime_shared")}, true, {"VRAMTRACE_LOG_LEVEL=WARN"});
+  CHECK(warn.err == plain.err);
+  Run off = run({road("road_runtime_shared")}, true,
+                {"VRAMTRACE_CONF=no_such_key:1", "ROAD_EXPECT=off", "VRAMTRACE_LOG_LEVEL=off"});
+  REQUIRE(off.exit_code == 0);
+  CHECK(off.err.empty());
+  Run bad = run({"/bin/sh", "-c", "echo hi"}, true, {"VRAMTRACE_LOG_LEVEL=verbose"});
+  CHECK(bad.exit_code == 0);
+  CHECK(bad.out == "hi\n");
+  CHECK(bad.err ==
+        "vramtrace: VRAMTRACE_LOG_LEVEL: 'verbose' is not a level (trace, debug, info, warn, error, off); "
+        "using warn\n");
+  // The program runs as with the default level: the one warning and nothing else.
+  Run bad_road = run({road("road_runtime_shared")}, true, {"VRAMTRACE_LOG_LEVEL=2"});
+  REQUIRE(bad_road.exit_code == 0);
+  CHECK(lines_with(bad_road.err, "vramtrace") == 1);
+  CHECK(get(bad_road.stats(), "shim.cached_allocs") > 0);
+}
+
+TEST_CASE("the trace writer's failure goes through the shim's logger in the same words") {
+  test::TempDir dir;
+  const std::string target = dir.file("missing/t.jsonl");
+  Run r = run({road("road_runtime_shared")}, true, {"VRAMTRACE_OUTPUT=" + target});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err == "vramtrace: cannot create the trace file '" + target +
+                     "': No such file or directory; tracing is off, the program continues\n");
+  Run off = run({road("road_runtime_shared")}, true, {"VRAMTRACE_OUTPUT=" + target, "VRAMTRACE_LOG_LEVEL=off"});
+  REQUIRE(off.exit_code == 0);
+  CHECK(off.err.empty());
+}

@@ -340,3 +340,23 @@ TEST_CASE("start_on_first_event creates the file only when something is recorded
   CHECK(rb.details.devices.at(0).uuid == "GPU-1234");
   CHECK(rb.details.cuda_runtime_version == 12080);
 }
+
+namespace {
+std::vector<std::string> g_reported;  // what report_failure received
+void record_failure(std::string_view message) noexcept { g_reported.emplace_back(message); }
+}  // namespace
+
+TEST_CASE("report_failure receives the one failure line, without prefix or newline", "[trace][errors]") {
+  ScratchDir dir;
+  g_reported.clear();
+  auto o = options_for(dir.file("no/such/dir/t.jsonl"));
+  o.report_failure = record_failure;
+  TraceWriter w(o);
+  CHECK_FALSE(w.start());
+  Event e{};
+  w.record(e);  // tracing is off: no second message
+  w.close();
+  REQUIRE(g_reported.size() == 1);
+  CHECK(g_reported[0].rfind("cannot create the trace file '" + dir.file("no/such/dir/t.jsonl") + "'", 0) == 0);
+  CHECK(g_reported[0].find("; tracing is off, the program continues") == g_reported[0].size() - 39);
+}

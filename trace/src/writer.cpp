@@ -31,6 +31,7 @@ std::int64_t clock_ns(clockid_t clock) noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// The default of TraceWriterOptions::report_failure.
 void write_stderr(const std::string& line) noexcept {
   std::string text = "vramtrace: " + line + "\n";
   const char* p = text.data();
@@ -275,7 +276,11 @@ void TraceWriter::fail(const std::string& message) noexcept {
   state_.store(kDisabled, std::memory_order_release);
   if (!message_printed_.exchange(true)) {
     try {
-      write_stderr(message + "; tracing is off, the program continues");
+      const std::string line = message + "; tracing is off, the program continues";
+      if (options_.report_failure)
+        options_.report_failure(line);
+      else
+        write_stderr(line);
     } catch (...) {
     }
   }

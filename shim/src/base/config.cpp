@@ -1,24 +1,22 @@
 #include "base/config.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 
+#include "base/log.h"
+
 namespace vramtrace::shim {
 namespace {
-
-void say(const std::string& s) noexcept {
-  ssize_t n = write(2, s.data(), s.size());
-  (void)n;
-}
 
 Config load() noexcept {
   Config c;
   const char* conf = std::getenv("VRAMTRACE_CONF");
-  if (!conf || !*conf) return c;
+  if (!conf || !*conf) {
+    log_line(LogLevel::info, "VRAMTRACE_CONF is not set: PyTorch's default settings");
+    return c;
+  }
   std::string error;
   AllocatorSettings parsed;
   DeviceLimits limits;
@@ -29,7 +27,7 @@ Config load() noexcept {
     error = "could not be parsed";
   }
   if (!ok) {
-    say("vramtrace: VRAMTRACE_CONF: " + error + "; passing every CUDA call through untouched\n");
+    log_line(LogLevel::warn, "VRAMTRACE_CONF: {}; passing every CUDA call through untouched", error);
     c.enabled = false;
     c.caching = false;
     return c;
@@ -37,6 +35,7 @@ Config load() noexcept {
   c.settings = std::move(parsed);
   c.limits = std::move(limits);
   c.caching = c.settings.reuse != ReusePolicy::none;
+  if (log_enabled(LogLevel::info)) log_line(LogLevel::info, "VRAMTRACE_CONF: {}", c.settings.to_string());
   return c;
 }
 

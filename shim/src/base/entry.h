@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "base/hooks.h"
+#include "base/log.h"
 
 namespace vramtrace::shim {
 
@@ -30,14 +31,18 @@ struct ThreadEntry {
 extern constinit thread_local ThreadEntry t_entry;
 
 /// RAII: marks the call in progress on this thread. Counts `h` only when it is the outermost.
+/// At debug, logs the hook's first call and its road (log_hook_entered).
 class EntryScope {
  public:
   explicit EntryScope(Hook h) noexcept {
-    if (t_entry.entry == 0) {
+    std::uint16_t outer = t_entry.entry;
+    if (outer == 0) {
       outer_ = true;
-      t_entry.entry = static_cast<std::uint16_t>(h);
+      outer = static_cast<std::uint16_t>(h);
+      t_entry.entry = outer;
       g_calls[static_cast<std::size_t>(h)].fetch_add(1, std::memory_order_relaxed);
     }
+    log_hook_entered(h, outer);
   }
   ~EntryScope() {
     if (outer_) t_entry.entry = 0;

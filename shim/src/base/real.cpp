@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/log.h"
+
 namespace vramtrace::shim {
 namespace {
 
@@ -17,11 +19,6 @@ std::atomic<DlsymFn> g_real_dlsym{nullptr};
 std::atomic<const DriverTable*> g_driver{nullptr};
 std::atomic<void*> g_driver_hint{nullptr};
 std::atomic<void*> g_runtime[kHookCount];
-
-void say(const char* msg) noexcept {
-  ssize_t n = write(2, msg, std::strlen(msg));
-  (void)n;
-}
 
 // Note [no lock across dlopen]: a thread inside dlopen holds the loader lock and may run a
 // constructor that calls dlsym -> our hook; if we held a lock of ours around dlopen, two threads
@@ -31,7 +28,16 @@ const DriverTable* build_driver_table() noexcept {
   DlsymFn sym = real_dlsym();
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NODELETE);
   if (!h) h = g_driver_hint.load(std::memory_order_acquire);
-  if (!h) return nullptr;
+  if (!h) {
+    if (log_enabled(LogLevel::debug)) {
+      static std::atomic<bool> said{false};
+      const char* why = dlerror();
+      if (!said.exchange(true))
+        log_line(LogLevel::debug, "cannot load libcuda.so.1 ({}): driver hooks answer CUDA_ERROR_NOT_INITIALIZED",
+                 why ? why : "no error text");
+    }
+    return nullptr;
+  }
   auto* t = new (std::nothrow) DriverTable;
   if (!t) return nullptr;
   t->handle = h;
@@ -128,7 +134,7 @@ DlsymFn real_dlsym() noexcept {
     }
   }
   if (!f) {
-    say("vramtrace: cannot find glibc's dlsym; aborting\n");
+    log_line(LogLevel::error, "cannot find glibc's dlsym; aborting");
     abort();
   }
   g_real_dlsym.store(f, std::memory_order_release);
@@ -141,7 +147,13 @@ const DriverTable* driver() noexcept {
   const DriverTable* mine = build_driver_table();
   if (!mine) return nullptr;
   const DriverTable* expected = nullptr;
-  if (g_driver.compare_exchange_strong(expected, mine, std::memory_order_acq_rel)) return mine;
+  if (g_driver.compare_exchange_strong(expected, mine, std::memory_order_acq_rel)) {
+    std::size_t wanted = 0;
+    for (std::size_t i = 1; i < kHookCount; ++i) wanted += hook_level(static_cast<Hook>(i)) == Level::driver;
+    log_line(LogLevel::debug, "driver: libcuda.so.1 found, {} of {} hooked driver functions defined", mine->pairs,
+             wanted);
+    return mine;
+  }
   delete mine;
   return expected;
 }
@@ -162,7 +174,11 @@ void* real_runtime(Hook h) noexcept {
     f = find_in_loaded_cudart(name);
     if (f == hook_wrapper(h)) f = nullptr;
   }
-  if (f) g_runtime[i].store(f, std::memory_order_release);
+  if (f)
+    g_runtime[i].store(f, std::memory_order_release);
+  else
+    log_decision(Decision::no_real_function, h, " (not after us in the search order, nor in a loaded libcudart.so*): "
+                 "cudaErrorSharedObjectSymbolNotFound");
   return f;
 }
 

@@ -5,13 +5,12 @@
 #include <string>
 #include <unordered_map>
 
-#include <unistd.h>
-
 #include <utility>
 #include <vector>
 
 #include "base/config.h"
 #include "base/hooks.h"
+#include "base/log.h"
 #include "base/streams.h"
 #include "vramtrace.h"
 #include "vramtrace/trace/writer.h"
@@ -67,10 +66,8 @@ EventSink* sink() noexcept {
 namespace {
 trace::TraceWriter* g_writer = nullptr;  // never destroyed: events may arrive during exit
 
-void say(const std::string& s) noexcept {
-  ssize_t n = ::write(2, s.data(), s.size());
-  (void)n;
-}
+// The writer's failure line goes through the shim's logger (at exit: its raw path).
+void report_writer_failure(std::string_view message) noexcept { log_line(LogLevel::error, "{}", message); }
 
 trace::HeaderInfo base_header() {
   trace::HeaderInfo h;
@@ -92,16 +89,21 @@ trace::HeaderInfo base_header() {
 
 EventSink* make_trace_sink() noexcept {
   const char* out = std::getenv("VRAMTRACE_OUTPUT");
-  if (!out || !*out) return nullptr;
+  if (!out || !*out) {
+    log_line(LogLevel::info, "VRAMTRACE_OUTPUT is not set: no trace file (events are only counted)");
+    return nullptr;
+  }
   try {
     trace::TraceWriterOptions options;
     std::string error;
     if (!trace::TraceWriterOptions::from_environment(options, error)) {
-      say("vramtrace: " + error + "; tracing is off, the program continues\n");
+      log_line(LogLevel::warn, "{}; tracing is off, the program continues", error);
       return nullptr;
     }
     options.start_on_first_event = true;  // processes that never allocate leave no file
     options.header = base_header();
+    options.report_failure = report_writer_failure;
+    log_line(LogLevel::info, "tracing to '{}' (the file is created by the first event)", out);
     g_writer = new trace::TraceWriter(std::move(options));
     return g_writer;
   } catch (...) {

@@ -15,6 +15,7 @@
 #include "policies/context_pool.h"
 #include "base/counters.h"
 #include "base/entry.h"
+#include "base/log.h"
 #include "policies/passthrough.h"
 #include "base/real.h"
 #include "base/sink.h"
@@ -33,11 +34,17 @@ std::once_flag g_atfork_once;
 void begin_exit() noexcept {
   if (g_exiting.exchange(true)) return;
   pools().abandon_all(false);
+  // Note [async-signal-safe log]: from here on every line takes the raw path.
+  log_raw(LogLevel::info, {"exit began: no CUDA call of ours from here on (Note [no CUDA call at exit])"});
 }
 
 void on_exit_handler() { begin_exit(); }
 
 void fork_child() {
+  log_after_fork_child();
+  // Note [async-signal-safe log]: in the child of a multithreaded process only async-signal-safe
+  // calls are allowed until the handlers are done.
+  log_raw(LogLevel::info, {"fork child: pools, pass-through records and counters dropped"});
   pools().abandon_all(true);
   passthrough_after_fork_child();
   memory_cap_after_fork_child();
@@ -59,6 +66,7 @@ void install_fork_handlers() noexcept {
 // The registries the child handler touches are created here too, so that a fork never finds their
 // lazy initialisation half done by another thread.
 __attribute__((constructor)) void shim_init() {
+  log_init();  // VRAMTRACE_LOG_LEVEL: a bad value is reported at load, in every process
   (void)pools();
   passthrough_init();
   install_fork_handlers();

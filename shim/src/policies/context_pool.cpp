@@ -5,6 +5,7 @@
 #include "base/config.h"
 #include "base/counters.h"
 #include "base/entry.h"
+#include "base/log.h"
 #include "base/process.h"
 #include "policies/memory_cap.h"
 #include "base/real.h"
@@ -185,6 +186,8 @@ ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
     note_device_for_trace(*d, dev);
     slot.store(pool, std::memory_order_release);
     bump(g_counters.pools_created);
+    log_line(LogLevel::info, "cuda:{}: caching allocator created for context {} ({})", static_cast<int>(dev),
+             fmt::ptr(ctx), primary ? "the device's primary context" : "not the primary context");
     lifecycle_pool_created();
     return pool;
   }
@@ -230,6 +233,8 @@ int PoolRegistry::drop_if(Pred pred) noexcept {
     slot.store(nullptr, std::memory_order_release);
     ++n;
     bump(g_counters.pools_dropped);
+    log_line(LogLevel::info, "cuda:{}: cache of context {} dropped: the context was reset, released or destroyed",
+             p->device, fmt::ptr(p->ctx));
   }
   return n;
 }

@@ -7,6 +7,7 @@
 #include "policies/context_pool.h"
 #include "base/counters.h"
 #include "base/entry.h"
+#include "base/log.h"
 #include "base/process.h"
 #include "policies/memory_cap.h"
 #include "policies/passthrough.h"
@@ -35,6 +36,28 @@ bool bypass_cache() noexcept {
   return EntryScope::internal() || !config().caching || exiting() || capture_active();
 }
 
+/// Why an allocation was forwarded instead of served from the cache, for the debug log: the
+/// conditions of the callers in the order they test them. An explicit pool (alloc_async) is
+/// named by passthrough_alloc (Decision::pass_pool).
+void log_bypass(std::uint16_t entry, CUdeviceptr* dptr, size_t bytes, bool custom_pool = false) noexcept {
+  Decision d = Decision::pass_no_pool;
+  if (!dptr || bytes == 0)
+    d = Decision::pass_invalid;
+  else if (EntryScope::internal())
+    d = Decision::pass_internal;
+  else if (!enabled())
+    d = Decision::pass_disabled;
+  else if (!config().caching)
+    d = Decision::pass_reuse_none;
+  else if (exiting())
+    d = Decision::pass_exit;
+  else if (capture_active())
+    d = Decision::pass_capture;
+  else if (custom_pool)
+    return;
+  log_decision(d, entry);
+}
+
 // Note [no spurious OOM]: the allocator rounds requests up to its segment sizes (a 6 MiB request
 // asks the device for 20 MiB, as PyTorch does), so on a nearly full device it can fail where the
 // program's own request would have fitted. After the allocator's OOM (it has already released its
@@ -52,6 +75,7 @@ CUresult oom_fallback(const ContextPool& pool, Fn real, std::uint16_t entry, CUd
   CUresult r = real(dptr, bytes, extra...);
   if (r == CUDA_SUCCESS) {
     bump(g_counters.oom_fallbacks);
+    log_decision(Decision::pass_oom_fallback, entry);
     passthrough_alloc(*dptr, bytes, MemoryKind::device, entry);
   }
   return r;
@@ -83,6 +107,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   ContextPool* pool = nullptr;
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
       !(pool = pools().current())) {
+    if (log_enabled(LogLevel::debug)) log_bypass(e.entry(), dptr, bytes, g_custom_pool.load(std::memory_order_relaxed));
     if (!forwarded_fits(dptr, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytes, s);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
@@ -96,6 +121,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes, s);
   if (st != Status::ok) return to_cuda(st, *pool);
   bump(g_counters.cached_allocs);
+  log_decision(Decision::served_cache, e.entry());
   *dptr = p;
   return CUDA_SUCCESS;
 }
@@ -111,9 +137,13 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
   Owner o = pools().owner_of(p);
   if (o.pool && o.live) {
     bump(g_counters.cached_frees);
-    if (o.pool->take_exported(p)) return CUDA_SUCCESS;  // quarantined (context_pool.h, IPC)
+    if (o.pool->take_exported(p)) {  // quarantined (context_pool.h, IPC)
+      log_decision(Decision::free_ipc, e.entry());
+      return CUDA_SUCCESS;
+    }
     if (exiting()) {
       bump(g_counters.exit_frees);
+      log_decision(Decision::free_exit, e.entry());
       return CUDA_SUCCESS;
     }
     if (o.block.stream != key) {
@@ -124,13 +154,15 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
   }
   if (o.pool) {
     bump(g_counters.double_frees);
+    log_decision(Decision::free_double, e.entry());
     return CUDA_ERROR_INVALID_VALUE;
   }
   bool pass = passthrough_contains(p);
   CUresult r = real(p, s);
-  if (!pass)
+  if (!pass) {
     bump(g_counters.unknown_frees);
-  else if (r == CUDA_SUCCESS)
+    log_decision(Decision::free_unknown, e.entry());
+  } else if (r == CUDA_SUCCESS)
     passthrough_free(p, e.entry(), key.value);
   return r;
 }
@@ -163,9 +195,13 @@ Status cached_alloc(ContextPool& pool, size_t bytes, std::uint16_t entry, Device
 /// Frees the live block `p` of `o.pool` (cuMemFree_v2 or the runtime fast path).
 Status cached_free(const Owner& o, DevicePtr p, std::uint16_t entry) noexcept {
   bump(g_counters.cached_frees);
-  if (o.pool->take_exported(p)) return Status::ok;  // quarantined (context_pool.h, IPC)
+  if (o.pool->take_exported(p)) {  // quarantined (context_pool.h, IPC)
+    log_decision(Decision::free_ipc, entry);
+    return Status::ok;
+  }
   if (exiting()) {
     bump(g_counters.exit_frees);
+    log_decision(Decision::free_exit, entry);
     return Status::ok;
   }
   // Note [lazy sync before reuse]: remember the range before the block can be handed out again.
@@ -183,6 +219,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   ContextPool* pool = nullptr;
   // bytes == 0 keeps the driver's CUDA_ERROR_INVALID_VALUE (research 5.10).
   if (!dptr || bytes == 0 || bypass_cache() || !(pool = pools().current())) {
+    if (log_enabled(LogLevel::debug)) log_bypass(e.entry(), dptr, bytes);
     if (!forwarded_fits(dptr, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytes);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
@@ -199,6 +236,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   Status st = cached_alloc(*pool, bytes, e.entry(), &p);
   if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes);
   if (st != Status::ok) return to_cuda(st, *pool);
+  log_decision(Decision::served_cache, e.entry());
   *dptr = p;
   return CUDA_SUCCESS;
 }
@@ -215,13 +253,15 @@ extern "C" CUresult cuMemFree_v2(CUdeviceptr p) {
     // Inside our cache but not a live block: a double free (or an interior pointer). The real
     // driver answers both with CUDA_ERROR_INVALID_VALUE; forwarding would free our segment.
     bump(g_counters.double_frees);
+    log_decision(Decision::free_double, e.entry());
     return CUDA_ERROR_INVALID_VALUE;
   }
   bool pass = passthrough_contains(p);
   CUresult r = real(p);
-  if (!pass)
+  if (!pass) {
     bump(g_counters.unknown_frees);
-  else if (r == CUDA_SUCCESS)
+    log_decision(Decision::free_unknown, e.entry());
+  } else if (r == CUDA_SUCCESS)
     passthrough_free(p, e.entry());
   return r;
 }
@@ -257,6 +297,7 @@ extern "C" cudaError_t cudaMalloc(void** devPtr, size_t size) {
       Status st = cached_alloc(*pool, size, e.entry(), &p);
       if (st == Status::ok) {
         bump(g_counters.runtime_fast_allocs);
+        log_decision(Decision::served_fast, e.entry());
         *devPtr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
         return cudaSuccess;
       }

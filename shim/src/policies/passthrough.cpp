@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "base/counters.h"
+#include "base/log.h"
 #include "policies/memory_cap.h"
 #include "base/real.h"
 
@@ -15,6 +16,21 @@ namespace {
 // memory migrates on demand (not resident), host and arrays are not device bytes we can size.
 bool device_resident(MemoryKind k) noexcept {
   return k == MemoryKind::device || k == MemoryKind::pitched || k == MemoryKind::pool || k == MemoryKind::vmm;
+}
+
+// Why memory of kind `k` is forwarded, for the debug log. Plain device memory is forwarded for
+// a reason of its caller (capture, reuse:none, ...), which the caller logs (driver_memory.cpp).
+void log_kind(MemoryKind k, std::uint16_t entry) noexcept {
+  switch (k) {
+    case MemoryKind::managed: log_decision(Decision::pass_managed, entry); break;
+    case MemoryKind::pitched: log_decision(Decision::pass_pitched, entry); break;
+    case MemoryKind::pool: log_decision(Decision::pass_pool, entry); break;
+    case MemoryKind::pinned_host: log_decision(Decision::pass_host, entry); break;
+    case MemoryKind::array: log_decision(Decision::pass_array, entry); break;
+    case MemoryKind::vmm: log_decision(Decision::pass_vmm, entry); break;
+    case MemoryKind::allocator:
+    case MemoryKind::device: break;
+  }
 }
 
 struct Registry {
@@ -47,6 +63,7 @@ void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, MemoryKind 
   }
   if (device_resident(kind)) hold(p.device, size_bytes, /*force=*/true);
   bump(g_counters.passthrough_allocs);
+  if (log_enabled(LogLevel::debug)) log_kind(kind, entry);
   emit(Action::segment_alloc, addr, size_bytes, stream, entry, kind, p.device);
 }
 

@@ -6,6 +6,7 @@
 #include "policies/capture.h"
 #include "policies/context_pool.h"
 #include "base/counters.h"
+#include "base/log.h"
 #include "policies/passthrough.h"
 #include "base/sink.h"
 #include "base/streams.h"
@@ -128,10 +129,13 @@ void Tracer<Hook::cuMemUnmap>::after(std::uint16_t entry, CUresult r, CUdevicept
 }
 
 // IPC: an exported block of ours is quarantined at its free (never reused; research 5.5).
-void Tracer<Hook::cuIpcGetMemHandle>::after(std::uint16_t, CUresult r, CUipcMemHandle*, CUdeviceptr p) noexcept {
+void Tracer<Hook::cuIpcGetMemHandle>::after(std::uint16_t entry, CUresult r, CUipcMemHandle*, CUdeviceptr p) noexcept {
   if (r != CUDA_SUCCESS) return;
   Owner o = pools().owner_of(p);
-  if (o.pool && o.live) o.pool->mark_exported(p);
+  if (o.pool && o.live) {
+    o.pool->mark_exported(p);
+    log_decision(Decision::ipc_exported, entry);
+  }
 }
 
 }  // namespace vramtrace::shim

@@ -67,6 +67,13 @@ struct TraceWriterOptions {
   /// leave no file. The shim sets this and fills the header (set_header_info) once CUDA is up.
   bool start_on_first_event = false;
   HeaderInfo header;
+  /// Where the writer's one failure line goes (see the failure policy of TraceWriter): called at
+  /// most once per writer with the message alone ("cannot create the trace file ...; tracing is
+  /// off, the program continues": no prefix, no newline). It may be called on any thread,
+  /// the background thread included, and during process exit (close), so it must not throw and
+  /// must not call back into the writer. Null (the default): "vramtrace: <message>\n" is written
+  /// to stderr with write(2). The shim passes its logger (shim/src/base/log.h).
+  void (*report_failure)(std::string_view message) noexcept = nullptr;
 
   /// Reads VRAMTRACE_OUTPUT (the output name), VRAMTRACE_TRACE_BUFFER (events),
   /// VRAMTRACE_TRACE_ON_FULL (wait|drop), VRAMTRACE_TRACE_COMPRESSION (auto|none|zstd) and
@@ -83,8 +90,9 @@ struct TraceWriterOptions {
 /// pthread_atfork's contract (called by the forking thread only).
 ///
 /// Failure policy: any failure to create or write the file prints one line to stderr
-/// ("vramtrace: ...; tracing is off, the program continues") and turns tracing off; the
-/// program's own work is never affected and no call here throws or aborts.
+/// ("vramtrace: ...; tracing is off, the program continues"; through
+/// TraceWriterOptions::report_failure when set) and turns tracing off; the program's own work is
+/// never affected and no call here throws or aborts.
 class TraceWriter final : public EventSink {
  public:
   explicit TraceWriter(TraceWriterOptions options);
