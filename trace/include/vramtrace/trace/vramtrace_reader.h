@@ -15,9 +15,10 @@
 
 namespace vramtrace {
 
-/// The header line, field for field (docs/trace-format.md, "header").
+/// The header line, field for field (schema.def lists them; docs/trace-format.md, "header").
 struct VramtraceHeaderDetails {
-  std::string version;  ///< "1.0"
+  std::string format;   ///< "vramtrace"
+  std::string version;  ///< "1.1"
   std::string tool_version;
   std::int64_t pid = 0;
   std::int64_t ppid = 0;
@@ -27,6 +28,7 @@ struct VramtraceHeaderDetails {
   std::optional<std::string> cuda_visible_devices;  ///< absent when not set
   std::vector<std::string> command_line;
   std::int64_t start_unix_ns = 0;
+  std::string clock;  ///< "CLOCK_MONOTONIC"
   std::int64_t origin_monotonic_ns = 0;
   int cuda_driver_version = 0;
   int cuda_runtime_version = 0;
@@ -40,7 +42,11 @@ struct VramtraceHeaderDetails {
   std::string allocator_settings;
   std::vector<std::pair<std::string, std::string>> settings;
   std::vector<std::string> entry_points;
+  // The writer's own settings (the header's "trace" object).
+  std::uint64_t buffer_events = 0;
   std::string on_full;  ///< "wait" or "drop"
+  std::uint32_t flush_interval_ms = 0;
+  std::string compression;  ///< "none" or "zstd"
 };
 
 /// The trailer line. `present` is false until the reader has reached it (or when it is missing).
