@@ -11,7 +11,6 @@
 
 #include "analyses/summary.h"
 #include "model/trace_model.h"
-#include "vramtrace/trace/vramtrace_reader.h"
 #include "readers/open_trace.h"
 
 namespace vramtrace {
@@ -114,12 +113,11 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   TraceModelBuilder model(reader->header());
   StepSeriesBuilder steps;
   EventFactsBuilder facts;
-  const auto* named = dynamic_cast<const VramtraceTraceReader*>(reader.get());  // marks with names
   TraceRecord r;
   try {
     while (reader->next(r)) {
       model.add(r);
-      steps.add(r, named && r.action == Action::mark ? std::string_view(named->mark_name()) : std::string_view{});
+      steps.add(r, r.action == Action::mark ? std::string_view(reader->mark_name()) : std::string_view{});
       facts.add(r);
     }
   } catch (const TraceError&) {

@@ -1,6 +1,7 @@
 // Reading vramtrace's own JSON Lines trace (docs/trace-format.md), with everything the format
 // holds beyond the common TraceReader interface: header details, the trailer, and per record the
-// block bytes, thread, entry point, mark name and OOM snapshot.
+// block bytes, thread, entry point and OOM snapshot. (Mark names, the reason a trace is
+// incomplete and skipped NUL bytes are in TraceReader, for every format.)
 #pragma once
 
 #include <cstdint>
@@ -82,18 +83,11 @@ class VramtraceTraceReader : public TraceReader {
   /// 1 device, 2 managed, 3 pitched, 4 pool, 5 pinned host, 6 array, 7 virtual memory;
   /// docs/trace-format.md). Compare with is_memory_kind.
   virtual std::uint32_t memory_kind() const = 0;
-  /// Of the record last returned by next(), when a mark: its name.
-  virtual const std::string& mark_name() const = 0;
   /// Of the record last returned by next(), when an oom with a snapshot: the allocator's state
   /// at the failure; nullptr otherwise.
   virtual const Snapshot* oom_snapshot() const = 0;
   /// Lines skipped because their kind is unknown (written by a newer minor version).
   virtual std::uint64_t skipped_records() const = 0;
-  /// Why incomplete() holds, in words for a report ("its last line is cut", "no trailer: ...");
-  /// empty when complete. Known once next() returned false.
-  virtual std::string incomplete_reason() const = 0;
-  /// Bytes of NUL-only lines skipped (file-system blocks never written after a crash).
-  virtual std::uint64_t nul_bytes() const = 0;
 };
 
 /// Opens a vramtrace trace (plain, .gz or .zst by magic bytes). Throws TraceError naming the file
