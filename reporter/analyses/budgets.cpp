@@ -168,42 +168,26 @@ Budgets parse_budget_file(const std::string& path) {
   return b;
 }
 
-std::vector<DeviceMeasures> measures_from_summary(const nlohmann::json& summary, const std::string& what) {
-  auto fail = [&](const std::string& m) -> void {
-    throw BudgetError(fmt::format("{}: not a `vramtrace summary --json` document: {}", what, m));
-  };
-  if (!summary.is_object() || !summary.contains("traces") || !summary["traces"].is_array()) fail("no \"traces\" array");
+std::vector<DeviceMeasures> measures_from_figures(const std::vector<TraceFigures>& traces) {
   std::vector<DeviceMeasures> out;
-  std::size_t ti = 0;
-  for (const auto& t : summary["traces"]) {
-    if (!t.is_object() || !t.contains("devices") || !t["devices"].is_array())
-      fail(fmt::format("traces[{}] has no \"devices\" array", ti));
-    std::string path = t.value("path", std::string{});
-    for (const auto& d : t["devices"]) {
-      if (!d.is_object() || !d.contains("device") || !d["device"].is_number_integer())
-        fail(fmt::format("traces[{}]: a device entry without an integer \"device\"", ti));
+  for (std::size_t ti = 0; ti < traces.size(); ++ti) {
+    for (const DeviceFigures& d : traces[ti].devices) {
       DeviceMeasures m;
-      m.trace = path;
+      m.trace = traces[ti].path.value_or(std::string{});
       m.trace_index = ti;
-      m.device = d["device"].get<std::int32_t>();
-      const nlohmann::json empty = nlohmann::json::object();
-      const auto& stats = d.contains("stats") && d["stats"].is_object() ? d["stats"] : empty;
-      auto stat = [&](const char* key) -> std::optional<std::int64_t> {
-        auto it = stats.find(key);
-        if (it == stats.end() || it->is_null()) return std::nullopt;
-        if (!it->is_number_integer()) fail(fmt::format("traces[{}] device {}: \"{}\" is not an integer", ti, m.device, key));
-        return it->get<std::int64_t>();
-      };
-      m.peak_reserved = stat("reserved_bytes.all.peak");
-      m.peak_allocated = stat("allocated_bytes.all.peak");
-      m.num_ooms = stat("num_ooms");
-      if (!m.num_ooms && d.contains("ooms") && d["ooms"].is_number_integer()) m.num_ooms = d["ooms"].get<std::int64_t>();
-      m.num_alloc_retries = stat("num_alloc_retries");
+      m.device = d.device;
+      m.peak_reserved = d.reserved_bytes_peak;
+      m.peak_allocated = d.allocated_bytes_peak;
+      m.num_ooms = d.num_ooms ? d.num_ooms : d.oom_events;
+      m.num_alloc_retries = d.num_alloc_retries;
       out.push_back(std::move(m));
     }
-    ++ti;
   }
   return out;
+}
+
+std::vector<DeviceMeasures> measures_from_summary(const nlohmann::json& summary, const std::string& what) {
+  return measures_from_figures(figures_from_summary_json(summary, what));
 }
 
 const char* verdict_name(Verdict v) noexcept {

@@ -1,6 +1,6 @@
 // Memory budgets for `vramtrace check`: what a run may use, read from the command line or from a
-// budget file kept beside the tests, evaluated against the figures of `vramtrace summary --json`
-// and the growth fit (growth.h). pytest-memray's limit_memory / --fail-on-increase are the model.
+// budget file kept beside the tests, evaluated against a run's figures (figures.h: from its trace
+// model, or from a `vramtrace summary --json` document) and the growth fit (growth.h). pytest-memray's limit_memory / --fail-on-increase are the model.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analyses/figures.h"
 #include "analyses/growth.h"
 #include "vramtrace/size_rules.h"
 #include "vramtrace/units.h"
@@ -77,11 +78,13 @@ struct DeviceMeasures {
   std::string growth_note;                    ///< why growth cannot be judged, if so
 };
 
-/// Reads the per-device figures of a `vramtrace summary --json` document ({"traces": [{"path",
-/// "devices": [{"device", "stats": {PyTorch flat names}, "ooms"}]}]}). Uses
-/// reserved_bytes.all.peak, allocated_bytes.all.peak, num_ooms (else "ooms") and
-/// num_alloc_retries (null = not recorded). Throws BudgetError naming `what` on a document of
-/// another shape.
+/// The measures of every device of `traces`, in order (trace_index = position in `traces`):
+/// peak reserved and allocated, num_ooms (else the trace's oom events) and num_alloc_retries.
+/// Growth is left for the caller (it needs the events). Never throws.
+std::vector<DeviceMeasures> measures_from_figures(const std::vector<TraceFigures>& traces);
+
+/// measures_from_figures of a `vramtrace summary --json` document, read by
+/// figures_from_summary_json: throws BudgetError naming `what` on a document of another shape.
 std::vector<DeviceMeasures> measures_from_summary(const nlohmann::json& summary, const std::string& what);
 
 enum class Verdict { pass, fail, unknown };

@@ -5,13 +5,13 @@
 #include <cctype>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include "analyses/summary.h"
 #include "model/trace_model.h"
-#include "vramtrace/trace/vramtrace_reader.h"
 #include "readers/open_trace.h"
 
 namespace vramtrace {
@@ -105,8 +105,8 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   in.path = path;
   if (auto j = read_summary(path)) {
     in.is_summary = true;
-    in.summary = std::move(*j);
-    in.measures = measures_from_summary(in.summary, path);
+    in.traces = figures_from_summary_json(*j, path);
+    in.measures = measures_from_figures(in.traces);
     for (auto& m : in.measures) m.trace_index += trace_index;
     return in;
   }
@@ -114,12 +114,11 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   TraceModelBuilder model(reader->header());
   StepSeriesBuilder steps;
   EventFactsBuilder facts;
-  const auto* named = dynamic_cast<const VramtraceTraceReader*>(reader.get());  // marks with names
   TraceRecord r;
   try {
     while (reader->next(r)) {
       model.add(r);
-      steps.add(r, named && r.action == Action::mark ? std::string_view(named->mark_name()) : std::string_view{});
+      steps.add(r, r.action == Action::mark ? std::string_view(reader->mark_name()) : std::string_view{});
       facts.add(r);
     }
   } catch (const TraceError&) {
@@ -130,8 +129,8 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   std::vector<TraceModel> models;
   models.push_back(model.finish(*reader));
   if (models.back().header.path.empty()) models.back().header.path = path;
-  in.summary = summary_json(models);
-  in.measures = measures_from_summary(in.summary, path);
+  in.traces = figures_from_models(models);
+  in.measures = measures_from_figures(in.traces);
   in.steps = steps.finish();
   in.facts = facts.finish();
   for (const auto& d : models.front().devices) {

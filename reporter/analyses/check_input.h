@@ -1,6 +1,6 @@
 // Inputs of `vramtrace check` and `vramtrace diff`: a trace (any format open_trace reads) or a
-// `vramtrace summary --json` document, turned into the summary JSON, the per-device measures and,
-// for traces, the step series and the allocation size counts.
+// `vramtrace summary --json` document, turned into typed figures (figures.h), the per-device
+// measures and, for traces, the step series and the allocation size counts.
 #pragma once
 
 #include <cstdint>
@@ -8,9 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "analyses/budgets.h"
+#include "analyses/figures.h"
 #include "analyses/step_series.h"
 
 namespace vramtrace {
@@ -42,7 +41,7 @@ struct DeviceEventFacts {
 struct CheckInput {
   std::string path;
   bool is_summary = false;             ///< a summary --json document, not a trace
-  nlohmann::json summary;              ///< {"traces": [...]} as `vramtrace summary --json`
+  std::vector<TraceFigures> traces;    ///< one trace, or each trace the summary document lists
   std::vector<DeviceMeasures> measures;
   std::vector<DeviceSteps> steps;      ///< traces only
   std::vector<DeviceEventFacts> facts; ///< traces only
@@ -52,8 +51,9 @@ struct CheckInput {
 /// a trace. Reads at most the first 64 MiB. Never throws.
 bool is_summary_document(const std::string& path);
 
-/// Loads `path`: a summary document as is, a trace through open_trace with one pass that builds
-/// the summary model, the step series and the event facts; fits growth per device
+/// Loads `path`: a summary document read once into figures, a trace through open_trace with one
+/// pass that builds the trace model (its figures), the step series and the event facts; fits
+/// growth per device
 /// (Note [growth detection]). `trace_index` is stored in the measures. Throws TraceError or
 /// BudgetError (both: unusable input, exit 2).
 CheckInput load_check_input(const std::string& path, std::size_t trace_index = 0);

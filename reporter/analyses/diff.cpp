@@ -29,30 +29,21 @@ namespace vramtrace {
 
 namespace {
 
-const nlohmann::json* device_entry(const CheckInput& in, std::int32_t device) {
-  const auto& traces = in.summary["traces"];
-  if (!traces.is_array() || traces.empty()) return nullptr;
-  const auto& devs = traces[0]["devices"];
-  if (!devs.is_array()) return nullptr;
-  for (const auto& d : devs)
-    if (d.value("device", -1) == device) return &d;
+// The device's figures in the input's first trace (the first entry, should it repeat).
+const DeviceFigures* figures_of(const CheckInput& in, std::int32_t device) {
+  if (in.traces.empty()) return nullptr;
+  for (const auto& d : in.traces.front().devices)
+    if (d.device == device) return &d;
   return nullptr;
 }
 
-std::optional<std::int64_t> stat(const nlohmann::json* dev, const char* key) {
-  if (!dev || !dev->contains("stats")) return std::nullopt;
-  const auto& s = (*dev)["stats"];
-  auto it = s.find(key);
-  if (it == s.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<std::int64_t>();
-}
+using Figure = std::optional<std::int64_t> DeviceFigures::*;
 
-std::optional<std::uint64_t> free_block(const nlohmann::json* dev, const char* when) {
-  if (!dev || !dev->contains(when)) return std::nullopt;
-  const auto& w = (*dev)[when];
-  auto it = w.find("largest_free_block_bytes");
-  if (it == w.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<std::uint64_t>();
+// A figure of a device, unset when the input has not the device.
+template <class T>
+std::optional<T> figure(const DeviceFigures* dev, std::optional<T> DeviceFigures::*f) {
+  if (!dev) return std::nullopt;
+  return dev->*f;
 }
 
 const DeviceEventFacts* facts_of(const CheckInput& in, std::int32_t device) {
@@ -111,25 +102,21 @@ std::string oom_sentence(const char* who, const char* other, const DeviceEventFa
 }
 
 std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const DeviceEventFacts* fn,
-                    std::uint64_t margin, const std::optional<std::int64_t>& ooms_base,
-                    const std::optional<std::int64_t>& ooms_new) {
-  auto fig = [&](const char* name) -> const DiffFigure* {
-    for (const auto& f : d.peaks)
-      if (f.name == name) return &f;
-    return nullptr;
-  };
+                    std::uint64_t margin, const DeviceFigures* fig_base, const DeviceFigures* fig_new) {
+  const std::optional<std::int64_t> ooms_base = figure(fig_base, &DeviceFigures::num_ooms);
+  const std::optional<std::int64_t> ooms_new = figure(fig_new, &DeviceFigures::num_ooms);
   bool new_oom = ooms_new.value_or(0) > ooms_base.value_or(0);
   bool base_oom = ooms_base.value_or(0) > ooms_new.value_or(0);
   if (new_oom && fn && fn->has_oom) return oom_sentence("NEW", "BASE", *fn, fb, margin);
   if (new_oom) return fmt::format("NEW had {} OOMs, BASE {}.", ooms_new.value_or(0), ooms_base.value_or(0));
   if (base_oom && fb && fb->has_oom) return oom_sentence("BASE", "NEW", *fb, fn, margin);
 
-  const DiffFigure* alloc = fig("allocated_bytes.all.peak");
-  const DiffFigure* res = fig("reserved_bytes.all.peak");
-  if (alloc && alloc->base && alloc->now && !same_bytes(*alloc->now, *alloc->base, margin)) {
-    std::int64_t change = *alloc->now - *alloc->base;
+  const auto alloc_base = figure(fig_base, &DeviceFigures::allocated_bytes_peak);
+  const auto alloc_now = figure(fig_new, &DeviceFigures::allocated_bytes_peak);
+  if (alloc_base && alloc_now && !same_bytes(*alloc_now, *alloc_base, margin)) {
+    std::int64_t change = *alloc_now - *alloc_base;
     std::string s = fmt::format("NEW needs {} memory: peak allocated {} ({} vs {})", change > 0 ? "more" : "less",
-                                signed_bytes(change), bytes(alloc->now), bytes(alloc->base));
+                                signed_bytes(change), bytes(alloc_now), bytes(alloc_base));
     if (!d.sizes.empty()) {
       const auto& top = d.sizes.front();
       auto dc = static_cast<std::int64_t>(top.now) - static_cast<std::int64_t>(top.base);
@@ -138,17 +125,20 @@ std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const Devic
     }
     return s + ".";
   }
-  if (res && res->base && res->now && !same_bytes(*res->now, *res->base, margin)) {
-    std::int64_t change = *res->now - *res->base;
+  const auto res_base = figure(fig_base, &DeviceFigures::reserved_bytes_peak);
+  const auto res_now = figure(fig_new, &DeviceFigures::reserved_bytes_peak);
+  if (res_base && res_now && !same_bytes(*res_now, *res_base, margin)) {
+    std::int64_t change = *res_now - *res_base;
     std::string s = fmt::format(
         "Peak allocated is the same, but peak reserved changed by {} ({} vs {}): the cache {} ", signed_bytes(change),
-        bytes(res->now), bytes(res->base), change > 0 ? "holds more" : "holds less");
+        bytes(res_now), bytes(res_base), change > 0 ? "holds more" : "holds less");
     s += change > 0 ? "(blocks that could not be reused: fragmentation or a different allocation order)"
                     : "(better reuse of cached blocks)";
-    for (const auto& f : d.largest_free_block)
-      if (f.when == "end" && f.base && f.now)
-        s += fmt::format("; largest free block at the end {} vs {}", format_bytes(static_cast<double>(*f.now), ByteStyle::binary),
-                         format_bytes(static_cast<double>(*f.base), ByteStyle::binary));
+    const auto end_base = figure(fig_base, &DeviceFigures::largest_free_block_at_end_bytes);
+    const auto end_now = figure(fig_new, &DeviceFigures::largest_free_block_at_end_bytes);
+    if (end_base && end_now)
+      s += fmt::format("; largest free block at the end {} vs {}", format_bytes(static_cast<double>(*end_now), ByteStyle::binary),
+                       format_bytes(static_cast<double>(*end_base), ByteStyle::binary));
     return s + ".";
   }
   return fmt::format("No difference beyond the noise margin of {} in the peaks.", format_bytes(static_cast<double>(margin), ByteStyle::binary));
@@ -164,18 +154,28 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
   for (const auto* in : {&base, &now})
     for (const auto& m : in->measures)
       if (m.trace_index == in->measures.front().trace_index) devices.insert(m.device);
-  static const std::pair<const char*, bool> kPeaks[] = {
-      {"allocated_bytes.all.peak", true},  {"reserved_bytes.all.peak", true},
-      {"active_bytes.all.peak", true},     {"requested_bytes.all.peak", true},
-      {"inactive_split_bytes.all.peak", true}, {"segment.all.peak", false},
-      {"allocation.all.allocated", false}, {"num_ooms", false},
+  // The figures side by side, named as PyTorch's memory_stats() names them.
+  struct Peak {
+    const char* name;
+    Figure figure;
+    bool bytes;
+  };
+  static const Peak kPeaks[] = {
+      {"allocated_bytes.all.peak", &DeviceFigures::allocated_bytes_peak, true},
+      {"reserved_bytes.all.peak", &DeviceFigures::reserved_bytes_peak, true},
+      {"active_bytes.all.peak", &DeviceFigures::active_bytes_peak, true},
+      {"requested_bytes.all.peak", &DeviceFigures::requested_bytes_peak, true},
+      {"inactive_split_bytes.all.peak", &DeviceFigures::inactive_split_bytes_peak, true},
+      {"segment.all.peak", &DeviceFigures::segment_peak, false},
+      {"allocation.all.allocated", &DeviceFigures::allocations, false},
+      {"num_ooms", &DeviceFigures::num_ooms, false},
   };
   for (std::int32_t dev : devices) {
     DeviceDiff d;
     d.device = dev;
-    const nlohmann::json* jb = device_entry(base, dev);
-    const nlohmann::json* jn = device_entry(now, dev);
-    for (const auto& [name, is_bytes] : kPeaks) d.peaks.push_back({name, stat(jb, name), stat(jn, name), is_bytes});
+    const DeviceFigures* fig_base = figures_of(base, dev);
+    const DeviceFigures* fig_new = figures_of(now, dev);
+    for (const auto& p : kPeaks) d.peaks.push_back({p.name, figure(fig_base, p.figure), figure(fig_new, p.figure), p.bytes});
     const DeviceEventFacts* fb = facts_of(base, dev);
     const DeviceEventFacts* fn = facts_of(now, dev);
     if (fb || fn) {
@@ -195,13 +195,15 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
       });
       if (d.sizes.size() > 10) d.sizes.resize(10);
     }
-    d.largest_free_block.push_back({"peak", free_block(jb, "peak"), free_block(jn, "peak")});
-    d.largest_free_block.push_back({"end", free_block(jb, "end"), free_block(jn, "end")});
+    d.largest_free_block.push_back({"peak", figure(fig_base, &DeviceFigures::largest_free_block_at_peak_bytes),
+                                    figure(fig_new, &DeviceFigures::largest_free_block_at_peak_bytes)});
+    d.largest_free_block.push_back({"end", figure(fig_base, &DeviceFigures::largest_free_block_at_end_bytes),
+                                    figure(fig_new, &DeviceFigures::largest_free_block_at_end_bytes)});
     FreeBlockFigure oom{"oom", std::nullopt, std::nullopt};
     if (fb && fb->has_oom) oom.base = fb->oom_largest_free_block_bytes;
     if (fn && fn->has_oom) oom.now = fn->oom_largest_free_block_bytes;
     if (oom.base || oom.now) d.largest_free_block.push_back(oom);
-    d.explanation = explain(d, fb, fn, margin, stat(jb, "num_ooms"), stat(jn, "num_ooms"));
+    d.explanation = explain(d, fb, fn, margin, fig_base, fig_new);
     out.devices.push_back(std::move(d));
   }
   return out;

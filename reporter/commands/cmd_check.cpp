@@ -77,9 +77,8 @@ int run_check(const CheckOptions& o) {
   for (std::size_t i = 0; i < traces.size(); ++i) {
     auto in = load_check_input(traces[i], i);
     measures.insert(measures.end(), in.measures.begin(), in.measures.end());
-    for (const auto& t : in.summary.value("traces", nlohmann::json::array())) {
-      if (t.value("incomplete", false))
-        incomplete.emplace_back(t.value("path", traces[i]), t.value("incomplete_reason", std::string("cut last line")));
+    for (const TraceFigures& t : in.traces) {
+      if (t.incomplete) incomplete.emplace_back(t.path.value_or(traces[i]), t.incomplete_reason);
     }
   }
   std::string warnings;

@@ -27,8 +27,8 @@ Side load_side(const std::string& arg) {
   s.paths = expand_trace_paths({arg}, po);
   for (const auto& p : s.paths) {
     s.inputs.push_back(load_check_input(p, 0));
-    const auto& traces = s.inputs.back().summary["traces"];
-    s.ranks.push_back(traces.is_array() && !traces.empty() ? traces[0].value("rank", std::string()) : std::string());
+    const auto& traces = s.inputs.back().traces;
+    s.ranks.push_back(traces.empty() ? std::string() : traces.front().rank);
   }
   return s;
 }

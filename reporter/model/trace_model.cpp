@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 #include "vramtrace/settings.h"
 #include "vramtrace/size_rules.h"
-#include "vramtrace/trace/vramtrace_reader.h"
 
 namespace vramtrace {
 
@@ -748,13 +747,11 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
   TraceModel m = impl_->finish(reader.incomplete());
-  if (const auto* ours = dynamic_cast<const VramtraceTraceReader*>(&reader)) {
-    if (m.incomplete) m.incomplete_reason = ours->incomplete_reason();
-    if (ours->nul_bytes() != 0) {
-      m.notes.push_back(fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "
-                                    "never written (a crash or power loss while the trace grew)",
-                                    ours->nul_bytes()));
-    }
+  if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
+  if (reader.nul_bytes() != 0) {
+    m.notes.push_back(fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "
+                                  "never written (a crash or power loss while the trace grew)",
+                                  reader.nul_bytes()));
   }
   return m;
 }

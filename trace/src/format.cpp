@@ -1,9 +1,11 @@
-// Encoders for the trace's lines; the layout is drawn in vramtrace/trace/format.h and specified in
-// docs/trace-format.md.
+// Encoders for the trace's lines. The fields, their order and when each is left out come from
+// the schema list (vramtrace/trace/schema.def); docs/trace-format.md is the normative text.
 #include "vramtrace/trace/format.h"
 
 #include <cstring>
 #include <type_traits>
+
+#include "vramtrace/trace/schema.h"
 
 namespace vramtrace::trace {
 
@@ -93,37 +95,6 @@ inline char* put_int(char* p, std::int64_t v) noexcept {
 }
 inline char* put_int(char* p, std::int32_t v) noexcept { return put_int(p, static_cast<std::int64_t>(v)); }
 
-// `,"key":v` (without the comma for a first member), v in decimal. Signed values go through
-// int64 and unsigned ones through uint64, so every field prints exactly, whatever its width.
-template <class Int>
-void append_key_int(TextBuffer& out, std::string_view key, Int v, bool comma = true) {
-  static_assert(std::is_integral_v<Int>);
-  using Wide = std::conditional_t<std::is_signed_v<Int>, std::int64_t, std::uint64_t>;
-  char* p = out.grow(key.size() + 32);
-  char* start = p;
-  if (comma) *p++ = ',';
-  *p++ = '"';
-  p = put(p, key.data(), key.size());
-  *p++ = '"';
-  *p++ = ':';
-  p = put_int(p, static_cast<Wide>(v));
-  out.advance(static_cast<std::size_t>(p - start));
-}
-
-void append_key_string(TextBuffer& out, std::string_view key, std::string_view v, bool comma = true) {
-  if (comma) out.push_back(',');
-  out.push_back('"');
-  out.append(key);
-  out.append("\":");
-  append_json_string(out, v);
-}
-
-void append_key_bool(TextBuffer& out, std::string_view key, bool v) {
-  out.append(",\"");
-  out.append(key);
-  out.append(v ? "\":true" : "\":false");
-}
-
 // Length of the valid UTF-8 sequence starting at s[0] (lead byte >= 0x80), 0 if invalid.
 std::size_t utf8_sequence(const unsigned char* s, std::size_t n) noexcept {
   unsigned char c = s[0];
@@ -148,26 +119,235 @@ std::size_t utf8_sequence(const unsigned char* s, std::size_t n) noexcept {
   return len;
 }
 
-const char* block_state_text(BlockState s) noexcept {
-  switch (s) {
-    case BlockState::active_allocated:
-      return "active_allocated";
-    case BlockState::active_pending_free:
-      return "active_pending_free";
-    case BlockState::inactive:
-      return "inactive";
+// --- values, one encoder per kind of value in schema.h --------------------------------------
+
+// Writes the members of one JSON object as `"key":value`, with a comma before all but the first
+// (or before every one when the object's opening already has a member, as `{"a":"header"`).
+class ObjectWriter {
+ public:
+  ObjectWriter(TextBuffer& out, bool first) noexcept : out_(out), first_(first) {}
+  /// Writes the key and its colon; the value follows in the returned buffer.
+  TextBuffer& key(std::string_view k) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    out_.push_back('"');
+    out_.append(k);
+    out_.append("\":");
+    return out_;
   }
-  return "inactive";
+
+ private:
+  TextBuffer& out_;
+  bool first_;
+};
+
+// Declared before field() so that its template finds every overload.
+template <class Int>
+void write_value(TextBuffer& out, schema::integer, Int v);
+void write_value(TextBuffer& out, schema::string, std::string_view v);
+void write_value(TextBuffer& out, schema::optional_string, const std::optional<std::string>& v);
+void write_value(TextBuffer& out, schema::boolean, bool v);
+void write_value(TextBuffer& out, schema::strings, const std::vector<std::string>& v);
+void write_value(TextBuffer& out, schema::id_names, const std::vector<std::string>& v);
+void write_value(TextBuffer& out, schema::string_map, const std::vector<std::pair<std::string, std::string>>& v);
+void write_value(TextBuffer& out, schema::devices, const std::vector<DeviceInfo>& v);
+void write_value(TextBuffer& out, schema::writer_settings, const HeaderFields& h);
+void write_value(TextBuffer& out, schema::on_full, bool drop_when_full);
+void write_value(TextBuffer& out, schema::segments, const std::vector<SegmentSnapshot>& v);
+void write_value(TextBuffer& out, schema::blocks, const std::vector<BlockSnapshot>& v);
+void write_value(TextBuffer& out, schema::pool, bool is_large);
+void write_value(TextBuffer& out, schema::block_state, BlockState v);
+void write_value(TextBuffer& out, schema::action_counts, const std::uint64_t (&counts)[16]);
+void write_value(TextBuffer& out, schema::device_stats, const std::vector<FlatStats>& v);
+void write_value(TextBuffer& out, schema::flat_stats, const FlatStats& v);
+
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+// Whether a field whose value is `v` is left out (schema::Absent). equals_r is for events only.
+template <schema::Absent A, class V>
+bool omitted(const V& v) {
+  static_assert(A != schema::Absent::equals_r, "equals_r compares with an event's \"r\"");
+  if constexpr (A == schema::Absent::zero) {
+    if constexpr (std::is_arithmetic_v<V>) return v == 0;
+    else if constexpr (IsOptional<V>::value) return !v.has_value();
+    else return v.empty();
+  } else if constexpr (A == schema::Absent::is_true) {
+    return v == true;
+  } else {
+    return false;
+  }
 }
 
-// "id":..,"name":..,"total_bytes":..[,"uuid":..] of a header device entry or a device record.
-void append_device_fields(TextBuffer& out, const DeviceInfo& d) {
-  append_key_int(out, "id", d.id, false);
-  append_key_string(out, "name", d.name);
-  append_key_int(out, "total_bytes", d.total_bytes);
-  if (!d.uuid.empty()) append_key_string(out, "uuid", d.uuid);
+// One `"key":value` member, unless the schema leaves it out.
+template <schema::Absent A, class Tag, class V>
+void field(ObjectWriter& w, std::string_view key, Tag tag, const V& v) {
+  if (omitted<A>(v)) return;
+  write_value(w.key(key), tag, v);
 }
 
+// `[{...},{...}]`, each object's members written by `members(ObjectWriter&, item)`.
+template <class List, class Members>
+void write_objects(TextBuffer& out, const List& items, Members members) {
+  out.push_back('[');
+  bool first = true;
+  for (const auto& item : items) {
+    if (!first) out.push_back(',');
+    first = false;
+    out.push_back('{');
+    ObjectWriter w(out, true);
+    members(w, item);
+    out.push_back('}');
+  }
+  out.push_back(']');
+}
+
+// The members of each record, expanded from schema.def.
+void write_device_fields(ObjectWriter& w, const DeviceInfo& d) {
+#define VRAMTRACE_DEVICE_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, d.member);
+#include "vramtrace/trace/schema.def"
+}
+void write_segment_fields(ObjectWriter& w, const SegmentSnapshot& s) {
+#define VRAMTRACE_SEGMENT_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, s.member);
+#include "vramtrace/trace/schema.def"
+}
+void write_block_fields(ObjectWriter& w, const BlockSnapshot& b) {
+#define VRAMTRACE_BLOCK_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, b.member);
+#include "vramtrace/trace/schema.def"
+}
+
+template <class Int>
+void write_value(TextBuffer& out, schema::integer, Int v) {
+  // Signed values go through int64 and unsigned ones through uint64, so that every field prints
+  // exactly, whatever its width.
+  static_assert(std::is_integral_v<Int>);
+  using Wide = std::conditional_t<std::is_signed_v<Int>, std::int64_t, std::uint64_t>;
+  char* p = out.grow(24);
+  out.advance(static_cast<std::size_t>(put_int(p, static_cast<Wide>(v)) - p));
+}
+void write_value(TextBuffer& out, schema::string, std::string_view v) { append_json_string(out, v); }
+void write_value(TextBuffer& out, schema::optional_string, const std::optional<std::string>& v) {
+  append_json_string(out, *v);
+}
+void write_value(TextBuffer& out, schema::boolean, bool v) { out.append(v ? "true" : "false"); }
+void write_value(TextBuffer& out, schema::strings, const std::vector<std::string>& v) {
+  out.push_back('[');
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i != 0) out.push_back(',');
+    append_json_string(out, v[i]);
+  }
+  out.push_back(']');
+}
+void write_value(TextBuffer& out, schema::id_names, const std::vector<std::string>& v) {
+  write_value(out, schema::strings{}, v);
+}
+void write_value(TextBuffer& out, schema::string_map, const std::vector<std::pair<std::string, std::string>>& v) {
+  out.push_back('{');
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i != 0) out.push_back(',');
+    append_json_string(out, v[i].first);
+    out.push_back(':');
+    append_json_string(out, v[i].second);
+  }
+  out.push_back('}');
+}
+void write_value(TextBuffer& out, schema::devices, const std::vector<DeviceInfo>& v) {
+  write_objects(out, v, write_device_fields);
+}
+void write_value(TextBuffer& out, schema::writer_settings, const HeaderFields& h) {
+  out.push_back('{');
+  ObjectWriter w(out, true);
+#define VRAMTRACE_WRITER_SETTING_FIELD(key, type, writes, reads, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, writes);
+#include "vramtrace/trace/schema.def"
+  out.push_back('}');
+}
+void write_value(TextBuffer& out, schema::on_full, bool drop_when_full) {
+  append_json_string(out, drop_when_full ? "drop" : "wait");
+}
+void write_value(TextBuffer& out, schema::segments, const std::vector<SegmentSnapshot>& v) {
+  write_objects(out, v, write_segment_fields);
+}
+void write_value(TextBuffer& out, schema::blocks, const std::vector<BlockSnapshot>& v) {
+  write_objects(out, v, write_block_fields);
+}
+void write_value(TextBuffer& out, schema::pool, bool is_large) { append_json_string(out, is_large ? "large" : "small"); }
+void write_value(TextBuffer& out, schema::block_state, BlockState v) {
+  switch (v) {
+    case BlockState::active_allocated:
+      return append_json_string(out, "active_allocated");
+    case BlockState::active_pending_free:
+      return append_json_string(out, "active_pending_free");
+    case BlockState::inactive:
+      break;
+  }
+  append_json_string(out, "inactive");
+}
+void write_value(TextBuffer& out, schema::action_counts, const std::uint64_t (&counts)[16]) {
+  out.push_back('{');
+  ObjectWriter w(out, true);
+  for (std::size_t i = 0; i < kNumActions; ++i) {
+    if (counts[i] != 0) write_value(w.key(kActionNames[i]), schema::integer{}, counts[i]);
+  }
+  out.push_back('}');
+}
+void write_value(TextBuffer& out, schema::device_stats, const std::vector<FlatStats>& v) {
+  // Index = device ordinal; a device without statistics is left out.
+  out.push_back('[');
+  bool first = true;
+  for (std::size_t device = 0; device < v.size(); ++device) {
+    if (v[device].empty()) continue;
+    if (!first) out.push_back(',');
+    first = false;
+    out.push_back('{');
+    ObjectWriter w(out, true);
+    const std::pair<std::size_t, const FlatStats&> e{device, v[device]};
+#define VRAMTRACE_TRAILER_DEVICE_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, e.member);
+#include "vramtrace/trace/schema.def"
+    out.push_back('}');
+  }
+  out.push_back(']');
+}
+void write_value(TextBuffer& out, schema::flat_stats, const FlatStats& v) {
+  out.push_back('{');
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i != 0) out.push_back(',');
+    append_json_string(out, v[i].first);  // PyTorch's names need no escape; other writers' may
+    out.push_back(':');
+    write_value(out, schema::integer{}, v[i].second);
+  }
+  out.push_back('}');
+}
+
+// --- event fields: integers straight into the line's reserved space -------------------------
+
+template <class Int>
+Int event_value(schema::integer, Int v, std::int64_t /*origin_ns*/) noexcept {
+  return v;
+}
+inline std::int64_t event_value(schema::time, std::uint64_t monotonic_ns, std::int64_t origin_ns) noexcept {
+  return static_cast<std::int64_t>(monotonic_ns) - origin_ns;
+}
+
+// Whether an event's integer field is written (schema::Absent); `r` is the event's "r".
+template <schema::Absent A, class Int>
+bool event_written(Int v, std::uint64_t r) noexcept {
+  static_assert(A != schema::Absent::is_true, "is_true is for flags");
+  if constexpr (A == schema::Absent::zero) return v != 0;
+  else if constexpr (A == schema::Absent::equals_r) return v != r;
+  else return true;
+}
+template <schema::Absent A>
+bool text_written(std::string_view text) noexcept {
+  if constexpr (A == schema::Absent::zero) return !text.empty();
+  else return true;
+}
+
+void write_text(TextBuffer& out, schema::string, std::string_view text) { append_json_string(out, text); }
+void write_text(TextBuffer& out, schema::snapshot, std::string_view encoded) { out.append(encoded); }
 }  // namespace
 
 void append_json_string(TextBuffer& out, std::string_view s) {
@@ -216,191 +396,58 @@ void encode_event(TextBuffer& out, const Event& e, std::int64_t origin_ns, std::
   char* p = out.grow(kMaxPlainEventLine);
   char* const start = p;
   p = put(p, kActionPrefix[action].text, kActionPrefix[action].size);
-  p = put_lit(p, ",\"t\":");
-  p = put_int(p, static_cast<std::int64_t>(e.time_ns) - origin_ns);
-  if (e.device != 0) {
-    p = put_lit(p, ",\"d\":");
-    p = put_int(p, e.device);
+  // The value's test comes first: it varies least from event to event (a "k" is 0 whatever the
+  // action), so the branches stay predictable in any mix of actions.
+  const std::uint32_t action_bit = schema::bit(e.action);
+#define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent)                                 \
+  {                                                                                               \
+    const auto v = event_value(schema::type{}, e.member, origin_ns);                              \
+    if (event_written<schema::Absent::absent>(v, e.size_bytes) &&                                 \
+        (schema::carried_by::actions & action_bit) != 0) {                                        \
+      p = put_lit(p, ",\"" #key "\":");                                                             \
+      p = put_int(p, v);                                                                            \
+    }                                                                                               \
   }
-  if (e.stream != 0) {
-    p = put_lit(p, ",\"s\":");
-    p = put_int(p, e.stream);
-  }
-  if (e.action == Action::oom) {
-    p = put_lit(p, ",\"r\":");
-    p = put_int(p, e.size_bytes);
-    if (e.block_bytes != e.size_bytes) {
-      p = put_lit(p, ",\"b\":");
-      p = put_int(p, e.block_bytes);
-    }
-  }
-  if (e.action != Action::mark && e.action != Action::oom) {
-    p = put_lit(p, ",\"p\":");
-    p = put_int(p, e.addr);
-    p = put_lit(p, ",\"r\":");
-    p = put_int(p, e.size_bytes);
-    if (e.block_bytes != e.size_bytes) {
-      p = put_lit(p, ",\"b\":");
-      p = put_int(p, e.block_bytes);
-    }
-  }
-  // Memory that bypassed the caching allocator: the shim's MemoryKind (docs/trace-format.md).
-  if (!is_memory_kind(e.aux, MemoryKind::allocator) &&
-      (e.action == Action::segment_alloc || e.action == Action::segment_free || e.action == Action::segment_map ||
-       e.action == Action::segment_unmap)) {
-    p = put_lit(p, ",\"k\":");
-    p = put_int(p, e.aux);
-  }
-  if (e.thread_id != 0) {
-    p = put_lit(p, ",\"th\":");
-    p = put_int(p, e.thread_id);
-  }
-  if (e.entry_point != 0) {
-    p = put_lit(p, ",\"e\":");
-    p = put_int(p, e.entry_point);
-  }
-  if (e.action == Action::oom) {
-    p = put_lit(p, ",\"free\":");
-    p = put_int(p, e.aux);
-    p = put_lit(p, ",\"retries\":");  // num_alloc_retries at the failure (Event::addr, 1.1)
-    p = put_int(p, e.addr);
-  }
+#include "vramtrace/trace/schema.def"
   out.advance(static_cast<std::size_t>(p - start));
-  if (e.action == Action::mark) {
-    out.append(",\"name\":");
-    append_json_string(out, text);
-  } else if (e.action == Action::oom && !text.empty()) {
-    out.append(",\"snapshot\":");
-    out.append(text);
+#define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent)                                          \
+  if (schema::carries(schema::carried_by::actions, e.action) && text_written<schema::Absent::absent>(text)) { \
+    out.append(",\"" #key "\":");                                                                       \
+    write_text(out, schema::type{}, text);                                                              \
   }
+#include "vramtrace/trace/schema.def"
   out.append("}\n");
 }
 
 void encode_snapshot(TextBuffer& out, const Snapshot& s) {
-  out.append("{\"segments\":[");
-  bool first_segment = true;
-  for (const SegmentSnapshot& seg : s.segments) {
-    if (!first_segment) out.push_back(',');
-    first_segment = false;
-    out.push_back('{');
-    append_key_int(out, "device", seg.device, false);
-    append_key_int(out, "address", seg.address);
-    append_key_int(out, "total_size", seg.total_size);
-    append_key_int(out, "allocated_size", seg.allocated_size);
-    append_key_int(out, "active_size", seg.active_size);
-    append_key_int(out, "requested_size", seg.requested_size);
-    append_key_int(out, "stream", seg.stream);
-    append_key_string(out, "segment_type", seg.is_large ? "large" : "small");
-    append_key_bool(out, "is_expandable", seg.is_expandable);
-    out.append(",\"blocks\":[");
-    bool first_block = true;
-    for (const BlockSnapshot& b : seg.blocks) {
-      if (!first_block) out.push_back(',');
-      first_block = false;
-      out.push_back('{');
-      append_key_int(out, "address", b.address, false);
-      append_key_int(out, "size", b.size);
-      append_key_int(out, "requested_size", b.requested_size);
-      append_key_string(out, "state", block_state_text(b.state));
-      if (!b.mapped) append_key_bool(out, "mapped", false);
-      out.push_back('}');
-    }
-    out.append("]}");
-  }
-  out.append("]}");
+  out.push_back('{');
+  ObjectWriter w(out, true);
+#define VRAMTRACE_SNAPSHOT_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, s.member);
+#include "vramtrace/trace/schema.def"
+  out.push_back('}');
 }
 
 void encode_device(TextBuffer& out, const DeviceInfo& d) {
-  out.append("{\"a\":\"device\",");
-  append_device_fields(out, d);
+  out.append("{\"a\":\"device\"");
+  ObjectWriter w(out, false);
+  write_device_fields(w, d);
   out.append("}\n");
 }
 
 void encode_header(TextBuffer& out, const HeaderFields& h) {
   out.append("{\"a\":\"header\"");
-  append_key_string(out, "format", kFormatName);
-  append_key_string(out, "version", kFormatVersion);
-  append_key_string(out, "tool_version", h.info.tool_version);
-  append_key_int(out, "pid", h.pid);
-  append_key_int(out, "ppid", h.ppid);
-  append_key_string(out, "host", h.host);
-  append_key_string(out, "rank", h.rank);
-  append_key_string(out, "local_rank", h.local_rank);
-  if (h.cuda_visible_devices) append_key_string(out, "cuda_visible_devices", *h.cuda_visible_devices);
-  out.append(",\"command_line\":[");
-  for (std::size_t i = 0; i < h.command_line.size(); ++i) {
-    if (i != 0) out.push_back(',');
-    append_json_string(out, h.command_line[i]);
-  }
-  out.push_back(']');
-  append_key_int(out, "start_unix_ns", h.start_unix_ns);
-  append_key_string(out, "clock", "CLOCK_MONOTONIC");
-  append_key_int(out, "origin_monotonic_ns", h.origin_monotonic_ns);
-  append_key_int(out, "cuda_driver_version", h.info.cuda_driver_version);
-  append_key_int(out, "cuda_runtime_version", h.info.cuda_runtime_version);
-  out.append(",\"devices\":[");
-  for (std::size_t i = 0; i < h.info.devices.size(); ++i) {
-    if (i != 0) out.push_back(',');
-    out.push_back('{');
-    append_device_fields(out, h.info.devices[i]);
-    out.push_back('}');
-  }
-  out.push_back(']');
-  append_key_string(out, "allocator_settings", h.info.allocator_settings);
-  out.append(",\"settings\":{");
-  for (std::size_t i = 0; i < h.info.settings.size(); ++i) {
-    if (i != 0) out.push_back(',');
-    append_json_string(out, h.info.settings[i].first);
-    out.push_back(':');
-    append_json_string(out, h.info.settings[i].second);
-  }
-  out.push_back('}');
-  out.append(",\"entry_points\":[");
-  for (std::size_t i = 0; i < h.info.entry_points.size(); ++i) {
-    if (i != 0) out.push_back(',');
-    append_json_string(out, h.info.entry_points[i]);
-  }
-  out.push_back(']');
-  out.append(",\"trace\":{");
-  append_key_int(out, "buffer_events", h.buffer_events, false);
-  append_key_string(out, "on_full", h.drop_when_full ? "drop" : "wait");
-  append_key_int(out, "flush_interval_ms", h.flush_interval_ms);
-  append_key_string(out, "compression", h.compression);
-  out.append("}}\n");
+  ObjectWriter w(out, false);
+#define VRAMTRACE_HEADER_FIELD(key, type, writes, reads, absent) field<schema::Absent::absent>(w, #key, schema::type{}, writes);
+#include "vramtrace/trace/schema.def"
+  out.append("}\n");
 }
 
 void encode_trailer(TextBuffer& out, const TrailerFields& t) {
   out.append("{\"a\":\"trailer\"");
-  append_key_int(out, "t", t.time_ns);
-  append_key_int(out, "events", t.events);
-  append_key_int(out, "dropped", t.dropped);
-  out.append(",\"counts\":{");
-  bool first = true;
-  for (std::size_t i = 0; i < kNumActions; ++i) {
-    if (t.counts[i] == 0) continue;
-    append_key_int(out, kActionNames[i], t.counts[i], !first);
-    first = false;
-  }
-  out.push_back('}');
-  out.append(",\"devices\":[");
-  first = true;
-  for (std::size_t d = 0; d < t.device_stats.size(); ++d) {
-    if (t.device_stats[d].empty()) continue;
-    if (!first) out.push_back(',');
-    first = false;
-    out.push_back('{');
-    append_key_int(out, "device", d, false);
-    out.append(",\"stats\":{");
-    for (std::size_t i = 0; i < t.device_stats[d].size(); ++i) {
-      if (i != 0) out.push_back(',');
-      append_json_string(out, t.device_stats[d][i].first);
-      char* p = out.grow(32);
-      *p = ':';
-      out.advance(static_cast<std::size_t>(put_int(p + 1, t.device_stats[d][i].second) - p));
-    }
-    out.append("}}");
-  }
-  out.append("]}\n");
+  ObjectWriter w(out, false);
+#define VRAMTRACE_TRAILER_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, t.member);
+#include "vramtrace/trace/schema.def"
+  out.append("}\n");
 }
 
 }  // namespace vramtrace::trace

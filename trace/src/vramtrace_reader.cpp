@@ -1,4 +1,6 @@
-// Reader of vramtrace's own JSON Lines trace (docs/trace-format.md).
+// Reader of vramtrace's own JSON Lines trace (docs/trace-format.md). The fields it knows, their
+// types and what a missing one means come from the schema list (vramtrace/trace/schema.def), the
+// same list the writer is expanded from.
 //
 // Event lines (the bulk) are parsed with simdjson's On-Demand API from a reused padded buffer;
 // the rare header, trailer and oom lines with nlohmann::json. Memory stays bounded: one line and
@@ -7,14 +9,18 @@
 
 #include <simdjson.h>
 
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
+#include <type_traits>
 
 #include "vramtrace/trace/byte_source.h"
+#include "vramtrace/trace/schema.h"
 
 namespace vramtrace {
 
@@ -23,6 +29,7 @@ namespace {
 constexpr int kReadableMajor = 1;
 
 using nlohmann::json;
+namespace schema = trace::schema;
 
 std::int64_t json_int(const json& j, const char* key, std::int64_t fallback = 0) {
   auto it = j.find(key);
@@ -41,63 +48,276 @@ std::string json_string(const json& j, const char* key) {
   return it->get<std::string>();
 }
 
-Snapshot parse_snapshot(const json& j) {
-  Snapshot s;
-  auto segs = j.find("segments");
-  if (segs == j.end() || !segs->is_array()) return s;
+// --- values, one decoder per kind of value in schema.h (the encoders are in format.cpp) --------
+// Each takes the object `j` that should hold `key` and leaves the member as the schema says a
+// missing field reads when the key is absent or of another type. They throw only where
+// nlohmann::json's value() does (a flag read from something that is not an object).
+
+// The members of each record, expanded from schema.def (defined below the decoders).
+void read_device_fields(const json& j, VramtraceHeaderDetails::Device& d);
+void read_segment_fields(const json& j, SegmentSnapshot& s);
+void read_block_fields(const json& j, BlockSnapshot& b);
+void read_trailer_device_fields(const json& j, std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>& e);
+void read_writer_setting_fields(const json& j, VramtraceHeaderDetails& d);
+
+template <schema::Absent A, class Int>
+void read_value(const json& j, const char* key, schema::integer, Int& m) {
+  static_assert(std::is_integral_v<Int>);
+  if constexpr (std::is_signed_v<Int>) m = static_cast<Int>(json_int(j, key));
+  else m = static_cast<Int>(json_uint(j, key));
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::string, std::string& m) {
+  m = json_string(j, key);
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::optional_string, std::optional<std::string>& m) {
+  if (auto v = j.find(key); v != j.end() && v->is_string()) m = v->get<std::string>();
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::boolean, bool& m) {
+  m = j.value(key, A == schema::Absent::is_true);
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::strings, std::vector<std::string>& m) {
+  if (auto c = j.find(key); c != j.end() && c->is_array()) {
+    for (const json& a : *c) {
+      if (a.is_string()) m.push_back(a.get<std::string>());
+    }
+  }
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::id_names, std::vector<std::string>& m) {
+  if (auto e = j.find(key); e != j.end() && e->is_array()) {
+    for (const json& a : *e) m.push_back(a.is_string() ? a.get<std::string>() : std::string());
+  }
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::string_map, std::vector<std::pair<std::string, std::string>>& m) {
+  if (auto s = j.find(key); s != j.end() && s->is_object()) {
+    for (auto it = s->begin(); it != s->end(); ++it) {
+      m.emplace_back(it.key(), it->is_string() ? it->get<std::string>() : it->dump());
+    }
+  }
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::devices, std::vector<VramtraceHeaderDetails::Device>& m) {
+  if (auto ds = j.find(key); ds != j.end() && ds->is_array()) {
+    for (const json& jd : *ds) {
+      VramtraceHeaderDetails::Device d;
+      read_device_fields(jd, d);
+      m.push_back(std::move(d));
+    }
+  }
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::writer_settings, VramtraceHeaderDetails& d) {
+  if (auto t = j.find(key); t != j.end() && t->is_object()) read_writer_setting_fields(*t, d);
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::on_full, std::string& m) {
+  m = json_string(j, key);
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::segments, std::vector<SegmentSnapshot>& m) {
+  auto segs = j.find(key);
+  if (segs == j.end() || !segs->is_array()) return;
   for (const json& js : *segs) {
     SegmentSnapshot seg;
-    seg.device = static_cast<std::int32_t>(json_int(js, "device"));
-    seg.address = json_uint(js, "address");
-    seg.total_size = json_uint(js, "total_size");
-    seg.allocated_size = json_uint(js, "allocated_size");
-    seg.active_size = json_uint(js, "active_size");
-    seg.requested_size = json_uint(js, "requested_size");
-    seg.stream = json_uint(js, "stream");
-    seg.is_large = json_string(js, "segment_type") != "small";
-    seg.is_expandable = js.value("is_expandable", false);
-    if (auto blocks = js.find("blocks"); blocks != js.end() && blocks->is_array()) {
-      for (const json& jb : *blocks) {
-        BlockSnapshot b;
-        b.address = json_uint(jb, "address");
-        b.size = json_uint(jb, "size");
-        b.requested_size = json_uint(jb, "requested_size");
-        std::string st = json_string(jb, "state");
-        b.state = st == "active_allocated"      ? BlockState::active_allocated
-                  : st == "active_pending_free" ? BlockState::active_pending_free
-                                                : BlockState::inactive;
-        b.mapped = jb.value("mapped", true);
-        seg.blocks.push_back(b);
-      }
-    }
-    s.segments.push_back(std::move(seg));
+    read_segment_fields(js, seg);
+    m.push_back(std::move(seg));
   }
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::blocks, std::vector<BlockSnapshot>& m) {
+  if (auto blocks = j.find(key); blocks != j.end() && blocks->is_array()) {
+    for (const json& jb : *blocks) {
+      BlockSnapshot b;
+      read_block_fields(jb, b);
+      m.push_back(b);
+    }
+  }
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::pool, bool& is_large) {
+  is_large = json_string(j, key) != "small";
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::block_state, BlockState& m) {
+  std::string st = json_string(j, key);
+  m = st == "active_allocated"      ? BlockState::active_allocated
+      : st == "active_pending_free" ? BlockState::active_pending_free
+                                    : BlockState::inactive;
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::action_counts, std::vector<std::pair<std::string, std::uint64_t>>& m) {
+  m.clear();
+  if (auto c = j.find(key); c != j.end() && c->is_object()) {
+    for (auto it = c->begin(); it != c->end(); ++it) {
+      if (it->is_number_integer()) m.emplace_back(it.key(), it->get<std::uint64_t>());
+    }
+  }
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::device_stats,
+                std::vector<std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>>& m) {
+  m.clear();
+  if (auto ds = j.find(key); ds != j.end() && ds->is_array()) {
+    for (const json& jd : *ds) {
+      std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>> e;
+      read_trailer_device_fields(jd, e);
+      m.push_back(std::move(e));
+    }
+  }
+}
+template <schema::Absent A>
+void read_value(const json& j, const char* key, schema::flat_stats, std::vector<std::pair<std::string, std::int64_t>>& m) {
+  if (auto st = j.find(key); st != j.end() && st->is_object()) {
+    for (auto it = st->begin(); it != st->end(); ++it) {
+      if (it->is_number_integer()) m.emplace_back(it.key(), it->get<std::int64_t>());
+    }
+  }
+}
+
+void read_device_fields(const json& j, VramtraceHeaderDetails::Device& d) {
+#define VRAMTRACE_DEVICE_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, d.member);
+#include "vramtrace/trace/schema.def"
+}
+void read_segment_fields(const json& j, SegmentSnapshot& s) {
+#define VRAMTRACE_SEGMENT_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, s.member);
+#include "vramtrace/trace/schema.def"
+}
+void read_block_fields(const json& j, BlockSnapshot& b) {
+#define VRAMTRACE_BLOCK_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, b.member);
+#include "vramtrace/trace/schema.def"
+}
+void read_trailer_device_fields(const json& j, std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>& e) {
+#define VRAMTRACE_TRAILER_DEVICE_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, e.member);
+#include "vramtrace/trace/schema.def"
+}
+void read_writer_setting_fields(const json& j, VramtraceHeaderDetails& d) {
+#define VRAMTRACE_WRITER_SETTING_FIELD(key, type, writes, reads, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, reads);
+#include "vramtrace/trace/schema.def"
+}
+void read_header_fields(const json& j, VramtraceHeaderDetails& d) {
+#define VRAMTRACE_HEADER_FIELD(key, type, writes, reads, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, reads);
+#include "vramtrace/trace/schema.def"
+}
+
+Snapshot parse_snapshot(const json& j) {
+  Snapshot s;
+#define VRAMTRACE_SNAPSHOT_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, s.member);
+#include "vramtrace/trace/schema.def"
   return s;
 }
 
 void parse_trailer(const json& j, VramtraceTrailer& t) {
   t.present = true;
-  t.time_ns = json_int(j, "t");
-  t.events = json_uint(j, "events");
-  t.dropped = json_uint(j, "dropped");
-  t.counts.clear();
-  if (auto c = j.find("counts"); c != j.end() && c->is_object()) {
-    for (auto it = c->begin(); it != c->end(); ++it) {
-      if (it->is_number_integer()) t.counts.emplace_back(it.key(), it->get<std::uint64_t>());
-    }
+#define VRAMTRACE_TRAILER_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, t.member);
+#include "vramtrace/trace/schema.def"
+}
+
+// --- event lines: the fields of schema.def, by key -------------------------------------------
+
+enum class EventKey : std::uint8_t {
+#define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent) key,
+#define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent) key,
+#include "vramtrace/trace/schema.def"
+  unknown,
+};
+constexpr std::string_view kEventKeys[] = {
+#define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent) #key,
+#define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent) #key,
+#include "vramtrace/trace/schema.def"
+};
+constexpr std::size_t kNumEventKeys = sizeof(kEventKeys) / sizeof(kEventKeys[0]);
+static_assert(kNumEventKeys == static_cast<std::size_t>(EventKey::unknown));
+
+// Whether a key's value may be negative: "t", and integers whose Event member is signed.
+template <class Tag, class Member>
+constexpr bool signed_field() {
+  return std::is_same_v<Tag, schema::time> || std::is_signed_v<Member>;
+}
+constexpr bool kSignedKey[] = {
+#define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent) signed_field<schema::type, decltype(Event::member)>(),
+#define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent) false,
+#include "vramtrace/trace/schema.def"
+    false,  // unknown
+};
+
+// One-letter keys (most of a line) by their letter; longer ones are looked up in kEventKeys.
+constexpr auto kOneLetterKeys = [] {
+  std::array<EventKey, 256> t{};
+  t.fill(EventKey::unknown);
+  for (std::size_t i = 0; i < kNumEventKeys; ++i) {
+    if (kEventKeys[i].size() == 1) t[static_cast<unsigned char>(kEventKeys[i][0])] = static_cast<EventKey>(i);
   }
-  t.device_stats.clear();
-  if (auto ds = j.find("devices"); ds != j.end() && ds->is_array()) {
-    for (const json& jd : *ds) {
-      std::vector<std::pair<std::string, std::int64_t>> stats;
-      if (auto st = jd.find("stats"); st != jd.end() && st->is_object()) {
-        for (auto it = st->begin(); it != st->end(); ++it) {
-          if (it->is_number_integer()) stats.emplace_back(it.key(), it->get<std::int64_t>());
-        }
-      }
-      t.device_stats.emplace_back(static_cast<std::int32_t>(json_int(jd, "device")), std::move(stats));
-    }
+  return t;
+}();
+
+EventKey event_key(std::string_view key) noexcept {
+  if (key.size() == 1) return kOneLetterKeys[static_cast<unsigned char>(key[0])];
+  for (std::size_t i = 0; i < kNumEventKeys; ++i) {
+    if (kEventKeys[i] == key) return static_cast<EventKey>(i);
   }
+  return EventKey::unknown;
+}
+
+// Where a parsed field goes: a signed or unsigned 64-bit integer, optional when the schema says
+// a missing field means something else than 0 ("b" reads as "r"; "retries" as unknown).
+template <class Tag, class Member, schema::Absent A>
+struct IntegerSlot {
+  using Wide = std::conditional_t<signed_field<Tag, Member>(), std::int64_t, std::uint64_t>;
+  using type = std::conditional_t<A == schema::Absent::equals_r || A == schema::Absent::unknown, std::optional<Wide>, Wide>;
+};
+// Text fields: a mark's name (a view into the parser's buffer, valid until the next line); the
+// oom's snapshot is read separately (Reader::read_event_text), so nothing is kept for it here.
+template <class Tag>
+struct TextSlot {
+  using type = std::string_view;
+};
+template <>
+struct TextSlot<schema::snapshot> {
+  using type = bool;
+};
+
+// One event line's fields, each member named after its key.
+struct LineFields {
+  std::string_view action;
+#define VRAMTRACE_EVENT_FIELD(key, kind, member, actions, absent) \
+  typename IntegerSlot<schema::kind, decltype(Event::member), schema::Absent::absent>::type key{};
+#define VRAMTRACE_EVENT_TEXT_FIELD(key, kind, actions, absent) typename TextSlot<schema::kind>::type key{};
+#include "vramtrace/trace/schema.def"
+};
+
+// A value of the fast path (parse_canonical), already checked against the field's signedness.
+inline void take_integer(std::int64_t& slot, std::uint64_t, std::int64_t sv) noexcept { slot = sv; }
+inline void take_integer(std::uint64_t& slot, std::uint64_t v, std::int64_t) noexcept { slot = v; }
+inline void take_integer(std::optional<std::int64_t>& slot, std::uint64_t, std::int64_t sv) noexcept { slot = sv; }
+inline void take_integer(std::optional<std::uint64_t>& slot, std::uint64_t v, std::int64_t) noexcept { slot = v; }
+
+// A value of the general path (simdjson), of the field's type or an error.
+inline simdjson::error_code get_field(simdjson::ondemand::value& value, std::int64_t& slot) {
+  return value.get_int64().get(slot);
+}
+inline simdjson::error_code get_field(simdjson::ondemand::value& value, std::uint64_t& slot) {
+  return value.get_uint64().get(slot);
+}
+template <class Int>
+simdjson::error_code get_field(simdjson::ondemand::value& value, std::optional<Int>& slot) {
+  Int v = 0;
+  simdjson::error_code err = get_field(value, v);
+  if (!err) slot = v;
+  return err;
+}
+inline simdjson::error_code get_field(simdjson::ondemand::value& value, std::string_view& slot) {
+  return value.get_string().get(slot);
+}
+inline simdjson::error_code get_field(simdjson::ondemand::value&, bool&) {
+  return simdjson::SUCCESS;  // an object read with nlohmann::json afterwards; skipped here
 }
 
 // The trailer of an uncompressed file, read from its last 1 MiB; nullopt if absent or compressed.
@@ -239,11 +459,11 @@ class Reader final : public VramtraceTraceReader {
       throw TraceError(header_.path + ":1: the header line is cut (the process was killed while the file was "
                                       "being created?); nothing to read");
     }
-    if (j.is_discarded() || !j.is_object() || json_string(j, "format") != "vramtrace") {
+    if (!j.is_discarded() && j.is_object()) read_header_fields(j, details_);
+    if (j.is_discarded() || !j.is_object() || details_.format != "vramtrace") {
       throw TraceError(header_.path +
                        ":1: not a vramtrace trace: the first line must be a header with \"format\":\"vramtrace\"");
     }
-    details_.version = json_string(j, "version");
     int major = 0;
     const std::string& v = details_.version;
     auto r = std::from_chars(v.data(), v.data() + v.size(), major);
@@ -255,43 +475,6 @@ class Reader final : public VramtraceTraceReader {
                        " is newer than this vramtrace reads (" + std::to_string(kReadableMajor) +
                        ".x); use a newer vramtrace");
     }
-    details_.tool_version = json_string(j, "tool_version");
-    details_.pid = json_int(j, "pid");
-    details_.ppid = json_int(j, "ppid");
-    details_.host = json_string(j, "host");
-    details_.rank = json_string(j, "rank");
-    details_.local_rank = json_string(j, "local_rank");
-    if (auto v = j.find("cuda_visible_devices"); v != j.end() && v->is_string())
-      details_.cuda_visible_devices = v->get<std::string>();
-    if (auto c = j.find("command_line"); c != j.end() && c->is_array()) {
-      for (const json& a : *c) {
-        if (a.is_string()) details_.command_line.push_back(a.get<std::string>());
-      }
-    }
-    details_.start_unix_ns = json_int(j, "start_unix_ns");
-    details_.origin_monotonic_ns = json_int(j, "origin_monotonic_ns");
-    details_.cuda_driver_version = static_cast<int>(json_int(j, "cuda_driver_version"));
-    details_.cuda_runtime_version = static_cast<int>(json_int(j, "cuda_runtime_version"));
-    if (auto ds = j.find("devices"); ds != j.end() && ds->is_array()) {
-      for (const json& jd : *ds) {
-        VramtraceHeaderDetails::Device d;
-        d.id = static_cast<std::int32_t>(json_int(jd, "id"));
-        d.name = json_string(jd, "name");
-        d.total_bytes = json_uint(jd, "total_bytes");
-        d.uuid = json_string(jd, "uuid");
-        details_.devices.push_back(std::move(d));
-      }
-    }
-    details_.allocator_settings = json_string(j, "allocator_settings");
-    if (auto s = j.find("settings"); s != j.end() && s->is_object()) {
-      for (auto it = s->begin(); it != s->end(); ++it) {
-        details_.settings.emplace_back(it.key(), it->is_string() ? it->get<std::string>() : it->dump());
-      }
-    }
-    if (auto e = j.find("entry_points"); e != j.end() && e->is_array()) {
-      for (const json& a : *e) details_.entry_points.push_back(a.is_string() ? a.get<std::string>() : std::string());
-    }
-    if (auto t = j.find("trace"); t != j.end() && t->is_object()) details_.on_full = json_string(*t, "on_full");
 
     for (std::size_t i = 0; i < details_.command_line.size(); ++i) {
       if (i != 0) header_.workload += ' ';
@@ -340,16 +523,6 @@ class Reader final : public VramtraceTraceReader {
     header_.recorded_device_stats = trailer_.device_stats;
   }
 
-  // One line: an event (filled into `out`), the trailer, a skipped kind, or a cut last line.
-  struct LineFields {
-    std::string_view action;
-    std::int64_t t = 0, d = 0;
-    std::uint64_t s = 0, p = 0, r = 0, free_bytes = 0, th = 0, e = 0, k = 0;
-    std::optional<std::uint64_t> retries;
-    std::optional<std::uint64_t> b;
-    bool has_name = false;
-  };
-
   // The fast path, for lines exactly as our writer makes them: {"a":"<kind>" then ,"key":<integer>
   // pairs, no spaces, no escapes, no other value types. Returns false for anything else, which
   // then goes through simdjson (mark names, oom snapshots, other writers, malformed lines).
@@ -393,43 +566,17 @@ class Reader final : public VramtraceTraceReader {
       const std::size_t digits = static_cast<std::size_t>(p - d0);
       if (digits == 0 || digits > 18 || (digits > 1 && *d0 == '0')) return false;  // big or not JSON: slow path
       if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return false;
-      if (negative && key != "t" && key != "d") return false;
+      const EventKey id = event_key(key);
+      if (negative && !kSignedKey[static_cast<std::size_t>(id)]) return false;  // unsigned: not ours
       const std::int64_t sv = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
-      if (key.size() == 1) {
-        switch (key[0]) {
-          case 't':
-            f.t = sv;
-            break;
-          case 'd':
-            f.d = sv;
-            break;
-          case 's':
-            f.s = v;
-            break;
-          case 'p':
-            f.p = v;
-            break;
-          case 'r':
-            f.r = v;
-            break;
-          case 'b':
-            f.b = v;
-            break;
-          case 'e':
-            f.e = v;
-            break;
-          case 'k':
-            f.k = v;
-            break;
-          default:
-            break;
-        }
-      } else if (key == "th") {
-        f.th = v;
-      } else if (key == "free") {
-        f.free_bytes = v;
-      } else if (key == "retries") {
-        f.retries = v;
+      switch (id) {
+#define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent) \
+  case EventKey::key:                                             \
+    take_integer(f.key, v, sv);                                   \
+    break;
+#include "vramtrace/trace/schema.def"
+        default:
+          break;  // text fields take no integer; unknown keys: a newer minor version
       }
     }
   }
@@ -451,55 +598,21 @@ class Reader final : public VramtraceTraceReader {
       if ((err = field.unescaped_key().get(key))) break;
       simdjson::ondemand::value value;
       if ((err = field.value().get(value))) break;
-      if (key.size() == 1) {
-        switch (key[0]) {
-          case 'a':
-            err = value.get_string().get(f.action);
-            break;
-          case 't':
-            err = value.get_int64().get(f.t);
-            break;
-          case 'd':
-            err = value.get_int64().get(f.d);
-            break;
-          case 's':
-            err = value.get_uint64().get(f.s);
-            break;
-          case 'p':
-            err = value.get_uint64().get(f.p);
-            break;
-          case 'r':
-            err = value.get_uint64().get(f.r);
-            break;
-          case 'b': {
-            std::uint64_t v = 0;
-            err = value.get_uint64().get(v);
-            f.b = v;
-            break;
-          }
-          case 'e':
-            err = value.get_uint64().get(f.e);
-            break;
-          case 'k':
-            err = value.get_uint64().get(f.k);
-            break;
+      if (key == "a") {
+        err = value.get_string().get(f.action);
+      } else {
+        switch (event_key(key)) {
+#define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent) \
+  case EventKey::key:                                             \
+    err = get_field(value, f.key);                                \
+    break;
+#define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent) \
+  case EventKey::key:                                          \
+    err = get_field(value, f.key);                             \
+    break;
+#include "vramtrace/trace/schema.def"
           default:
-            break;  // unknown one-letter keys: a newer minor version
-        }
-      } else if (key == "th") {
-        err = value.get_uint64().get(f.th);
-      } else if (key == "free") {
-        err = value.get_uint64().get(f.free_bytes);
-      } else if (key == "retries") {
-        std::uint64_t v = 0;
-        err = value.get_uint64().get(v);
-        if (!err) f.retries = v;
-      } else if (key == "name") {
-        std::string_view name;
-        err = value.get_string().get(name);
-        if (!err) {
-          mark_name_.assign(name);
-          f.has_name = true;
+            break;  // unknown keys: a newer minor version
         }
       }
       if (err) break;
@@ -532,10 +645,7 @@ class Reader final : public VramtraceTraceReader {
       // A device the process reached after the header was written (format 1.1).
       json j = parse_json_line(line);
       VramtraceHeaderDetails::Device d;
-      d.id = static_cast<std::int32_t>(json_int(j, "id"));
-      d.name = json_string(j, "name");
-      d.total_bytes = json_uint(j, "total_bytes");
-      d.uuid = json_string(j, "uuid");
+      read_device_fields(j, d);
       if (d.id < 0) fail("a device record with a negative id");
       note_device_total(d.id, d.total_bytes);
       bool known = false;
@@ -563,7 +673,7 @@ class Reader final : public VramtraceTraceReader {
     if (__builtin_add_overflow(details_.start_unix_ns, f.t, &out.time_ns))
       out.time_ns = f.t < 0 ? INT64_MIN : INT64_MAX;
     out.device = static_cast<std::int32_t>(f.d);
-    out.device_free = f.free_bytes;
+    out.device_free = f.free;
     out.block_size = (*action == Action::alloc || *action == Action::free_requested || *action == Action::free_completed)
                          ? (f.b ? *f.b : f.r)
                          : 0;
@@ -573,16 +683,24 @@ class Reader final : public VramtraceTraceReader {
     entry_point_ = static_cast<std::uint32_t>(f.e);
     memory_kind_ = static_cast<std::uint32_t>(f.k);
     out.memory_kind = static_cast<std::uint8_t>(f.k);
-    if (!f.has_name) mark_name_.clear();
+    mark_name_.assign(f.name);  // empty when the line has none
     has_snapshot_ = false;
-    if (*action == Action::oom) {
-      json j = parse_json_line(line);
-      if (auto snap = j.find("snapshot"); snap != j.end() && snap->is_object()) {
-        snapshot_ = parse_snapshot(*snap);
-        has_snapshot_ = true;
-      }
-    }
+#define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent) \
+  if (schema::carries(schema::carried_by::actions, *action)) read_event_text(line, #key, schema::type{});
+#include "vramtrace/trace/schema.def"
     return kEvent;
+  }
+
+  // Text fields beyond what simdjson gave: a mark's name is in LineFields already; the oom's
+  // snapshot object is read with nlohmann::json, from every line of an action that carries it
+  // (so such a line must be valid for both parsers).
+  void read_event_text(std::string_view, const char*, schema::string) {}
+  void read_event_text(std::string_view line, const char* key, schema::snapshot) {
+    json j = parse_json_line(line);
+    if (auto snap = j.find(key); snap != j.end() && snap->is_object()) {
+      snapshot_ = parse_snapshot(*snap);
+      has_snapshot_ = true;
+    }
   }
 
   // A line that does not parse is accepted only as the file's last line without its '\n' (the

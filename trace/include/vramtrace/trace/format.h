@@ -1,25 +1,15 @@
-// Encoding of vramtrace's JSON Lines trace (docs/trace-format.md is the normative schema).
+// Encoding of vramtrace's JSON Lines trace. One JSON object per line, each with "a", its kind:
 //
-// One JSON object per line; every record has "a", its kind:
+//   {"a":"header",...}     the first line, once
+//   {"a":"device",...}     a device the process first reached after the header (1.1)
+//   {"a":"<action>",...}   one line per allocator event (alloc, free_requested, ..., oom, mark)
+//   {"a":"trailer",...}    the last line
 //
-//   {"a":"header","format":"vramtrace","version":"1.1",...}          first line, once
-//   {"a":"device","id":1,"name":"NVIDIA H200","total_bytes":150109880320}   a device first
-//                                                                    reached after the header (1.1)
-//   {"a":"alloc","t":81234,"p":139637976727552,"r":1000,"b":1024,"th":4711,"e":1}
-//   {"a":"free_requested",...} {"a":"free_completed",...}           same fields as alloc
-//   {"a":"segment_alloc","t":80001,"p":139637976727552,"r":2097152,"th":4711,"e":1}
-//   {"a":"oom","t":...,"r":...,"b":...,"free":...,"snapshot":{"segments":[...]}}
-//   {"a":"mark","t":...,"name":"step 3","th":4711}
-//   {"a":"trailer","t":...,"events":N,"dropped":0,"counts":{...},"devices":[...]}   last line
-//
-// Event fields (absent means 0, except "b", which is absent when equal to "r"):
-//   t  nanoseconds since the header's origin_monotonic_ns (CLOCK_MONOTONIC), may be negative
-//   d  device ordinal          s  stream (cudaStream_t value; 0 = legacy default stream)
-//   p  address (decimal)       r  requested bytes (alloc/free_*) or range bytes (segment_*)
-//   b  block bytes (rounded)   th kernel thread id     e entry point id (header "entry_points")
-//   k  segment_* only: memory that bypassed the caching allocator, the shim's kind (Event::aux)
-// Numbers are plain decimal integers, so that every JSON reader can take them (addresses stay
-// below 2^53 on every CUDA platform we know; readers must still parse them as 64-bit integers).
+// The fields of every record, their order and when each is left out are listed once, in
+// schema.def; these encoders and the reader (vramtrace_reader.cpp) are expanded from that list,
+// and docs/trace-format.md says what the fields mean. Numbers are plain decimal integers, so that
+// every JSON reader can take them (addresses stay below 2^53 on every CUDA platform we know;
+// readers must still parse them as 64-bit integers).
 //
 // These functions are pure: no I/O, no global state. Only the writer's background thread and
 // tests call them.
@@ -45,6 +35,8 @@ inline constexpr std::string_view kFormatName = "vramtrace";
 /// kinds, which older readers skip.
 inline constexpr std::string_view kFormatVersion = "1.1";
 inline constexpr int kFormatMajor = 1;
+/// The clock of the header's origin_monotonic_ns and of every event's "t".
+inline constexpr std::string_view kClockName = "CLOCK_MONOTONIC";
 
 /// One CUDA device as the header lists it.
 struct DeviceInfo {

@@ -107,6 +107,20 @@ class TraceReader {
   virtual const Snapshot* final_state() const { return nullptr; }
   /// True when the input ended early (cut last line, missing trailer).
   virtual bool incomplete() const { return false; }
+  /// Why incomplete() holds, in words for a report; empty when complete. Known once next()
+  /// returned false. Default: "cut last line", all that a format without a trailer can tell;
+  /// vramtrace's reader says more ("no trailer: ...").
+  virtual std::string incomplete_reason() const { return incomplete() ? "cut last line" : std::string(); }
+  /// Of the record last returned by next(), when a mark: its name. Default: empty, for formats
+  /// whose marks have no name (PyTorch's traces have no marks). The reference stays valid until
+  /// the next call of next().
+  virtual const std::string& mark_name() const {
+    static const std::string none;
+    return none;
+  }
+  /// Input bytes skipped because they held only NUL bytes (file-system blocks never written
+  /// after a crash), for a note in reports. Default: 0, for formats that never skip any.
+  virtual std::uint64_t nul_bytes() const { return 0; }
   /// Input bytes consumed so far and the input's size (compressed, as on disk; total 0 when
   /// unknown), for progress lines.
   virtual std::uint64_t bytes_read() const { return 0; }

@@ -1,6 +1,7 @@
 // Reading vramtrace's own JSON Lines trace (docs/trace-format.md), with everything the format
 // holds beyond the common TraceReader interface: header details, the trailer, and per record the
-// block bytes, thread, entry point, mark name and OOM snapshot.
+// block bytes, thread, entry point and OOM snapshot. (Mark names, the reason a trace is
+// incomplete and skipped NUL bytes are in TraceReader, for every format.)
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,10 @@
 
 namespace vramtrace {
 
-/// The header line, field for field (docs/trace-format.md, "header").
+/// The header line, field for field (schema.def lists them; docs/trace-format.md, "header").
 struct VramtraceHeaderDetails {
-  std::string version;  ///< "1.0"
+  std::string format;   ///< "vramtrace"
+  std::string version;  ///< "1.1"
   std::string tool_version;
   std::int64_t pid = 0;
   std::int64_t ppid = 0;
@@ -27,6 +29,7 @@ struct VramtraceHeaderDetails {
   std::optional<std::string> cuda_visible_devices;  ///< absent when not set
   std::vector<std::string> command_line;
   std::int64_t start_unix_ns = 0;
+  std::string clock;  ///< "CLOCK_MONOTONIC"
   std::int64_t origin_monotonic_ns = 0;
   int cuda_driver_version = 0;
   int cuda_runtime_version = 0;
@@ -40,7 +43,11 @@ struct VramtraceHeaderDetails {
   std::string allocator_settings;
   std::vector<std::pair<std::string, std::string>> settings;
   std::vector<std::string> entry_points;
+  // The writer's own settings (the header's "trace" object).
+  std::uint64_t buffer_events = 0;
   std::string on_full;  ///< "wait" or "drop"
+  std::uint32_t flush_interval_ms = 0;
+  std::string compression;  ///< "none" or "zstd"
 };
 
 /// The trailer line. `present` is false until the reader has reached it (or when it is missing).
@@ -76,18 +83,11 @@ class VramtraceTraceReader : public TraceReader {
   /// 1 device, 2 managed, 3 pitched, 4 pool, 5 pinned host, 6 array, 7 virtual memory;
   /// docs/trace-format.md). Compare with is_memory_kind.
   virtual std::uint32_t memory_kind() const = 0;
-  /// Of the record last returned by next(), when a mark: its name.
-  virtual const std::string& mark_name() const = 0;
   /// Of the record last returned by next(), when an oom with a snapshot: the allocator's state
   /// at the failure; nullptr otherwise.
   virtual const Snapshot* oom_snapshot() const = 0;
   /// Lines skipped because their kind is unknown (written by a newer minor version).
   virtual std::uint64_t skipped_records() const = 0;
-  /// Why incomplete() holds, in words for a report ("its last line is cut", "no trailer: ...");
-  /// empty when complete. Known once next() returned false.
-  virtual std::string incomplete_reason() const = 0;
-  /// Bytes of NUL-only lines skipped (file-system blocks never written after a crash).
-  virtual std::uint64_t nul_bytes() const = 0;
 };
 
 /// Opens a vramtrace trace (plain, .gz or .zst by magic bytes). Throws TraceError naming the file
