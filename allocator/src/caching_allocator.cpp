@@ -20,11 +20,11 @@
 #include <atomic>
 #include <bit>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <set>
 #include <string>
 #include <unordered_map>
-#include <functional>
 #include <vector>
 
 namespace vramtrace {
@@ -55,9 +55,9 @@ struct alignas(64) Block {
   std::uint16_t event_count = 0;    // outstanding events (and a deferred replay free)
   bool allocated : 1 = false;
   bool mapped : 1 = true;
-  bool deferred : 1 = false;        // freed by deallocate_deferred, waiting for complete_deferred_free
-  bool expandable : 1 = false;      // part of an expandable segment
-  bool has_stream_uses : 1 = false; // other streams used it (record_stream)
+  bool deferred : 1 = false;         // freed by deallocate_deferred, waiting for complete_deferred_free
+  bool expandable : 1 = false;       // part of an expandable segment
+  bool has_stream_uses : 1 = false;  // other streams used it (record_stream)
 
   bool is_split() const noexcept { return prev != nullptr || next != nullptr; }
 };
@@ -91,11 +91,22 @@ class FreeBlocks {
     iterator() = default;
     explicit iterator(typename Set::const_iterator it) : it_(it) {}
     Block* operator*() const noexcept { return it_->block; }
-    iterator& operator++() noexcept { ++it_; return *this; }
-    iterator& operator--() noexcept { --it_; return *this; }
-    iterator operator++(int) noexcept { iterator old = *this; ++it_; return old; }
+    iterator& operator++() noexcept {
+      ++it_;
+      return *this;
+    }
+    iterator& operator--() noexcept {
+      --it_;
+      return *this;
+    }
+    iterator operator++(int) noexcept {
+      iterator old = *this;
+      ++it_;
+      return old;
+    }
     bool operator==(const iterator& o) const noexcept { return it_ == o.it_; }
     typename Set::const_iterator raw() const noexcept { return it_; }
+
    private:
     typename Set::const_iterator it_;
   };
@@ -127,8 +138,10 @@ class FreeBlocks {
   void replace_with_smaller(iterator it, Block* b) {
     const Key key = key_of(b);
     auto raw = it.raw();
-    if (raw == set_.begin() || *std::prev(raw) < key) rewrite(raw, key);
-    else reinsert(raw, key);
+    if (raw == set_.begin() || *std::prev(raw) < key)
+      rewrite(raw, key);
+    else
+      reinsert(raw, key);
   }
   /// As replace_with_smaller, for a key that sorts above the entry's old key (the block the entry
   /// was made for was merged into `b`, which grew): rewritten in place while it stays below the
@@ -137,8 +150,10 @@ class FreeBlocks {
     const Key key = key_of(b);
     auto raw = it.raw();
     auto next = std::next(raw);
-    if (next == set_.end() || key < *next) rewrite(raw, key);
-    else reinsert(raw, key);
+    if (next == set_.end() || key < *next)
+      rewrite(raw, key);
+    else
+      reinsert(raw, key);
   }
 
  private:
@@ -193,7 +208,7 @@ struct ExpandableSegment {
   std::uint64_t size = 0;          // reserved bytes
   std::uint64_t segment_size = 0;  // page size of this pool: 2 MiB small, 20 MiB large
   StreamId stream{};
-  std::vector<bool> mapped;        // per page
+  std::vector<bool> mapped;  // per page
 };
 
 // The per-device lock. Critical sections are short (a few hundred instructions, no system calls
@@ -251,9 +266,9 @@ struct CachingAllocator::Impl {
   std::uint64_t total_allocated_memory = 0;  // reserved bytes (PyTorch's name for it)
   // Settings-derived flags, fixed at construction (settings never change afterwards), so that the
   // cache-hit path tests one bool instead of re-deriving them.
-  bool any_divisions = false;  // some roundup_power2_divisions entry > 1
-  bool gc_active = false;      // garbage_collection_threshold > 0 with a memory fraction or limit
-  std::uint64_t device_total = 0;            // cached mem_info().total_bytes, 0 = not read yet
+  bool any_divisions = false;      // some roundup_power2_divisions entry > 1
+  bool gc_active = false;          // garbage_collection_threshold > 0 with a memory fraction or limit
+  std::uint64_t device_total = 0;  // cached mem_info().total_bytes, 0 = not read yet
   OomInfo last_oom;
 
   std::deque<Block> block_arena;  // stable addresses; freed Blocks are recycled through free_list
@@ -292,7 +307,8 @@ struct CachingAllocator::Impl {
     return b;
   }
   [[gnu::always_inline]] void delete_block(Block* b) {
-    if (b->has_stream_uses) [[unlikely]] forget_stream_uses(b);
+    if (b->has_stream_uses) [[unlikely]]
+      forget_stream_uses(b);
     b->next = free_list;
     free_list = b;
   }
@@ -739,8 +755,7 @@ struct CachingAllocator::Impl {
   // left in place for the caller to reuse (pool.replace_in_blocks) and returned there.
   [[gnu::always_inline]] std::uint64_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool,
                                                         FreeBlocks::iterator* keep_entry = nullptr) {
-    if (src == nullptr || src->allocated || src->event_count > 0 || src->has_stream_uses ||
-        dst->mapped != src->mapped)
+    if (src == nullptr || src->allocated || src->event_count > 0 || src->has_stream_uses || dst->mapped != src->mapped)
       return 0;
     if (dst->prev == src) {  // [src dst]
       dst->ptr = src->ptr;
@@ -752,9 +767,12 @@ struct CachingAllocator::Impl {
     }
     const std::uint64_t subsumed = src->size;
     dst->size += subsumed;
-    if (!src->mapped) pool.unmapped.erase(src);
-    else if (keep_entry != nullptr) *keep_entry = pool.blocks.find(src);
-    else pool.blocks.erase(src);
+    if (!src->mapped)
+      pool.unmapped.erase(src);
+    else if (keep_entry != nullptr)
+      *keep_entry = pool.blocks.find(src);
+    else
+      pool.blocks.erase(src);
     delete_block(src);
     return subsumed;
   }
@@ -774,8 +792,10 @@ struct CachingAllocator::Impl {
       remaining->prev = block;
       remaining->ptr += p.size;
       remaining->size -= p.size;
-      if (p.in_pool) pool.replace_in_blocks_smaller(p.found, remaining);  // the remainder keeps the found entry
-      else pool.insert_into_blocks(remaining);
+      if (p.in_pool)
+        pool.replace_in_blocks_smaller(p.found, remaining);  // the remainder keeps the found entry
+      else
+        pool.insert_into_blocks(remaining);
       if (already_split && !block->expandable) {
         // An inactive split block shrinks by the bytes handed out.
         decrease(stats.inactive_split_bytes, ps, static_cast<std::int64_t>(block->size));
@@ -842,8 +862,10 @@ struct CachingAllocator::Impl {
       net_split_blocks -= 1;
       net_split_bytes -= static_cast<std::int64_t>(subsumed);
     }
-    if (have_reuse) pool.replace_in_blocks_larger(reuse, block);
-    else pool.insert_into_blocks(block);
+    if (have_reuse)
+      pool.replace_in_blocks_larger(reuse, block);
+    else
+      pool.insert_into_blocks(block);
     if (block->is_split()) {
       net_split_blocks += 1;
       net_split_bytes += static_cast<std::int64_t>(block->size);
@@ -851,10 +873,14 @@ struct CachingAllocator::Impl {
     const int ps = pool_stat(pool);
     // Expandable blocks are left out of inactive_split: their free pages can always be released.
     if (!block->expandable) {
-      if (net_split_blocks > 0) increase(stats.inactive_split, ps, net_split_blocks);
-      else if (net_split_blocks < 0) decrease(stats.inactive_split, ps, -net_split_blocks);
-      if (net_split_bytes > 0) increase(stats.inactive_split_bytes, ps, net_split_bytes);
-      else if (net_split_bytes < 0) decrease(stats.inactive_split_bytes, ps, -net_split_bytes);
+      if (net_split_blocks > 0)
+        increase(stats.inactive_split, ps, net_split_blocks);
+      else if (net_split_blocks < 0)
+        decrease(stats.inactive_split, ps, -net_split_blocks);
+      if (net_split_bytes > 0)
+        increase(stats.inactive_split_bytes, ps, net_split_bytes);
+      else if (net_split_bytes < 0)
+        decrease(stats.inactive_split_bytes, ps, -net_split_bytes);
     }
     decrease(stats.active, ps, 1);
     decrease(stats.active_bytes, ps, static_cast<std::int64_t>(original_size));
@@ -1042,7 +1068,8 @@ struct CachingAllocator::Impl {
       if (expandable) {
         ++expandable_heads;
         const ExpandableSegment* es = segment_of(head);
-        if (es == nullptr || head->ptr != es->base || seg_bytes != es->size) return fail("expandable segment blocks do not cover its reservation");
+        if (es == nullptr || head->ptr != es->base || seg_bytes != es->size)
+          return fail("expandable segment blocks do not cover its reservation");
       } else {
         increase(recount.segment, ps, 1);
         if (seg_bytes >= settings.max_split_size_bytes) recount.oversize_segments.increase(1);
@@ -1106,8 +1133,10 @@ Status CachingAllocator::deallocate(DevicePtr ptr, std::uint16_t entry_point) no
   if (b == nullptr || !b->allocated) return Status::invalid_value;
   try {
     impl_->release_ownership(b, entry_point);
-    if (!!b->has_stream_uses) impl_->insert_events(b);
-    else impl_->free_block_inline(b);
+    if (!!b->has_stream_uses)
+      impl_->insert_events(b);
+    else
+      impl_->free_block_inline(b);
   } catch (const std::bad_alloc&) {
     return Status::device_error;
   }
@@ -1161,7 +1190,8 @@ std::optional<BlockInfo> CachingAllocator::find(DevicePtr ptr) const noexcept {
   std::lock_guard<SpinLock> lock(impl_->mu);
   const Block* b = ptr != 0 ? impl_->active.find(ptr) : nullptr;
   if (b == nullptr) return std::nullopt;
-  return BlockInfo{b->ptr, b->size, b->requested_size, b->stream, b->pool->is_small ? PoolKind::small : PoolKind::large};
+  return BlockInfo{b->ptr, b->size, b->requested_size, b->stream,
+                   b->pool->is_small ? PoolKind::small : PoolKind::large};
 }
 
 std::uint64_t CachingAllocator::cached_free_bytes() const noexcept {

@@ -3,8 +3,8 @@
 namespace vramtrace {
 
 CUstream to_cu_stream(StreamId s) noexcept {
-  if (s.value == 0) return nullptr;                              // legacy default stream
-  if ((s.value & 7) == 2) return CU_STREAM_PER_THREAD;           // this thread's default stream
+  if (s.value == 0) return nullptr;                     // legacy default stream
+  if ((s.value & 7) == 2) return CU_STREAM_PER_THREAD;  // this thread's default stream
   return reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(s.value));
 }
 
@@ -62,8 +62,8 @@ MemInfo CudaDriverDevice::mem_info() noexcept {
 }
 
 bool CudaDriverDevice::supports_virtual_memory() const noexcept {
-  return api_.cuMemAddressReserve && api_.cuMemAddressFree && api_.cuMemCreate && api_.cuMemRelease &&
-         api_.cuMemMap && api_.cuMemUnmap && api_.cuMemSetAccess;
+  return api_.cuMemAddressReserve && api_.cuMemAddressFree && api_.cuMemCreate && api_.cuMemRelease && api_.cuMemMap &&
+         api_.cuMemUnmap && api_.cuMemSetAccess;
 }
 
 Status CudaDriverDevice::reserve_address(std::uint64_t bytes, DevicePtr* out) noexcept {

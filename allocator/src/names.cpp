@@ -10,11 +10,16 @@ namespace vramtrace {
 
 const char* status_name(Status s) noexcept {
   switch (s) {
-    case Status::ok: return "ok";
-    case Status::out_of_memory: return "out_of_memory";
-    case Status::invalid_value: return "invalid_value";
-    case Status::not_supported: return "not_supported";
-    case Status::device_error: return "device_error";
+    case Status::ok:
+      return "ok";
+    case Status::out_of_memory:
+      return "out_of_memory";
+    case Status::invalid_value:
+      return "invalid_value";
+    case Status::not_supported:
+      return "not_supported";
+    case Status::device_error:
+      return "device_error";
   }
   return "unknown";
 }
@@ -40,19 +45,26 @@ std::optional<Action> parse_action(std::string_view name) noexcept {
 
 const char* reuse_policy_name(ReusePolicy p) noexcept {
   switch (p) {
-    case ReusePolicy::lazy_sync: return "lazy_sync";
-    case ReusePolicy::device_sync: return "device_sync";
-    case ReusePolicy::stream_ordered: return "stream_ordered";
-    case ReusePolicy::none: return "none";
+    case ReusePolicy::lazy_sync:
+      return "lazy_sync";
+    case ReusePolicy::device_sync:
+      return "device_sync";
+    case ReusePolicy::stream_ordered:
+      return "stream_ordered";
+    case ReusePolicy::none:
+      return "none";
   }
   return "lazy_sync";
 }
 
 const char* block_state_name(BlockState s) noexcept {
   switch (s) {
-    case BlockState::active_allocated: return "active_allocated";
-    case BlockState::active_pending_free: return "active_pending_free";
-    case BlockState::inactive: return "inactive";
+    case BlockState::active_allocated:
+      return "active_allocated";
+    case BlockState::active_pending_free:
+      return "active_pending_free";
+    case BlockState::inactive:
+      return "inactive";
   }
   return "unknown";
 }

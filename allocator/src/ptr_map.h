@@ -159,7 +159,9 @@ struct PoolAllocator {
   T* allocate(std::size_t n) { return static_cast<T*>(pool->allocate(n * sizeof(T))); }
   void deallocate(T* p, std::size_t n) noexcept { pool->deallocate(p, n * sizeof(T)); }
   template <class U>
-  bool operator==(const PoolAllocator<U>& o) const noexcept { return pool == o.pool; }
+  bool operator==(const PoolAllocator<U>& o) const noexcept {
+    return pool == o.pool;
+  }
 };
 
 }  // namespace vramtrace::detail

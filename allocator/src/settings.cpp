@@ -38,8 +38,14 @@ bool parse_double(std::string_view s, double& out) {
 
 bool parse_bool(std::string_view key, std::string_view v, bool& out, std::string& error) {
   // PyTorch's tokenizer accepts exactly "True" and "False".
-  if (v == "True") { out = true; return true; }
-  if (v == "False") { out = false; return true; }
+  if (v == "True") {
+    out = true;
+    return true;
+  }
+  if (v == "False") {
+    out = false;
+    return true;
+  }
   error = "setting '" + std::string(key) + "': expected True or False, got '" + std::string(v) + "'";
   return false;
 }
@@ -65,13 +71,15 @@ bool parse_divisions(std::string_view v, std::array<std::uint32_t, 16>& out, std
   const std::string key = "roundup_power2_divisions";
   std::array<std::uint32_t, 16> result{};
   auto bad = [&](const std::string& why) {
-    error = "setting '" + key + "': " + why + " (expected a power of two such as 4, or a list such as [64:8,256:4,>:2])";
+    error =
+        "setting '" + key + "': " + why + " (expected a power of two such as 4, or a list such as [64:8,256:4,>:2])";
     return false;
   };
   if (v.empty()) return bad("empty value");
   if (v.front() != '[') {
     std::uint64_t d = 0;
-    if (!parse_u64(v, d) || !is_pow2_or_zero(d) || d > 1024) return bad("'" + std::string(v) + "' is not a power of two");
+    if (!parse_u64(v, d) || !is_pow2_or_zero(d) || d > 1024)
+      return bad("'" + std::string(v) + "' is not a power of two");
     result.fill(static_cast<std::uint32_t>(d));
     out = result;
     return true;
@@ -116,8 +124,10 @@ std::vector<std::string_view> split_top_level(std::string_view s) {
   int depth = 0;
   std::size_t start = 0;
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '[') ++depth;
-    else if (s[i] == ']') --depth;
+    if (s[i] == '[')
+      ++depth;
+    else if (s[i] == ']')
+      --depth;
     else if (s[i] == ',' && depth == 0) {
       items.push_back(s.substr(start, i - start));
       start = i + 1;
@@ -190,8 +200,8 @@ bool parse_item(std::string_view item, AllocatorSettings& s, std::string& error)
     if (!parse_limit_size(v, s.limit_bytes, error)) return false;
   } else if (key == "reuse") {
     bool known = false;
-    for (ReusePolicy p : {ReusePolicy::lazy_sync, ReusePolicy::device_sync, ReusePolicy::stream_ordered,
-                          ReusePolicy::none}) {
+    for (ReusePolicy p :
+         {ReusePolicy::lazy_sync, ReusePolicy::device_sync, ReusePolicy::stream_ordered, ReusePolicy::none}) {
       if (v != reuse_policy_name(p)) continue;
       s.reuse = p;
       known = true;
@@ -264,7 +274,8 @@ std::string AllocatorSettings::to_string() const {
     if (!out.empty()) out += ',';
     out += item;
   };
-  if (max_split_size_bytes != d.max_split_size_bytes) add("max_split_size_mb:" + std::to_string(max_split_size_bytes / kMiB));
+  if (max_split_size_bytes != d.max_split_size_bytes)
+    add("max_split_size_mb:" + std::to_string(max_split_size_bytes / kMiB));
   if (max_non_split_rounding_bytes != d.max_non_split_rounding_bytes)
     add("max_non_split_rounding_mb:" + std::to_string(max_non_split_rounding_bytes / kMiB));
   if (roundup_power2_divisions != d.roundup_power2_divisions) {

@@ -13,7 +13,8 @@ SimulatedDevice::SimulatedDevice() : SimulatedDevice(Options{}) {}
 
 SimulatedDevice::SimulatedDevice(const Options& options) : options_(options) {
   if (options_.page_bytes == 0) options_.page_bytes = 2 * kMiB;
-  next_address_ = round_up(options_.base_address == 0 ? options_.page_bytes : options_.base_address, options_.page_bytes);
+  next_address_ =
+      round_up(options_.base_address == 0 ? options_.page_bytes : options_.base_address, options_.page_bytes);
   plan_.assign(options_.address_plan.begin(), options_.address_plan.end());
   used_bytes_ = options_.outside_bytes;
 }

@@ -28,9 +28,9 @@ void add_stat(std::vector<std::pair<std::string, std::int64_t>>& out, const std:
 std::vector<std::pair<std::string, std::int64_t>> flatten_stats(const DeviceStats& s) {
   std::vector<std::pair<std::string, std::int64_t>> out;
   out.reserve(128);
-#define VRAMTRACE_FLAT_POOL(name)                           \
-  add_stat(out, #name ".all", s.name[kStatAll]);            \
-  add_stat(out, #name ".large_pool", s.name[kStatLarge]);   \
+#define VRAMTRACE_FLAT_POOL(name)                         \
+  add_stat(out, #name ".all", s.name[kStatAll]);          \
+  add_stat(out, #name ".large_pool", s.name[kStatLarge]); \
   add_stat(out, #name ".small_pool", s.name[kStatSmall]);
   VRAMTRACE_POOL_STATS(VRAMTRACE_FLAT_POOL)
 #undef VRAMTRACE_FLAT_POOL

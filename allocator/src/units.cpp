@@ -23,10 +23,8 @@ double unit_bytes(std::string_view unit) {
     std::string_view name;
     double bytes;
   } kUnits[] = {
-      {"", 1},          {"b", 1},
-      {"k", 0x1p10},    {"kib", 0x1p10}, {"m", 0x1p20}, {"mib", 0x1p20},
-      {"g", 0x1p30},    {"gib", 0x1p30}, {"t", 0x1p40}, {"tib", 0x1p40},
-      {"kb", 1e3},      {"mb", 1e6},     {"gb", 1e9},   {"tb", 1e12},
+      {"", 1},         {"b", 1},      {"k", 0x1p10},   {"kib", 0x1p10}, {"m", 0x1p20}, {"mib", 0x1p20}, {"g", 0x1p30},
+      {"gib", 0x1p30}, {"t", 0x1p40}, {"tib", 0x1p40}, {"kb", 1e3},     {"mb", 1e6},   {"gb", 1e9},     {"tb", 1e12},
   };
   for (const auto& u : kUnits)
     if (unit == u.name) return u.bytes;
@@ -61,7 +59,8 @@ bool parse_number_size(std::string_view text, std::uint64_t& out_bytes, std::str
   }
   const double mult = unit_bytes(unit);
   if (mult == 0) {
-    error = "'" + std::string(text) + "' has an unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)";
+    error =
+        "'" + std::string(text) + "' has an unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)";
     return false;
   }
   const bool whole = number.find('.') == std::string_view::npos;

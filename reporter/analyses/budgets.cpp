@@ -139,9 +139,12 @@ Budgets parse_budget_file(const std::string& path) {
       b.max_retries = count();
     } else if (key == "no-leaks") {
       std::string v = lower(value);
-      if (v == "true" || v == "1" || v == "yes") b.no_leaks = true;
-      else if (v == "false" || v == "0" || v == "no") b.no_leaks = false;
-      else fail(fmt::format("no-leaks: \"{}\" is not true or false", value));
+      if (v == "true" || v == "1" || v == "yes")
+        b.no_leaks = true;
+      else if (v == "false" || v == "0" || v == "no")
+        b.no_leaks = false;
+      else
+        fail(fmt::format("no-leaks: \"{}\" is not true or false", value));
     } else if (key == "max-growth") {
       b.max_growth = size();
     } else if (key == "baseline") {
@@ -160,9 +163,10 @@ Budgets parse_budget_file(const std::string& path) {
       if (v > 1023) fail(fmt::format("device: {} is not a device index 0..1023", v));
       b.device = static_cast<std::int32_t>(v);
     } else {
-      fail(fmt::format("unknown budget \"{}\" (known: max-peak-reserved, max-peak-allocated, max-reserved-ratio, "
-                       "max-ooms, max-retries, no-leaks, max-growth, baseline, max-increase, noise-margin, device)",
-                       key));
+      fail(
+          fmt::format("unknown budget \"{}\" (known: max-peak-reserved, max-peak-allocated, max-reserved-ratio, "
+                      "max-ooms, max-retries, no-leaks, max-growth, baseline, max-increase, noise-margin, device)",
+                      key));
     }
   }
   return b;
@@ -192,9 +196,12 @@ std::vector<DeviceMeasures> measures_from_summary(const nlohmann::json& summary,
 
 const char* verdict_name(Verdict v) noexcept {
   switch (v) {
-    case Verdict::pass: return "pass";
-    case Verdict::fail: return "fail";
-    case Verdict::unknown: return "unknown";
+    case Verdict::pass:
+      return "pass";
+    case Verdict::fail:
+      return "fail";
+    case Verdict::unknown:
+      return "unknown";
   }
   return "unknown";
 }
@@ -232,9 +239,9 @@ BudgetResult limit(const char* budget, const char* what, const DeviceMeasures& m
   r.measured = *measured;
   r.measured_text = text(*measured);
   r.verdict = *measured <= allowed ? Verdict::pass : Verdict::fail;
-  r.message = fmt::format("{}: {} is {}, {} {} ({})", budget, what, r.measured_text,
-                          r.verdict == Verdict::pass ? "within the budget of" : "over the budget of", r.allowed_text,
-                          where(m));
+  r.message =
+      fmt::format("{}: {} is {}, {} {} ({})", budget, what, r.measured_text,
+                  r.verdict == Verdict::pass ? "within the budget of" : "over the budget of", r.allowed_text, where(m));
   return r;
 }
 
@@ -264,12 +271,13 @@ BudgetResult growth_budget(const char* budget, const DeviceMeasures& m, double a
   if (!m.growth || !m.growth->evaluated) {
     r.verdict = Verdict::unknown;
     r.measured_text = "unknown";
-    std::string why = !m.growth_note.empty()                ? m.growth_note
+    std::string why = !m.growth_note.empty()                  ? m.growth_note
                       : m.growth && !m.growth->reason.empty() ? m.growth->reason
                                                               : "no step boundaries (the input has no trace events)";
-    r.message = fmt::format("{}: growth per step cannot be checked: {} ({}). Write a mark per step "
-                            "(vramtrace_mark) or run more steps.",
-                            budget, why, where(m));
+    r.message = fmt::format(
+        "{}: growth per step cannot be checked: {} ({}). Write a mark per step "
+        "(vramtrace_mark) or run more steps.",
+        budget, why, where(m));
     return r;
   }
   const GrowthFit& g = *m.growth;
@@ -279,15 +287,16 @@ BudgetResult growth_budget(const char* budget, const DeviceMeasures& m, double a
   // Growth counts only when it is significant (Note [growth detection], rule 4).
   bool over = g.growing && g.slope_bytes_per_step > allowed;
   r.verdict = over ? Verdict::fail : Verdict::pass;
-  std::string fit = fmt::format("fitted over steps {}..{} after {} warm-up steps, R^2 {:.3f}, +/- {}", g.warmup_steps,
-                                g.samples - 1, g.warmup_steps, g.r_squared, format_bytes(g.slope_stderr, ByteStyle::binary));
+  std::string fit =
+      fmt::format("fitted over steps {}..{} after {} warm-up steps, R^2 {:.3f}, +/- {}", g.warmup_steps, g.samples - 1,
+                  g.warmup_steps, g.r_squared, format_bytes(g.slope_stderr, ByteStyle::binary));
   if (over) {
     r.message = fmt::format("{}: allocated memory grows by {} per step ({}), over the budget of {} ({})", budget,
                             format_bytes(g.slope_bytes_per_step, ByteStyle::binary), fit, r.allowed_text, where(m));
   } else {
     r.message = fmt::format("{}: growth per step is {}{} ({}), within the budget of {} ({})", budget,
-                            format_bytes(g.slope_bytes_per_step, ByteStyle::binary), g.growing ? "" : ", not significant", fit,
-                            r.allowed_text, where(m));
+                            format_bytes(g.slope_bytes_per_step, ByteStyle::binary),
+                            g.growing ? "" : ", not significant", fit, r.allowed_text, where(m));
   }
   return r;
 }
@@ -327,9 +336,10 @@ BudgetResult increase(const char* budget, const char* stat, const DeviceMeasures
   double change = *then > 0 ? (r.measured - static_cast<double>(*then)) / static_cast<double>(*then) * 100 : 0;
   r.details["change_percent"] = change;
   r.verdict = r.measured <= r.allowed ? Verdict::pass : Verdict::fail;
-  r.message = fmt::format("{}: {} is {}, {:+.1f}% against the baseline's {}; allowed {} (+{}% + {} noise margin) ({})",
-                          budget, stat, r.measured_text, change, format_bytes(static_cast<double>(*then), ByteStyle::binary),
-                          r.allowed_text, pct, format_bytes(margin, ByteStyle::binary), where(m));
+  r.message =
+      fmt::format("{}: {} is {}, {:+.1f}% against the baseline's {}; allowed {} (+{}% + {} noise margin) ({})", budget,
+                  stat, r.measured_text, change, format_bytes(static_cast<double>(*then), ByteStyle::binary),
+                  r.allowed_text, pct, format_bytes(margin, ByteStyle::binary), where(m));
   return r;
 }
 

@@ -1,6 +1,7 @@
 // Memory budgets for `vramtrace check`: what a run may use, read from the command line or from a
 // budget file kept beside the tests, evaluated against a run's figures (figures.h: from its trace
-// model, or from a `vramtrace summary --json` document) and the growth fit (growth.h). pytest-memray's limit_memory / --fail-on-increase are the model.
+// model, or from a `vramtrace summary --json` document) and the growth fit (growth.h). pytest-memray's limit_memory /
+// --fail-on-increase are the model.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,7 @@ struct Budgets {
   /// kSmallBuffer, the smallest amount reserved memory moves by), so that a run which happens to
   /// round differently does not fail a 0 % budget.
   std::optional<std::uint64_t> noise_margin;
-  std::optional<std::int32_t> device;               ///< only this device
+  std::optional<std::int32_t> device;  ///< only this device
 
   static constexpr std::uint64_t kDefaultNoiseMargin = kSmallBuffer;
 
@@ -66,16 +67,16 @@ Budgets parse_budget_file(const std::string& path);
 
 /// What check measures for one device of one trace.
 struct DeviceMeasures {
-  std::string trace;                          ///< path as the summary names it
-  std::size_t trace_index = 0;                ///< position among the checked traces
+  std::string trace;            ///< path as the summary names it
+  std::size_t trace_index = 0;  ///< position among the checked traces
   std::int32_t device = 0;
-  std::optional<std::int64_t> peak_reserved;  ///< bytes
-  std::optional<std::int64_t> peak_allocated; ///< bytes
+  std::optional<std::int64_t> peak_reserved;   ///< bytes
+  std::optional<std::int64_t> peak_allocated;  ///< bytes
   std::optional<std::int64_t> num_ooms;
   std::optional<std::int64_t> num_alloc_retries;  ///< unknown when the trace does not record it
-  std::optional<GrowthFit> growth;            ///< absent when the input was a summary
-  std::string growth_source;                  ///< "marks", "pattern", "none", "" (no trace)
-  std::string growth_note;                    ///< why growth cannot be judged, if so
+  std::optional<GrowthFit> growth;                ///< absent when the input was a summary
+  std::string growth_source;                      ///< "marks", "pattern", "none", "" (no trace)
+  std::string growth_note;                        ///< why growth cannot be judged, if so
 };
 
 /// The measures of every device of `traces`, in order (trace_index = position in `traces`):
@@ -92,17 +93,17 @@ const char* verdict_name(Verdict v) noexcept;
 
 /// The outcome of one budget on one device.
 struct BudgetResult {
-  std::string budget;       ///< option name, e.g. "max-peak-reserved"; "max-increase:reserved"
+  std::string budget;  ///< option name, e.g. "max-peak-reserved"; "max-increase:reserved"
   std::string trace;
   std::int32_t device = 0;
   Verdict verdict = Verdict::unknown;
-  std::string unit;         ///< "bytes", "bytes/step", "ratio", "count"
-  double measured = 0;      ///< measured value in `unit` (unset when unknown)
-  double allowed = 0;       ///< the budget's limit in `unit`
+  std::string unit;           ///< "bytes", "bytes/step", "ratio", "count"
+  double measured = 0;        ///< measured value in `unit` (unset when unknown)
+  double allowed = 0;         ///< the budget's limit in `unit`
   std::string measured_text;  ///< e.g. "1.20 GiB"
   std::string allowed_text;   ///< e.g. "1.00 GiB"
-  std::string message;      ///< one sentence: budget, measured, allowed (and why, if unknown)
-  nlohmann::json details;   ///< extra figures (growth fit, baseline values)
+  std::string message;        ///< one sentence: budget, measured, allowed (and why, if unknown)
+  nlohmann::json details;     ///< extra figures (growth fit, baseline values)
 };
 
 /// Evaluates every set budget on every device (or on `budgets.device` only). `baseline` are the

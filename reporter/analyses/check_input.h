@@ -40,11 +40,11 @@ struct DeviceEventFacts {
 /// One loaded input.
 struct CheckInput {
   std::string path;
-  bool is_summary = false;             ///< a summary --json document, not a trace
-  std::vector<TraceFigures> traces;    ///< one trace, or each trace the summary document lists
+  bool is_summary = false;           ///< a summary --json document, not a trace
+  std::vector<TraceFigures> traces;  ///< one trace, or each trace the summary document lists
   std::vector<DeviceMeasures> measures;
-  std::vector<DeviceSteps> steps;      ///< traces only
-  std::vector<DeviceEventFacts> facts; ///< traces only
+  std::vector<DeviceSteps> steps;       ///< traces only
+  std::vector<DeviceEventFacts> facts;  ///< traces only
 };
 
 /// True when `path` holds one JSON object with a "traces" array (a summary document) rather than

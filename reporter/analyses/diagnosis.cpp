@@ -13,9 +13,9 @@
 #include "analyses/diagnosis.h"
 #include "vramtrace/units.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cinttypes>
-#include <fmt/format.h>
 
 namespace vramtrace {
 
@@ -30,12 +30,18 @@ std::string fb(u64 v) { return format_bytes(static_cast<i64>(v), ByteStyle::pyto
 
 const char* diagnosis_code_name(DiagnosisCode c) noexcept {
   switch (c) {
-    case DiagnosisCode::exceeds_device: return "exceeds_device";
-    case DiagnosisCode::unexplained: return "unexplained";
-    case DiagnosisCode::fragmentation: return "fragmentation";
-    case DiagnosisCode::outside_allocator: return "outside_allocator";
-    case DiagnosisCode::capacity: return "capacity";
-    case DiagnosisCode::undetermined: return "undetermined";
+    case DiagnosisCode::exceeds_device:
+      return "exceeds_device";
+    case DiagnosisCode::unexplained:
+      return "unexplained";
+    case DiagnosisCode::fragmentation:
+      return "fragmentation";
+    case DiagnosisCode::outside_allocator:
+      return "outside_allocator";
+    case DiagnosisCode::capacity:
+      return "capacity";
+    case DiagnosisCode::undetermined:
+      return "undetermined";
   }
   return "undetermined";
 }
@@ -92,8 +98,9 @@ bool rule_exceeds_1eb(const OomFigures& f, Diagnosis& d) {
   d.code = DiagnosisCode::exceeds_device;
   d.headline = "the request is more than 1 EiB: no device has that much memory";
   d.reasons.push_back("PyTorch refuses sizes above 1 EiB before asking the device");
-  d.next_step = "Look for a wrong shape: a size computed from an uninitialised or negative value, or an "
-                "unintended broadcast (e.g. [N,1] * [1,N]).";
+  d.next_step =
+      "Look for a wrong shape: a size computed from an uninitialised or negative value, or an "
+      "unintended broadcast (e.g. [N,1] * [1,N]).";
   return true;
 }
 
@@ -101,8 +108,9 @@ bool undetermined_without_request(const OomFigures& f, Diagnosis& d) {
   if (f.request) return false;
   d.code = DiagnosisCode::undetermined;
   d.headline = "the request size is not in the input, so no verdict is possible";
-  d.next_step = "Paste the whole message: the figures follow \"Tried to allocate\" on the same line. Or record a "
-                "trace (vramtrace run) and use `vramtrace oom`.";
+  d.next_step =
+      "Paste the whole message: the figures follow \"Tried to allocate\" on the same line. Or record a "
+      "trace (vramtrace run) and use `vramtrace oom`.";
   return true;
 }
 
@@ -118,14 +126,17 @@ void diagnose_bfc(const OomFigures& f, u64 R, Diagnosis& d) {
   std::optional<u64> free_in_limit = f.reserved_unallocated;
   if (f.allowed && f.allocated) {
     i64 v = static_cast<i64>(*f.allowed) - static_cast<i64>(*f.allocated);
-    derive(d, "free_within_limit", v, fmt::format("free within the limit = Limit - InUse = {} - {} = {}", fb(*f.allowed), fb(*f.allocated), format_bytes(v, ByteStyle::pytorch)));
+    derive(d, "free_within_limit", v,
+           fmt::format("free within the limit = Limit - InUse = {} - {} = {}", fb(*f.allowed), fb(*f.allocated),
+                       format_bytes(v, ByteStyle::pytorch)));
     free_in_limit = v > 0 ? static_cast<u64>(v) : 0;
   }
   if (!free_in_limit) {
     d.code = DiagnosisCode::undetermined;
     d.headline = "the message gives the request but not the allocator's limit and use";
-    d.next_step = "Paste the allocator dump that follows the message (the lines \"Limit:\", \"InUse:\" and the chunk "
-                  "list), or run with TF_GPU_ALLOCATOR=cuda_malloc_async to see the device's own figures.";
+    d.next_step =
+        "Paste the allocator dump that follows the message (the lines \"Limit:\", \"InUse:\" and the chunk "
+        "list), or run with TF_GPU_ALLOCATOR=cuda_malloc_async to see the device's own figures.";
     return;
   }
   if (*free_in_limit >= R) {
@@ -134,14 +145,16 @@ void diagnose_bfc(const OomFigures& f, u64 R, Diagnosis& d) {
     d.reasons.push_back(fmt::format("free within the limit {} >= request {}", fb(*free_in_limit), fb(R)));
     if (f.largest_free_block)
       d.reasons.push_back(fmt::format("largest free chunk {} < request {}", fb(*f.largest_free_block), fb(R)));
-    d.next_step = "Allocate the largest, longest-lived tensors first, or use TF_GPU_ALLOCATOR=cuda_malloc_async; "
-                  "in JAX, XLA_PYTHON_CLIENT_ALLOCATOR=platform shows whether the pool layout is the cause.";
+    d.next_step =
+        "Allocate the largest, longest-lived tensors first, or use TF_GPU_ALLOCATOR=cuda_malloc_async; "
+        "in JAX, XLA_PYTHON_CLIENT_ALLOCATOR=platform shows whether the pool layout is the cause.";
   } else {
     d.code = DiagnosisCode::capacity;
     d.headline = "the allocator's limit is used up: not enough memory whatever the layout";
     d.reasons.push_back(fmt::format("free within the limit {} < request {}", fb(*free_in_limit), fb(R)));
-    d.next_step = "Reduce the batch size or model size, use mixed precision or rematerialisation, or raise the memory "
-                  "limit (TF: set_memory_growth / memory_limit; JAX: XLA_PYTHON_CLIENT_MEM_FRACTION).";
+    d.next_step =
+        "Reduce the batch size or model size, use mixed precision or rematerialisation, or raise the memory "
+        "limit (TF: set_memory_growth / memory_limit; JAX: XLA_PYTHON_CLIENT_MEM_FRACTION).";
   }
 }
 
@@ -171,15 +184,16 @@ void derive_cache(const OomFigures& f, Derived& x, Diagnosis& d) {
   if (!x.cache_free && x.reserved && f.allocated) {
     i64 v = static_cast<i64>(*x.reserved) - static_cast<i64>(*f.allocated);
     derive(d, "reserved_unallocated", v,
-           fmt::format("reserved but unallocated (free in the cache) = reserved - allocated = {} - {} = {}", fb(*x.reserved),
-                       fb(*f.allocated), format_bytes(v, ByteStyle::pytorch)));
+           fmt::format("reserved but unallocated (free in the cache) = reserved - allocated = {} - {} = {}",
+                       fb(*x.reserved), fb(*f.allocated), format_bytes(v, ByteStyle::pytorch)));
     if (v < 0) d.notes.push_back("allocated exceeds reserved: the figures are inconsistent (or rounded very coarsely)");
     x.cache_free = v > 0 ? static_cast<u64>(v) : 0;
   }
   if (f.private_pools)
-    d.notes.push_back(fmt::format("{} of the allocated memory is cached in private pools (CUDA graphs); only that pool's "
-                                  "captures can use it",
-                                  fb(*f.private_pools)));
+    d.notes.push_back(
+        fmt::format("{} of the allocated memory is cached in private pools (CUDA graphs); only that pool's "
+                    "captures can use it",
+                    fb(*f.private_pools)));
   if (f.inactive_split)
     derive(d, "inactive_split", static_cast<i64>(*f.inactive_split),
            fmt::format("free inside split segments (inactive split, non-releasable) = {}", fb(*f.inactive_split)));
@@ -204,7 +218,8 @@ void derive_outside(const OomFigures& f, Derived& x, Diagnosis& d) {
   if (!x.outside && f.device_total && f.device_free && x.reserved) {
     i64 v = static_cast<i64>(*f.device_total) - static_cast<i64>(*f.device_free) - static_cast<i64>(*x.reserved);
     derive(d, "outside_allocator", v,
-           fmt::format("memory outside the allocator (context, libraries, other processes) = total - free - reserved = {} - {} - {} = {}",
+           fmt::format("memory outside the allocator (context, libraries, other processes) = total - free - reserved = "
+                       "{} - {} - {} = {}",
                        fb(*f.device_total), fb(*f.device_free), fb(*x.reserved), format_bytes(v, ByteStyle::pytorch)));
     x.outside = v > 0 ? static_cast<u64>(v) : 0;
   }
@@ -244,8 +259,9 @@ bool rule_exceeds_device(const OomFigures& f, const Derived& x, Diagnosis& d) {
     d.code = DiagnosisCode::exceeds_device;
     d.headline = "the request alone is larger than the device";
     d.reasons.push_back(fmt::format("request {} > device total {}", fb(R), fb(*f.device_total)));
-    d.next_step = "No allocator setting helps. Reduce the size of this one tensor (batch, sequence length, image "
-                  "size), shard it across devices, or check its shape for a bug.";
+    d.next_step =
+        "No allocator setting helps. Reduce the size of this one tensor (batch, sequence length, image "
+        "size), shard it across devices, or check its shape for a bug.";
     return true;
   }
   if (f.allowed && R > *f.allowed) {
@@ -258,9 +274,10 @@ bool rule_exceeds_device(const OomFigures& f, const Derived& x, Diagnosis& d) {
   if (!f.device_total && R >= (1ull << 40)) {
     d.code = DiagnosisCode::exceeds_device;
     d.headline = "the request alone is larger than any GPU's memory";
-    d.reasons.push_back(fmt::format("request {} >= 1 TiB; the device total is not in the input, but no single GPU "
-                                    "has that much memory",
-                                    fb(R)));
+    d.reasons.push_back(
+        fmt::format("request {} >= 1 TiB; the device total is not in the input, but no single GPU "
+                    "has that much memory",
+                    fb(R)));
     d.next_step = "Look for a wrong shape (an unexpected dimension, a broadcast, a huge image) before anything else.";
     return true;
   }
@@ -276,10 +293,11 @@ bool rule_unexplained(const Derived& x, Diagnosis& d) {
   d.headline = "the device had room for the request, so this allocator's state does not explain the failure";
   d.reasons.push_back(fmt::format("free on the device {} >= {} {} + {} slack", fb(*x.device_avail),
                                   Rdev != R ? "new segment" : "request", fb(Rdev), fb(kDeviceSlackBytes)));
-  d.next_step = "Check for: another process allocating at the same moment (watch nvidia-smi); the program running on a "
-                "different GPU than the message names (CUDA_VISIBLE_DEVICES); a limit the message does not show (MIG "
-                "slice, container, set_per_process_memory_fraction); a different CUDA error reported as out of memory "
-                "(rerun with CUDA_LAUNCH_BLOCKING=1).";
+  d.next_step =
+      "Check for: another process allocating at the same moment (watch nvidia-smi); the program running on a "
+      "different GPU than the message names (CUDA_VISIBLE_DEVICES); a limit the message does not show (MIG "
+      "slice, container, set_per_process_memory_fraction); a different CUDA error reported as out of memory "
+      "(rerun with CUDA_LAUNCH_BLOCKING=1).";
   return true;
 }
 
@@ -299,12 +317,13 @@ void rule_outside_larger_than_inside(const Derived& x, Diagnosis& d) {
   if (*x.outside > kContextAllowanceBytes) {
     d.code = DiagnosisCode::outside_allocator;
     d.headline = "most of the device is held outside this allocator (other processes, other libraries)";
-    d.reasons.push_back(fmt::format("{} outside > {} a CUDA context takes", fb(*x.outside), fb(kContextAllowanceBytes)));
+    d.reasons.push_back(
+        fmt::format("{} outside > {} a CUDA context takes", fb(*x.outside), fb(kContextAllowanceBytes)));
   } else {
     d.code = DiagnosisCode::capacity;
     d.headline = "the device is too small: the CUDA context takes a large share of it and the rest is in use";
-    d.reasons.push_back(fmt::format("{} outside is about what a CUDA context takes (<= {}): a fixed cost", fb(*x.outside),
-                                    fb(kContextAllowanceBytes)));
+    d.reasons.push_back(fmt::format("{} outside is about what a CUDA context takes (<= {}): a fixed cost",
+                                    fb(*x.outside), fb(kContextAllowanceBytes)));
   }
 }
 
@@ -315,18 +334,24 @@ void rule_fragmentation(const OomFigures& f, const Derived& x, Diagnosis& d) {
   u64 total_free = *x.cache_free + *x.device_avail;
   derive(d, "free_in_all", static_cast<i64>(total_free),
          fmt::format("free in all = free in the cache + free {} = {} + {} = {}",
-                     x.cap_binds ? "under the cap" : "on the device", fb(*x.cache_free), fb(*x.device_avail), fb(total_free)));
+                     x.cap_binds ? "under the cap" : "on the device", fb(*x.cache_free), fb(*x.device_avail),
+                     fb(total_free)));
   if (total_free < R) return;
   d.code = DiagnosisCode::fragmentation;
   d.headline = "enough memory is free in total, but no free block is large enough";
   d.reasons.push_back(fmt::format("free in all {} >= request {}", fb(total_free), fb(R)));
-  d.reasons.push_back(fmt::format("free on the device {} < {}: a new segment does not fit", fb(*x.device_avail), fb(x.device_request)));
+  d.reasons.push_back(
+      fmt::format("free on the device {} < {}: a new segment does not fit", fb(*x.device_avail), fb(x.device_request)));
   if (f.largest_free_block) {
-    d.reasons.push_back(fmt::format("largest free block in the cache {} < request {}", fb(*f.largest_free_block), fb(R)));
+    d.reasons.push_back(
+        fmt::format("largest free block in the cache {} < request {}", fb(*f.largest_free_block), fb(R)));
     if (*f.largest_free_block >= R)
-      d.notes.push_back("the largest free block is not smaller than the request: it may be in another stream's pool or oversize");
+      d.notes.push_back(
+          "the largest free block is not smaller than the request: it may be in another stream's pool or oversize");
   } else {
-    d.reasons.push_back("the cache's free memory is in holes smaller than the request (PyTorch released every whole free segment before failing)");
+    d.reasons.push_back(
+        "the cache's free memory is in holes smaller than the request (PyTorch released every whole free segment "
+        "before failing)");
   }
 }
 
@@ -349,7 +374,8 @@ u64 derive_shortfall(const Derived& x, Diagnosis& d) {
 }
 
 bool rule_outside_allocator(const Derived& x, u64 shortfall, Diagnosis& d) {
-  if (x.cap_binds || !x.outside || *x.outside <= kContextAllowanceBytes || *x.outside - kContextAllowanceBytes < shortfall)
+  if (x.cap_binds || !x.outside || *x.outside <= kContextAllowanceBytes ||
+      *x.outside - kContextAllowanceBytes < shortfall)
     return false;
   u64 total_free = *x.cache_free + *x.device_avail;
   d.code = DiagnosisCode::outside_allocator;
@@ -366,34 +392,40 @@ void rule_capacity(const Derived& x, Diagnosis& d) {
   d.headline = x.cap_binds ? "the per-process cap is used up: not enough memory whatever the layout"
                            : "not enough memory whatever the layout";
   d.reasons.push_back(fmt::format("free in all {} < request {}", fb(total_free), fb(x.request)));
-  if (x.cap_binds) d.reasons.push_back(fmt::format("the cap leaves {} of headroom; the device itself had more free", fb(*x.device_avail)));
+  if (x.cap_binds)
+    d.reasons.push_back(
+        fmt::format("the cap leaves {} of headroom; the device itself had more free", fb(*x.device_avail)));
 }
 
 // The next step of rules 3 to 6, by code.
 void set_next_step(Diagnosis& d, bool cap_binds) {
   switch (d.code) {
     case DiagnosisCode::fragmentation:
-      d.next_step = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1) so that free pages can be "
-                    "combined, or max_split_size_mb:N (N a little above your usual large tensor, in MiB) so that large "
-                    "cached blocks are not split. `vramtrace oom TRACE` replays a recorded run under these settings and "
-                    "says which fits.";
+      d.next_step =
+          "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1) so that free pages can be "
+          "combined, or max_split_size_mb:N (N a little above your usual large tensor, in MiB) so that large "
+          "cached blocks are not split. `vramtrace oom TRACE` replays a recorded run under these settings and "
+          "says which fits.";
       break;
     case DiagnosisCode::outside_allocator:
-      d.next_step = "Find who holds the memory outside the allocator: `nvidia-smi` for other processes; in this process, "
-                    "other libraries (cuDNN/cuBLAS workspaces, NCCL buffers, a second framework such as JAX, which "
-                    "preallocates 75% unless XLA_PYTHON_CLIENT_PREALLOCATE=false). Free them, limit them, or move them "
-                    "to another device.";
+      d.next_step =
+          "Find who holds the memory outside the allocator: `nvidia-smi` for other processes; in this process, "
+          "other libraries (cuDNN/cuBLAS workspaces, NCCL buffers, a second framework such as JAX, which "
+          "preallocates 75% unless XLA_PYTHON_CLIENT_PREALLOCATE=false). Free them, limit them, or move them "
+          "to another device.";
       break;
     case DiagnosisCode::capacity:
-      d.next_step = cap_binds
-                        ? "Raise the cap (torch.cuda.set_per_process_memory_fraction / per_process_memory_fraction) or need "
-                          "less memory: smaller batch, mixed precision, activation checkpointing. Allocator settings cannot "
-                          "fix this: the cache holds almost nothing free."
-                        : "Need less memory: smaller batch or sequence length, mixed precision, activation checkpointing, a "
-                          "sharded optimizer (ZeRO/FSDP), CPU offload; or a device with more memory. Allocator settings "
-                          "cannot fix this.";
+      d.next_step =
+          cap_binds
+              ? "Raise the cap (torch.cuda.set_per_process_memory_fraction / per_process_memory_fraction) or need "
+                "less memory: smaller batch, mixed precision, activation checkpointing. Allocator settings cannot "
+                "fix this: the cache holds almost nothing free."
+              : "Need less memory: smaller batch or sequence length, mixed precision, activation checkpointing, a "
+                "sharded optimizer (ZeRO/FSDP), CPU offload; or a device with more memory. Allocator settings "
+                "cannot fix this.";
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -419,7 +451,8 @@ Diagnosis diagnose(const OomFigures& f) {
     if (!rule_outside_allocator(x, shortfall, d)) rule_capacity(x, d);
   }
   set_next_step(d, x.cap_binds);
-  d.notes.push_back("figures printed with two decimals are exact to half a unit of the last digit; derived values carry that error");
+  d.notes.push_back(
+      "figures printed with two decimals are exact to half a unit of the last digit; derived values carry that error");
   return d;
 }
 

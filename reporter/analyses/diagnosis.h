@@ -28,19 +28,19 @@ const char* diagnosis_code_name(DiagnosisCode c) noexcept;
 /// Figures known at an OOM, in bytes. Unknown figures stay empty; the diagnosis never fills a
 /// missing one with a guess, it derives only what arithmetic on known figures gives.
 struct OomFigures {
-  std::optional<std::uint64_t> request;             ///< bytes asked of the device (segment size in PyTorch messages)
+  std::optional<std::uint64_t> request;  ///< bytes asked of the device (segment size in PyTorch messages)
   /// What a new device allocation for the request would take (PyTorch's segment size), when it
   /// differs from `request` (traces record the rounded request). Used to judge device free memory.
   std::optional<std::uint64_t> device_request;
   std::optional<std::uint64_t> device_total;
-  std::optional<std::uint64_t> device_free;         ///< cudaMemGetInfo free at the failure
+  std::optional<std::uint64_t> device_free;  ///< cudaMemGetInfo free at the failure
   std::optional<std::uint64_t> allocated;
   std::optional<std::uint64_t> reserved;
   std::optional<std::uint64_t> reserved_unallocated;  ///< reserved - allocated, when printed directly
-  std::optional<std::uint64_t> allowed;             ///< per-process cap on reserved memory
-  std::optional<std::uint64_t> process_in_use;      ///< NVML figure for this process
-  std::optional<std::uint64_t> other_processes;     ///< sum over other processes named
-  std::optional<std::uint64_t> private_pools;       ///< part of allocated held in private pools
+  std::optional<std::uint64_t> allowed;               ///< per-process cap on reserved memory
+  std::optional<std::uint64_t> process_in_use;        ///< NVML figure for this process
+  std::optional<std::uint64_t> other_processes;       ///< sum over other processes named
+  std::optional<std::uint64_t> private_pools;         ///< part of allocated held in private pools
   /// Trace-only figures.
   std::optional<std::uint64_t> largest_free_block;  ///< largest inactive block in the cache
   std::optional<std::uint64_t> inactive_split;      ///< free bytes inside split segments
@@ -53,18 +53,18 @@ struct OomFigures {
 
 /// One line of arithmetic: "reserved = allocated + reserved but unallocated = 14.56 GiB + 12.76 MiB = 14.57 GiB".
 struct Derivation {
-  std::string name;     ///< snake_case key for --json, e.g. "reserved"
+  std::string name;  ///< snake_case key for --json, e.g. "reserved"
   std::int64_t bytes = 0;
   std::string formula;  ///< the line shown to people
 };
 
 struct Diagnosis {
   DiagnosisCode code = DiagnosisCode::undetermined;
-  std::string headline;                  ///< one sentence: the verdict in words
-  std::vector<Derivation> arithmetic;    ///< derived figures, in the order they were used
-  std::vector<std::string> reasons;      ///< the comparisons that decided the code
-  std::string next_step;                 ///< what to do
-  std::vector<std::string> notes;        ///< caveats (rounding, hints, missing figures)
+  std::string headline;                ///< one sentence: the verdict in words
+  std::vector<Derivation> arithmetic;  ///< derived figures, in the order they were used
+  std::vector<std::string> reasons;    ///< the comparisons that decided the code
+  std::string next_step;               ///< what to do
+  std::vector<std::string> notes;      ///< caveats (rounding, hints, missing figures)
 };
 
 /// Slack under which device free memory is not taken as proof that the device had room:

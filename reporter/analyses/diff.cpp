@@ -52,24 +52,32 @@ const DeviceEventFacts* facts_of(const CheckInput& in, std::int32_t device) {
   return nullptr;
 }
 
-std::string bytes(std::optional<std::int64_t> v) { return v ? format_bytes(static_cast<double>(*v), ByteStyle::binary) : "-"; }
+std::string bytes(std::optional<std::int64_t> v) {
+  return v ? format_bytes(static_cast<double>(*v), ByteStyle::binary) : "-";
+}
 
-std::string signed_bytes(std::int64_t v) { return (v > 0 ? "+" : "") + format_bytes(static_cast<double>(v), ByteStyle::binary); }
+std::string signed_bytes(std::int64_t v) {
+  return (v > 0 ? "+" : "") + format_bytes(static_cast<double>(v), ByteStyle::binary);
+}
 
 bool same_bytes(std::int64_t a, std::int64_t b, std::uint64_t margin) {
   auto diff = static_cast<double>(std::llabs(a - b));
-  return diff <= static_cast<double>(margin) || diff <= 0.01 * static_cast<double>(std::max(std::llabs(a), std::llabs(b)));
+  return diff <= static_cast<double>(margin) ||
+         diff <= 0.01 * static_cast<double>(std::max(std::llabs(a), std::llabs(b)));
 }
 
 std::string oom_sentence(const char* who, const char* other, const DeviceEventFacts& f, const DeviceEventFacts* of,
                          std::uint64_t margin) {
   const auto req = f.oom_request_bytes;
   const std::int64_t live = f.oom_allocated_bytes;
-  const std::uint64_t cache_free =
-      f.oom_reserved_bytes > f.oom_allocated_bytes ? static_cast<std::uint64_t>(f.oom_reserved_bytes - f.oom_allocated_bytes) : 0;
-  std::string head = fmt::format("{} ran out of memory asking for {}", who, format_bytes(static_cast<double>(req), ByteStyle::binary));
+  const std::uint64_t cache_free = f.oom_reserved_bytes > f.oom_allocated_bytes
+                                       ? static_cast<std::uint64_t>(f.oom_reserved_bytes - f.oom_allocated_bytes)
+                                       : 0;
+  std::string head =
+      fmt::format("{} ran out of memory asking for {}", who, format_bytes(static_cast<double>(req), ByteStyle::binary));
   if (!of)
-    return head + fmt::format(" with {} allocated; {} has no event detail to compare.", format_bytes(static_cast<double>(live), ByteStyle::binary), other);
+    return head + fmt::format(" with {} allocated; {} has no event detail to compare.",
+                              format_bytes(static_cast<double>(live), ByteStyle::binary), other);
   // Live (requested) bytes at the failed request, against the other run's when its own largest
   // request came (in a run that did not fail, that is the request the other one failed).
   auto other_live = static_cast<std::int64_t>(of->has_oom ? of->live_bytes_at_oom : of->live_bytes_before_largest);
@@ -80,29 +88,34 @@ std::string oom_sentence(const char* who, const char* other, const DeviceEventFa
     std::string s = fmt::format(
         "{} with the same live bytes as {} ({} vs {}): its largest free block was {}, smaller than the request, "
         "although {} of its reserved memory was free and {} more on the device, so the difference is fragmentation",
-        head, other, format_bytes(static_cast<double>(own_live), ByteStyle::binary), format_bytes(static_cast<double>(other_live), ByteStyle::binary),
-        format_bytes(static_cast<double>(f.oom_largest_free_block_bytes), ByteStyle::binary), format_bytes(static_cast<double>(cache_free), ByteStyle::binary),
+        head, other, format_bytes(static_cast<double>(own_live), ByteStyle::binary),
+        format_bytes(static_cast<double>(other_live), ByteStyle::binary),
+        format_bytes(static_cast<double>(f.oom_largest_free_block_bytes), ByteStyle::binary),
+        format_bytes(static_cast<double>(cache_free), ByteStyle::binary),
         format_bytes(static_cast<double>(f.oom_device_free_bytes), ByteStyle::binary));
     std::uint64_t other_frees = of->has_oom ? of->frees_before_oom : of->frees_before_largest;
     if (f.frees_before_oom > other_frees)
-      s += fmt::format(" from load order: {} allocated and freed {} temporary blocks among its long-lived allocations "
-                       "before that request, {} {}",
-                       who, f.frees_before_oom, other, other_frees);
+      s += fmt::format(
+          " from load order: {} allocated and freed {} temporary blocks among its long-lived allocations "
+          "before that request, {} {}",
+          who, f.frees_before_oom, other, other_frees);
     return s + ".";
   }
   if (same_live)
-    return head + fmt::format(" with the same live bytes as {} ({}); its largest free block was {} and {} were free on "
-                              "the device: the device had less room (another process, or a lower memory cap).",
-                              other, format_bytes(static_cast<double>(own_live), ByteStyle::binary),
-                              format_bytes(static_cast<double>(f.oom_largest_free_block_bytes), ByteStyle::binary),
-                              format_bytes(static_cast<double>(f.oom_device_free_bytes), ByteStyle::binary));
+    return head + fmt::format(
+                      " with the same live bytes as {} ({}); its largest free block was {} and {} were free on "
+                      "the device: the device had less room (another process, or a lower memory cap).",
+                      other, format_bytes(static_cast<double>(own_live), ByteStyle::binary),
+                      format_bytes(static_cast<double>(f.oom_largest_free_block_bytes), ByteStyle::binary),
+                      format_bytes(static_cast<double>(f.oom_device_free_bytes), ByteStyle::binary));
   return head + fmt::format(" holding {} live against {} in {} at the same point: {} live bytes explain it (capacity).",
-                            format_bytes(static_cast<double>(own_live), ByteStyle::binary), format_bytes(static_cast<double>(other_live), ByteStyle::binary),
-                            other, signed_bytes(own_live - other_live));
+                            format_bytes(static_cast<double>(own_live), ByteStyle::binary),
+                            format_bytes(static_cast<double>(other_live), ByteStyle::binary), other,
+                            signed_bytes(own_live - other_live));
 }
 
-std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const DeviceEventFacts* fn,
-                    std::uint64_t margin, const DeviceFigures* fig_base, const DeviceFigures* fig_new) {
+std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const DeviceEventFacts* fn, std::uint64_t margin,
+                    const DeviceFigures* fig_base, const DeviceFigures* fig_new) {
   const std::optional<std::int64_t> ooms_base = figure(fig_base, &DeviceFigures::num_ooms);
   const std::optional<std::int64_t> ooms_new = figure(fig_new, &DeviceFigures::num_ooms);
   bool new_oom = ooms_new.value_or(0) > ooms_base.value_or(0);
@@ -129,19 +142,21 @@ std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const Devic
   const auto res_now = figure(fig_new, &DeviceFigures::reserved_bytes_peak);
   if (res_base && res_now && !same_bytes(*res_now, *res_base, margin)) {
     std::int64_t change = *res_now - *res_base;
-    std::string s = fmt::format(
-        "Peak allocated is the same, but peak reserved changed by {} ({} vs {}): the cache {} ", signed_bytes(change),
-        bytes(res_now), bytes(res_base), change > 0 ? "holds more" : "holds less");
+    std::string s =
+        fmt::format("Peak allocated is the same, but peak reserved changed by {} ({} vs {}): the cache {} ",
+                    signed_bytes(change), bytes(res_now), bytes(res_base), change > 0 ? "holds more" : "holds less");
     s += change > 0 ? "(blocks that could not be reused: fragmentation or a different allocation order)"
                     : "(better reuse of cached blocks)";
     const auto end_base = figure(fig_base, &DeviceFigures::largest_free_block_at_end_bytes);
     const auto end_now = figure(fig_new, &DeviceFigures::largest_free_block_at_end_bytes);
     if (end_base && end_now)
-      s += fmt::format("; largest free block at the end {} vs {}", format_bytes(static_cast<double>(*end_now), ByteStyle::binary),
+      s += fmt::format("; largest free block at the end {} vs {}",
+                       format_bytes(static_cast<double>(*end_now), ByteStyle::binary),
                        format_bytes(static_cast<double>(*end_base), ByteStyle::binary));
     return s + ".";
   }
-  return fmt::format("No difference beyond the noise margin of {} in the peaks.", format_bytes(static_cast<double>(margin), ByteStyle::binary));
+  return fmt::format("No difference beyond the noise margin of {} in the peaks.",
+                     format_bytes(static_cast<double>(margin), ByteStyle::binary));
 }
 
 }  // namespace
@@ -175,7 +190,8 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
     d.device = dev;
     const DeviceFigures* fig_base = figures_of(base, dev);
     const DeviceFigures* fig_new = figures_of(now, dev);
-    for (const auto& p : kPeaks) d.peaks.push_back({p.name, figure(fig_base, p.figure), figure(fig_new, p.figure), p.bytes});
+    for (const auto& p : kPeaks)
+      d.peaks.push_back({p.name, figure(fig_base, p.figure), figure(fig_new, p.figure), p.bytes});
     const DeviceEventFacts* fb = facts_of(base, dev);
     const DeviceEventFacts* fn = facts_of(now, dev);
     if (fb || fn) {
@@ -222,7 +238,8 @@ std::string render_diff_text(const TraceDiff& t) {
       if (f.base && f.now) {
         std::int64_t c = *f.now - *f.base;
         change = f.bytes ? signed_bytes(c) : fmt::format("{:+}", c);
-        if (*f.base != 0) change += fmt::format(" ({:+.1f}%)", 100.0 * static_cast<double>(c) / static_cast<double>(*f.base));
+        if (*f.base != 0)
+          change += fmt::format(" ({:+.1f}%)", 100.0 * static_cast<double>(c) / static_cast<double>(*f.base));
       }
       out += fmt::format("  {:<32} {:>14} {:>14} {:>24}\n", f.name, show(f.base), show(f.now), change);
     }
@@ -230,12 +247,15 @@ std::string render_diff_text(const TraceDiff& t) {
       out += fmt::format("  allocation sizes whose counts changed most\n  {:>14} {:>8} {:>8} {:>8}\n", "size", "BASE",
                          "NEW", "change");
       for (const auto& s : d.sizes)
-        out += fmt::format("  {:>14} {:>8} {:>8} {:>+8}\n", format_bytes(static_cast<double>(s.size), ByteStyle::binary), s.base, s.now,
-                           static_cast<std::int64_t>(s.now) - static_cast<std::int64_t>(s.base));
+        out +=
+            fmt::format("  {:>14} {:>8} {:>8} {:>+8}\n", format_bytes(static_cast<double>(s.size), ByteStyle::binary),
+                        s.base, s.now, static_cast<std::int64_t>(s.now) - static_cast<std::int64_t>(s.base));
     }
     out += "  largest free block";
     for (const auto& f : d.largest_free_block) {
-      auto show = [](std::optional<std::uint64_t> v) { return v ? format_bytes(static_cast<double>(*v), ByteStyle::binary) : std::string("-"); };
+      auto show = [](std::optional<std::uint64_t> v) {
+        return v ? format_bytes(static_cast<double>(*v), ByteStyle::binary) : std::string("-");
+      };
       out += fmt::format("  at {}: {} vs {}", f.when, show(f.base), show(f.now));
     }
     out += "\n  " + d.explanation + "\n";
@@ -252,9 +272,9 @@ nlohmann::json diff_json(const TraceDiff& t) {
       nlohmann::json j = {{"name", f.name}, {"base", opt(f.base)}, {"new", opt(f.now)}};
       if (f.base && f.now) {
         j["change"] = *f.now - *f.base;
-        j["change_percent"] = *f.base != 0 ? nlohmann::json(100.0 * static_cast<double>(*f.now - *f.base) /
-                                                            static_cast<double>(*f.base))
-                                           : nlohmann::json(nullptr);
+        j["change_percent"] =
+            *f.base != 0 ? nlohmann::json(100.0 * static_cast<double>(*f.now - *f.base) / static_cast<double>(*f.base))
+                         : nlohmann::json(nullptr);
       }
       peaks.push_back(std::move(j));
     }
@@ -265,7 +285,8 @@ nlohmann::json diff_json(const TraceDiff& t) {
                        {"new", s.now},
                        {"change", static_cast<std::int64_t>(s.now) - static_cast<std::int64_t>(s.base)}});
     nlohmann::json lfb = nlohmann::json::array();
-    for (const auto& f : d.largest_free_block) lfb.push_back({{"when", f.when}, {"base", opt(f.base)}, {"new", opt(f.now)}});
+    for (const auto& f : d.largest_free_block)
+      lfb.push_back({{"when", f.when}, {"base", opt(f.base)}, {"new", opt(f.now)}});
     devs.push_back({{"device", d.device},
                     {"peaks", peaks},
                     {"sizes", sizes},

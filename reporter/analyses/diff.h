@@ -16,22 +16,22 @@ namespace vramtrace {
 
 /// One figure in both runs.
 struct DiffFigure {
-  std::string name;                ///< PyTorch's flat name, e.g. "allocated_bytes.all.peak"
+  std::string name;  ///< PyTorch's flat name, e.g. "allocated_bytes.all.peak"
   std::optional<std::int64_t> base;
-  std::optional<std::int64_t> now; ///< the NEW run
-  bool bytes = true;               ///< a byte count (else a count)
+  std::optional<std::int64_t> now;  ///< the NEW run
+  bool bytes = true;                ///< a byte count (else a count)
 };
 
 /// An allocation size whose number of allocations differs.
 struct SizeCountChange {
-  std::uint64_t size = 0;          ///< requested bytes
+  std::uint64_t size = 0;  ///< requested bytes
   std::uint64_t base = 0;
   std::uint64_t now = 0;
 };
 
 /// Largest free block (bytes) at a moment, in both runs.
 struct FreeBlockFigure {
-  std::string when;                ///< "peak", "end", "oom"
+  std::string when;  ///< "peak", "end", "oom"
   std::optional<std::uint64_t> base;
   std::optional<std::uint64_t> now;
 };
@@ -41,13 +41,13 @@ struct DeviceDiff {
   std::vector<DiffFigure> peaks;
   std::vector<SizeCountChange> sizes;  ///< largest |count change| first (then bytes), at most 10
   std::vector<FreeBlockFigure> largest_free_block;
-  std::string explanation;             ///< one sentence (Note [diff explanation] in diff.cpp)
+  std::string explanation;  ///< one sentence (Note [diff explanation] in diff.cpp)
 };
 
 struct TraceDiff {
   std::string base_path;
   std::string new_path;
-  std::vector<DeviceDiff> devices;     ///< devices of either run, sorted
+  std::vector<DeviceDiff> devices;  ///< devices of either run, sorted
 };
 
 /// Compares the first trace of each input per device. `noise_margin_bytes` is the change below

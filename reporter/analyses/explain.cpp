@@ -59,11 +59,14 @@ std::string render_explain_text(const Explanation& e) {
   for (const auto& p : m.other_processes) {
     if (!any) out += "\nRead from the message:\n";
     any = true;
-    out += fmt::format("  {:<26} {:>14}  = {} bytes\n", fmt::format("process {} in use", p.pid), p.in_use.text, p.in_use.bytes);
+    out += fmt::format("  {:<26} {:>14}  = {} bytes\n", fmt::format("process {} in use", p.pid), p.in_use.text,
+                       p.in_use.bytes);
   }
   if (m.bfc_free_chunks) out += fmt::format("  {:<26} {:>14}\n", "BFC free chunks listed", m.bfc_free_chunks);
   if (!any && !m.exceeds_1eb) out += "\nNo figures could be read.\n";
-  if (m.truncated) out += fmt::format("\nThe message is cut off after \"{}\": figures after that point are unknown.\n", m.truncated_after);
+  if (m.truncated)
+    out += fmt::format("\nThe message is cut off after \"{}\": figures after that point are unknown.\n",
+                       m.truncated_after);
   if (m.format == OomMessageFormat::unknown) {
     out += "\n";
     for (const auto& f : m.findings) out += fmt::format("{}\n", f);
@@ -76,7 +79,9 @@ std::string render_explain_text(const Explanation& e) {
   for (const auto& r : d.reasons) out += fmt::format("  because {}\n", r);
   out += fmt::format("\nNext step: {}\n", d.next_step);
   std::vector<std::string> notes = d.notes;
-  if (m.expandable_hint) notes.push_back("the message's expandable_segments hint is printed whether or not the setting is on (pytorch/pytorch#173049)");
+  if (m.expandable_hint)
+    notes.push_back(
+        "the message's expandable_segments hint is printed whether or not the setting is on (pytorch/pytorch#173049)");
   if (m.capacity_typo) notes.push_back("\"capacty\" dates the message to PyTorch 2.1");
   if (!notes.empty()) {
     out += "\nNotes:\n";
@@ -105,7 +110,8 @@ nlohmann::json explain_json(const Explanation& e) {
   j["figures"] = figures;
   j["printed"] = printed;
   nlohmann::json procs = nlohmann::json::array();
-  for (const auto& p : m.other_processes) procs.push_back({{"pid", p.pid}, {"in_use_bytes", p.in_use.bytes}, {"printed", p.in_use.text}});
+  for (const auto& p : m.other_processes)
+    procs.push_back({{"pid", p.pid}, {"in_use_bytes", p.in_use.bytes}, {"printed", p.in_use.text}});
   j["other_processes"] = procs;
   if (m.bfc_free_chunks) j["bfc_free_chunks"] = m.bfc_free_chunks;
   nlohmann::json derived = nlohmann::json::object();

@@ -84,7 +84,8 @@ std::vector<TraceFigures> figures_from_summary_json(const nlohmann::json& summar
       auto budgeted = [&](const char* key) -> std::optional<std::int64_t> {
         auto it = stats.find(key);
         if (it == stats.end() || it->is_null()) return std::nullopt;
-        if (!it->is_number_integer()) fail(fmt::format("traces[{}] device {}: \"{}\" is not an integer", ti, f.device, key));
+        if (!it->is_number_integer())
+          fail(fmt::format("traces[{}] device {}: \"{}\" is not an integer", ti, f.device, key));
         return it->get<std::int64_t>();
       };
       f.reserved_bytes_peak = budgeted("reserved_bytes.all.peak");
@@ -108,7 +109,8 @@ std::vector<TraceFigures> figures_from_summary_json(const nlohmann::json& summar
     if (auto r = t.find("rank"); r != t.end() && r->is_string()) tf.rank = r->get<std::string>();
     if (auto inc = t.find("incomplete"); inc != t.end() && inc->is_boolean()) tf.incomplete = inc->get<bool>();
     tf.incomplete_reason = "cut last line";
-    if (auto why = t.find("incomplete_reason"); why != t.end() && why->is_string()) tf.incomplete_reason = why->get<std::string>();
+    if (auto why = t.find("incomplete_reason"); why != t.end() && why->is_string())
+      tf.incomplete_reason = why->get<std::string>();
     if (!tf.incomplete) tf.incomplete_reason.clear();
     out.push_back(std::move(tf));
     ++ti;

@@ -43,9 +43,9 @@ struct TraceFigures {
   /// The trace's path as the model or the summary names it; unset when a summary document has
   /// no "path" (callers then name the input file).
   std::optional<std::string> path;
-  std::string rank;                 ///< the launcher's rank, "" when the trace names none
-  bool incomplete = false;          ///< the trace ended early
-  std::string incomplete_reason;    ///< why, when incomplete ("cut last line" if not said)
+  std::string rank;                    ///< the launcher's rank, "" when the trace names none
+  bool incomplete = false;             ///< the trace ended early
+  std::string incomplete_reason;       ///< why, when incomplete ("cut last line" if not said)
   std::vector<DeviceFigures> devices;  ///< in the order of the model (sorted) or the document
 
   bool operator==(const TraceFigures&) const = default;

@@ -108,8 +108,8 @@ GrowthFit fit_growth(std::span<const StepSample> samples, const GrowthOptions& o
   fit.evaluated = true;
 
   // Rule 4.
-  fit.growing = fit.slope_bytes_per_step > 0 &&
-                fit.slope_bytes_per_step - options.significance_t * fit.slope_stderr > 0;
+  fit.growing =
+      fit.slope_bytes_per_step > 0 && fit.slope_bytes_per_step - options.significance_t * fit.slope_stderr > 0;
   return fit;
 }
 

@@ -35,25 +35,25 @@ struct StepSample {
 
 /// Parameters of Note [growth detection]; the defaults are what `vramtrace check` uses.
 struct GrowthOptions {
-  std::size_t min_steady_steps = 4;             ///< fewer steady samples: not evaluated
-  double significance_t = 3.0;                  ///< growth must exceed t standard errors
-  std::int64_t tolerance_floor_bytes = 65536;   ///< warm-up tolerance never below this
+  std::size_t min_steady_steps = 4;            ///< fewer steady samples: not evaluated
+  double significance_t = 3.0;                 ///< growth must exceed t standard errors
+  std::int64_t tolerance_floor_bytes = 65536;  ///< warm-up tolerance never below this
 };
 
 /// The result of fit_growth.
 struct GrowthFit {
-  bool evaluated = false;             ///< false: too few samples (see `reason`)
-  std::string reason;                 ///< why not evaluated; empty otherwise
-  std::size_t samples = 0;            ///< step boundaries given
-  std::size_t warmup_steps = 0;       ///< leading samples ignored
-  std::size_t steady_steps = 0;       ///< samples fitted
-  double slope_bytes_per_step = 0;    ///< least-squares slope over the steady part
-  double slope_stderr = 0;            ///< its standard error (0 for an exact line)
-  double intercept_bytes = 0;         ///< value of the fitted line at the first steady step
-  double r_squared = 1;               ///< fit quality in [0, 1]; 1 when the steady part is flat
+  bool evaluated = false;               ///< false: too few samples (see `reason`)
+  std::string reason;                   ///< why not evaluated; empty otherwise
+  std::size_t samples = 0;              ///< step boundaries given
+  std::size_t warmup_steps = 0;         ///< leading samples ignored
+  std::size_t steady_steps = 0;         ///< samples fitted
+  double slope_bytes_per_step = 0;      ///< least-squares slope over the steady part
+  double slope_stderr = 0;              ///< its standard error (0 for an exact line)
+  double intercept_bytes = 0;           ///< value of the fitted line at the first steady step
+  double r_squared = 1;                 ///< fit quality in [0, 1]; 1 when the steady part is flat
   std::int64_t steady_first_bytes = 0;  ///< y at the first steady sample
   std::int64_t steady_last_bytes = 0;   ///< y at the last sample
-  bool growing = false;               ///< Note [growth detection], rule 4
+  bool growing = false;                 ///< Note [growth detection], rule 4
 };
 
 /// Fits growth per Note [growth detection]. Pure function; never throws.

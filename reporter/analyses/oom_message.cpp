@@ -3,9 +3,9 @@
 // per character on long inputs.
 #include "analyses/oom_message.h"
 
+#include <fmt/format.h>
 #include <cctype>
 #include <cmath>
-#include <fmt/format.h>
 
 namespace vramtrace {
 
@@ -171,7 +171,8 @@ void read_pytorch_old(std::string_view s, std::size_t start, OomMessage& m) {
   if (find(s, " reserved in total by PyTorch", start) != std::string_view::npos) {
     m.format = OomMessageFormat::pytorch_reserved;
     m.reserved = size_before_phrase(s, " reserved in total by PyTorch", start);
-  } else if (find(s, " cached)", start) != std::string_view::npos || find(s, " cached", start) != std::string_view::npos) {
+  } else if (find(s, " cached)", start) != std::string_view::npos ||
+             find(s, " cached", start) != std::string_view::npos) {
     m.format = OomMessageFormat::pytorch_cached;
     m.reserved_unallocated = size_before_phrase(s, " cached", start);
   } else {
@@ -269,16 +270,19 @@ void read_pytorch(std::string_view s, std::size_t tried, OomMessage& m) {
     std::size_t end = 0;
     m.requested = size_at(s, after, &end);
     std::size_t rest = m.requested ? end : after;
-    if (find(s, "total capacity;", rest) != std::string_view::npos || find(s, "already allocated", rest) != std::string_view::npos ||
-        find(s, " cached", rest) != std::string_view::npos || find(s, "reserved in total by PyTorch", rest) != std::string_view::npos) {
+    if (find(s, "total capacity;", rest) != std::string_view::npos ||
+        find(s, "already allocated", rest) != std::string_view::npos ||
+        find(s, " cached", rest) != std::string_view::npos ||
+        find(s, "reserved in total by PyTorch", rest) != std::string_view::npos) {
       read_pytorch_old(s, rest, m);
-    } else if (find(s, "has a total capac", rest) != std::string_view::npos || find(s, "is allocated by PyTorch", rest) != std::string_view::npos ||
+    } else if (find(s, "has a total capac", rest) != std::string_view::npos ||
+               find(s, "is allocated by PyTorch", rest) != std::string_view::npos ||
                find(s, "reserved by PyTorch but unallocated", rest) != std::string_view::npos) {
       read_pytorch_sentence(s, rest, m);
     } else {
       // Only the request survived: a cut message (pytorch/pytorch#126766: cut after "GPU").
       m.format = find(s, "(GPU", rest) != std::string_view::npos ? OomMessageFormat::pytorch_reserved
-                                                                   : OomMessageFormat::pytorch_sentence;
+                                                                 : OomMessageFormat::pytorch_sentence;
       if (auto d = int_after_phrase(s, "GPU ", rest)) m.device = static_cast<int>(*d);
       m.truncated = true;
     }
@@ -322,8 +326,9 @@ void read_xla(std::string_view s, std::size_t xla, std::size_t xla2, std::size_t
 // A PyTorch message that has a request but lost the figures its form always carries.
 void mark_truncated(std::string_view s, bool is_pytorch, OomMessage& m) {
   if (is_pytorch && !m.truncated) {
-    bool complete = m.format == OomMessageFormat::pytorch_sentence ? m.reserved_unallocated.has_value()
-                                                                   : (m.reserved.has_value() || m.reserved_unallocated.has_value());
+    bool complete = m.format == OomMessageFormat::pytorch_sentence
+                        ? m.reserved_unallocated.has_value()
+                        : (m.reserved.has_value() || m.reserved_unallocated.has_value());
     if (!complete) m.truncated = true;
   }
   if (m.truncated) m.truncated_after = last_words(s);
@@ -341,7 +346,8 @@ void list_findings(bool is_pytorch, OomMessage& m) {
   found(m, "allowed (cap)", m.allowed);
   found(m, "in use by this process", m.process_in_use);
   found(m, "allocated in private pools", m.private_pools);
-  for (const auto& p : m.other_processes) m.findings.push_back(fmt::format("process {} in use: \"{}\"", p.pid, p.in_use.text));
+  for (const auto& p : m.other_processes)
+    m.findings.push_back(fmt::format("process {} in use: \"{}\"", p.pid, p.in_use.text));
   found(m, "BFC limit", m.bfc_limit);
   found(m, "BFC in use", m.bfc_in_use);
   found(m, "BFC max in use", m.bfc_max_in_use);
@@ -359,37 +365,56 @@ void list_findings(bool is_pytorch, OomMessage& m) {
   if (m.truncated) m.findings.push_back(fmt::format("the message is cut off after \"{}\"", m.truncated_after));
   if (m.capacity_typo) m.findings.push_back("spelling \"capacty\": PyTorch 2.1");
   if (m.expandable_hint)
-    m.findings.push_back("the expandable_segments hint is printed whether or not the setting is on; it says nothing about the settings");
+    m.findings.push_back(
+        "the expandable_segments hint is printed whether or not the setting is on; it says nothing about the settings");
 }
 
 }  // namespace
 
 const char* oom_message_format_name(OomMessageFormat f) noexcept {
   switch (f) {
-    case OomMessageFormat::unknown: return "unknown";
-    case OomMessageFormat::pytorch_cached: return "pytorch_cached";
-    case OomMessageFormat::pytorch_reserved: return "pytorch_reserved";
-    case OomMessageFormat::pytorch_sentence: return "pytorch_sentence";
-    case OomMessageFormat::pytorch_exabyte: return "pytorch_exabyte";
-    case OomMessageFormat::pytorch_async: return "pytorch_async";
-    case OomMessageFormat::tensorflow_bfc: return "tensorflow_bfc";
-    case OomMessageFormat::xla: return "xla";
-    case OomMessageFormat::cuda_error: return "cuda_error";
+    case OomMessageFormat::unknown:
+      return "unknown";
+    case OomMessageFormat::pytorch_cached:
+      return "pytorch_cached";
+    case OomMessageFormat::pytorch_reserved:
+      return "pytorch_reserved";
+    case OomMessageFormat::pytorch_sentence:
+      return "pytorch_sentence";
+    case OomMessageFormat::pytorch_exabyte:
+      return "pytorch_exabyte";
+    case OomMessageFormat::pytorch_async:
+      return "pytorch_async";
+    case OomMessageFormat::tensorflow_bfc:
+      return "tensorflow_bfc";
+    case OomMessageFormat::xla:
+      return "xla";
+    case OomMessageFormat::cuda_error:
+      return "cuda_error";
   }
   return "unknown";
 }
 
 const char* oom_message_format_description(OomMessageFormat f) noexcept {
   switch (f) {
-    case OomMessageFormat::unknown: return "no out-of-memory message recognised";
-    case OomMessageFormat::pytorch_cached: return "PyTorch <= 1.3 form (\"cached\" = reserved but unallocated)";
-    case OomMessageFormat::pytorch_reserved: return "PyTorch 1.4-2.0 form (\"reserved in total by PyTorch\")";
-    case OomMessageFormat::pytorch_sentence: return "PyTorch 2.1+ sentence form";
-    case OomMessageFormat::pytorch_exabyte: return "PyTorch size check (\"more than 1EB\")";
-    case OomMessageFormat::pytorch_async: return "PyTorch cudaMallocAsync backend form";
-    case OomMessageFormat::tensorflow_bfc: return "TensorFlow/XLA BFC allocator form";
-    case OomMessageFormat::xla: return "XLA/JAX RESOURCE_EXHAUSTED form";
-    case OomMessageFormat::cuda_error: return "bare CUDA out-of-memory error";
+    case OomMessageFormat::unknown:
+      return "no out-of-memory message recognised";
+    case OomMessageFormat::pytorch_cached:
+      return "PyTorch <= 1.3 form (\"cached\" = reserved but unallocated)";
+    case OomMessageFormat::pytorch_reserved:
+      return "PyTorch 1.4-2.0 form (\"reserved in total by PyTorch\")";
+    case OomMessageFormat::pytorch_sentence:
+      return "PyTorch 2.1+ sentence form";
+    case OomMessageFormat::pytorch_exabyte:
+      return "PyTorch size check (\"more than 1EB\")";
+    case OomMessageFormat::pytorch_async:
+      return "PyTorch cudaMallocAsync backend form";
+    case OomMessageFormat::tensorflow_bfc:
+      return "TensorFlow/XLA BFC allocator form";
+    case OomMessageFormat::xla:
+      return "XLA/JAX RESOURCE_EXHAUSTED form";
+    case OomMessageFormat::cuda_error:
+      return "bare CUDA out-of-memory error";
   }
   return "unknown";
 }
@@ -426,7 +451,8 @@ OomMessage parse_oom_message(std::string_view raw) {
   std::size_t xla3 = find(s, "Failed to allocate request for");
 
   if (async != std::string_view::npos) {
-    read_pytorch_async(s, find(s, "Allocation on device") == std::string_view::npos ? async : find(s, "Allocation on device"), m);
+    read_pytorch_async(
+        s, find(s, "Allocation on device") == std::string_view::npos ? async : find(s, "Allocation on device"), m);
   } else if (tried != std::string_view::npos) {
     read_pytorch(s, tried, m);
   } else if (bfc != std::string_view::npos || bfc_limit != std::string_view::npos) {

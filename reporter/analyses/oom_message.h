@@ -16,15 +16,15 @@ namespace vramtrace {
 
 /// Which generation of message the text is.
 enum class OomMessageFormat : std::uint8_t {
-  unknown,            ///< no known OOM text found
-  pytorch_cached,     ///< PyTorch <= 1.3: "... N free; N cached)" (cached = reserved - allocated)
-  pytorch_reserved,   ///< PyTorch 1.4 to 2.0: "... N free; [N allowed; ]N reserved in total by PyTorch)"
-  pytorch_sentence,   ///< PyTorch 2.1+: "GPU d has a total capacity of N of which N is free. ..."
-  pytorch_exabyte,    ///< "Tried to allocate more than 1EB memory." (size sanity check)
-  pytorch_async,      ///< backend:cudaMallocAsync: "Allocation on device d would exceed allowed memory."
-  tensorflow_bfc,     ///< TensorFlow/XLA BFC allocator: "ran out of memory trying to allocate ..." / "Limit: ..."
-  xla,                ///< XLA/JAX: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes"
-  cuda_error,         ///< a bare CUDA error ("CUDA error: out of memory") without figures
+  unknown,           ///< no known OOM text found
+  pytorch_cached,    ///< PyTorch <= 1.3: "... N free; N cached)" (cached = reserved - allocated)
+  pytorch_reserved,  ///< PyTorch 1.4 to 2.0: "... N free; [N allowed; ]N reserved in total by PyTorch)"
+  pytorch_sentence,  ///< PyTorch 2.1+: "GPU d has a total capacity of N of which N is free. ..."
+  pytorch_exabyte,   ///< "Tried to allocate more than 1EB memory." (size sanity check)
+  pytorch_async,     ///< backend:cudaMallocAsync: "Allocation on device d would exceed allowed memory."
+  tensorflow_bfc,    ///< TensorFlow/XLA BFC allocator: "ran out of memory trying to allocate ..." / "Limit: ..."
+  xla,               ///< XLA/JAX: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes"
+  cuda_error,        ///< a bare CUDA error ("CUDA error: out of memory") without figures
 };
 
 /// Stable name of a format ("pytorch_sentence", ...), used in --json. Never null.
@@ -49,34 +49,34 @@ struct ProcessUse {
 /// figure; nothing is derived here.
 struct OomMessage {
   OomMessageFormat format = OomMessageFormat::unknown;
-  std::optional<int> device;                      ///< "GPU 0", "device 1", "GPU_0_bfc"
-  std::optional<PrintedSize> requested;           ///< "Tried to allocate" / "Requested" / "trying to allocate"
-  std::optional<PrintedSize> rounded;             ///< TensorFlow "(rounded to N)"
-  std::optional<PrintedSize> device_total;        ///< "total capacity" / "Device limit"
-  std::optional<PrintedSize> device_free;         ///< "free" (cudaMemGetInfo) / "There are N free"
-  std::optional<PrintedSize> allocated;           ///< "already allocated" / "is allocated by PyTorch" / "Currently allocated"
-  std::optional<PrintedSize> reserved;            ///< "reserved in total by PyTorch" (total reserved)
-  std::optional<PrintedSize> reserved_unallocated;///< "cached" (<= 1.3) / "reserved by PyTorch but unallocated"
-  std::optional<PrintedSize> allowed;             ///< "N allowed" / "PyTorch limit (set by user-supplied memory fraction)"
-  std::optional<PrintedSize> process_in_use;      ///< "Including non-PyTorch memory, this process has N memory in use"
-  std::optional<PrintedSize> private_pools;       ///< "with N allocated in private pools (e.g., CUDA Graphs)"
-  std::vector<ProcessUse> other_processes;        ///< "Process P has N memory in use"
+  std::optional<int> device;                ///< "GPU 0", "device 1", "GPU_0_bfc"
+  std::optional<PrintedSize> requested;     ///< "Tried to allocate" / "Requested" / "trying to allocate"
+  std::optional<PrintedSize> rounded;       ///< TensorFlow "(rounded to N)"
+  std::optional<PrintedSize> device_total;  ///< "total capacity" / "Device limit"
+  std::optional<PrintedSize> device_free;   ///< "free" (cudaMemGetInfo) / "There are N free"
+  std::optional<PrintedSize> allocated;     ///< "already allocated" / "is allocated by PyTorch" / "Currently allocated"
+  std::optional<PrintedSize> reserved;      ///< "reserved in total by PyTorch" (total reserved)
+  std::optional<PrintedSize> reserved_unallocated;  ///< "cached" (<= 1.3) / "reserved by PyTorch but unallocated"
+  std::optional<PrintedSize> allowed;         ///< "N allowed" / "PyTorch limit (set by user-supplied memory fraction)"
+  std::optional<PrintedSize> process_in_use;  ///< "Including non-PyTorch memory, this process has N memory in use"
+  std::optional<PrintedSize> private_pools;   ///< "with N allocated in private pools (e.g., CUDA Graphs)"
+  std::vector<ProcessUse> other_processes;    ///< "Process P has N memory in use"
   // TensorFlow BFC dump figures.
-  std::string allocator_name;                     ///< "GPU_0_bfc"
-  std::optional<PrintedSize> bfc_limit;           ///< "Limit:"
-  std::optional<PrintedSize> bfc_in_use;          ///< "InUse:"
-  std::optional<PrintedSize> bfc_max_in_use;      ///< "MaxInUse:"
-  std::optional<PrintedSize> bfc_region_bytes;    ///< "total_region_allocated_bytes_:"
+  std::string allocator_name;                         ///< "GPU_0_bfc"
+  std::optional<PrintedSize> bfc_limit;               ///< "Limit:"
+  std::optional<PrintedSize> bfc_in_use;              ///< "InUse:"
+  std::optional<PrintedSize> bfc_max_in_use;          ///< "MaxInUse:"
+  std::optional<PrintedSize> bfc_region_bytes;        ///< "total_region_allocated_bytes_:"
   std::optional<PrintedSize> bfc_largest_free_chunk;  ///< largest "Free at ... of size N" chunk
   std::optional<PrintedSize> bfc_free_chunks_bytes;   ///< sum of the "Free at" chunks
-  std::uint64_t bfc_free_chunks = 0;              ///< number of "Free at" chunk lines
+  std::uint64_t bfc_free_chunks = 0;                  ///< number of "Free at" chunk lines
 
-  bool exceeds_1eb = false;        ///< "Tried to allocate more than 1EB memory"
-  bool capacity_typo = false;      ///< "total capacty" (PyTorch 2.1)
-  bool expandable_hint = false;    ///< the hint to set expandable_segments:True (printed even when it is on)
-  bool max_split_hint = false;     ///< the hint to set max_split_size_mb
-  bool truncated = false;          ///< the text stops before the figures its form always has
-  std::string truncated_after;     ///< the last words before the cut, when truncated
+  bool exceeds_1eb = false;      ///< "Tried to allocate more than 1EB memory"
+  bool capacity_typo = false;    ///< "total capacty" (PyTorch 2.1)
+  bool expandable_hint = false;  ///< the hint to set expandable_segments:True (printed even when it is on)
+  bool max_split_hint = false;   ///< the hint to set max_split_size_mb
+  bool truncated = false;        ///< the text stops before the figures its form always has
+  std::string truncated_after;   ///< the last words before the cut, when truncated
   /// What the reader found and what it looked for in vain, in plain sentences.
   std::vector<std::string> findings;
 };

@@ -67,8 +67,8 @@ std::vector<OomCase> oom_cases(const TraceModel& m) {
 
 std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cases, const std::vector<WhatIf>& whatifs,
                             std::uint64_t capacity) {
-  std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format, m.header.workload.empty() ? "" : ", ",
-                                m.header.workload);
+  std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format,
+                                m.header.workload.empty() ? "" : ", ", m.header.workload);
   if (cases.empty() && m.incomplete) {
     // Incomplete with a device gives a last-state case; here the trace has no event at all.
     out += fmt::format("No OOM and no allocation in this trace: it ends abruptly before its first event ({}).\n",
@@ -82,14 +82,17 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     const auto& st = c.state->stats;
     out += "\n";
     if (c.last_state)
-      out += fmt::format("Last state (the trace ends abruptly), device {}, +{}, event {}\n", c.device, format_duration(c.time_ns), c.event_index);
+      out += fmt::format("Last state (the trace ends abruptly), device {}, +{}, event {}\n", c.device,
+                         format_duration(c.time_ns), c.event_index);
     else
-      out += fmt::format("OOM {} on device {}, +{}, event {}\n", n++, c.device, format_duration(c.time_ns), c.event_index);
+      out +=
+          fmt::format("OOM {} on device {}, +{}, event {}\n", n++, c.device, format_duration(c.time_ns), c.event_index);
     auto line = [&](const char* name, std::optional<u64> v, const char* extra = "") {
       if (v) out += fmt::format("  {:<38} {:>12}  ({} B){}\n", name, fb(static_cast<i64>(*v)), *v, extra);
     };
     line("request (rounded)", f.request);
-    if (f.device_request && f.request && *f.device_request != *f.request) line("new segment it needs", f.device_request);
+    if (f.device_request && f.request && *f.device_request != *f.request)
+      line("new segment it needs", f.device_request);
     if (f.device_total)
       line("device capacity", f.device_total);
     else
@@ -112,10 +115,12 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     if (!c.diagnosis.next_step.empty()) out += fmt::format("  Next step: {}\n", c.diagnosis.next_step);
   }
   if (!whatifs.empty()) {
-    out += fmt::format("\nReplays of the whole trace, each failed request put back at its moment, on a simulated device of {}\n"
-                       "(spare = capacity - peak reserved; a row that does not fit gives its number of OOMs):\n",
-                       fb(static_cast<i64>(capacity)));
-    out += fmt::format("  {:<44} {:>6} {:>14} {:>14} {:>14}\n", "settings", "fits", "peak reserved", "peak allocated", "spare");
+    out += fmt::format(
+        "\nReplays of the whole trace, each failed request put back at its moment, on a simulated device of {}\n"
+        "(spare = capacity - peak reserved; a row that does not fit gives its number of OOMs):\n",
+        fb(static_cast<i64>(capacity)));
+    out += fmt::format("  {:<44} {:>6} {:>14} {:>14} {:>14}\n", "settings", "fits", "peak reserved", "peak allocated",
+                       "spare");
     for (const auto& w : whatifs) {
       if (!w.error.empty()) {
         out += fmt::format("  {:<44} replay failed: {}\n", w.settings.empty() ? "(trace's own)" : w.settings, w.error);
@@ -174,8 +179,12 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
   j["ooms"] = arr;
   nlohmann::json w = nlohmann::json::array();
   for (const auto& x : whatifs)
-    w.push_back({{"settings", x.settings}, {"fits", x.fits}, {"peak_reserved_bytes", x.peak_reserved},
-                 {"peak_allocated_bytes", x.peak_allocated}, {"margin_bytes", x.margin_bytes}, {"ooms", x.ooms},
+    w.push_back({{"settings", x.settings},
+                 {"fits", x.fits},
+                 {"peak_reserved_bytes", x.peak_reserved},
+                 {"peak_allocated_bytes", x.peak_allocated},
+                 {"margin_bytes", x.margin_bytes},
+                 {"ooms", x.ooms},
                  {"error", x.error}});
   j["replays"] = w;
   j["capacity_bytes"] = capacity;

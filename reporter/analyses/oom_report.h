@@ -15,15 +15,15 @@ namespace vramtrace {
 /// One post-mortem: an OOM event, or the trace's last state (request unknown).
 struct OomCase {
   std::int32_t device = 0;
-  bool last_state = false;          ///< the abrupt end of the trace, not an oom event
+  bool last_state = false;  ///< the abrupt end of the trace, not an oom event
   std::uint64_t event_index = 0;
-  std::int64_t time_ns = 0;         ///< relative to the device's first event
+  std::int64_t time_ns = 0;  ///< relative to the device's first event
   OomFigures figures;
   /// The allocator's num_alloc_retries at the failure (vramtrace traces from format 1.1); empty
   /// when the trace does not record it (PyTorch's history has no retry event).
   std::optional<std::uint64_t> retries;
   Diagnosis diagnosis;
-  const StateAt* state = nullptr;   ///< points into the model
+  const StateAt* state = nullptr;  ///< points into the model
 };
 
 /// The post-mortems of a model: every OOM event, plus the last state when the trace is
@@ -32,13 +32,13 @@ std::vector<OomCase> oom_cases(const TraceModel& m);
 
 /// One what-if replay result.
 struct WhatIf {
-  std::string settings;             ///< PYTORCH_CUDA_ALLOC_CONF text ("" = the trace's own)
-  bool fits = false;                ///< no OOM in the replay
+  std::string settings;  ///< PYTORCH_CUDA_ALLOC_CONF text ("" = the trace's own)
+  bool fits = false;     ///< no OOM in the replay
   std::int64_t peak_reserved = 0;
   std::int64_t peak_allocated = 0;
-  std::int64_t margin_bytes = 0;    ///< capacity - peak reserved (negative: short by that much)
+  std::int64_t margin_bytes = 0;  ///< capacity - peak reserved (negative: short by that much)
   std::uint64_t ooms = 0;
-  std::string error;                ///< replay failed (message), empty otherwise
+  std::string error;  ///< replay failed (message), empty otherwise
 };
 
 /// Text of the post-mortems (and what-ifs, if any). Ends with a newline.

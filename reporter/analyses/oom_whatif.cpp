@@ -33,11 +33,16 @@ bool OomAsAllocReader::next(TraceRecord& out) {
 }
 
 std::vector<std::string> whatif_settings() {
-  return {"", "expandable_segments:True", "max_split_size_mb:20", "max_split_size_mb:128", "max_split_size_mb:512",
+  return {"",
+          "expandable_segments:True",
+          "max_split_size_mb:20",
+          "max_split_size_mb:128",
+          "max_split_size_mb:512",
           "roundup_power2_divisions:4"};
 }
 
-std::uint64_t whatif_capacity(const TraceModel& m, const std::vector<OomCase>& cases, const std::string& text, std::string& error) {
+std::uint64_t whatif_capacity(const TraceModel& m, const std::vector<OomCase>& cases, const std::string& text,
+                              std::string& error) {
   if (!text.empty()) {
     std::uint64_t v = 0;
     if (!parse_size(text, v, error)) return 0;

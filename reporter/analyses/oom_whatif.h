@@ -32,7 +32,8 @@ class OomAsAllocReader : public TraceReader {
 /// The simulated capacity for the what-ifs: `text` if given (a size such as "80GiB"); else the
 /// memory the allocator could reach at the first OOM (reserved + free on the device), which
 /// leaves out what the CUDA context and other users held. 0 and `error` set if unusable.
-std::uint64_t whatif_capacity(const TraceModel& m, const std::vector<OomCase>& cases, const std::string& text, std::string& error);
+std::uint64_t whatif_capacity(const TraceModel& m, const std::vector<OomCase>& cases, const std::string& text,
+                              std::string& error);
 
 /// The settings tried, appended to the trace's own: "" (own), "expandable_segments:True",
 /// "max_split_size_mb:20/128/512", "roundup_power2_divisions:4".

@@ -77,8 +77,7 @@ DeviceMap map_devices(const TraceHeader& h, const std::vector<std::string>& host
   if (h.cuda_visible_devices) {
     visible = visible_entries(*h.cuda_visible_devices);
     bool all_int = !visible.empty();
-    for (const auto& e : visible)
-      all_int = all_int && parse_ordinal(e).has_value() && *parse_ordinal(e) < kHostStride;
+    for (const auto& e : visible) all_int = all_int && parse_ordinal(e).has_value() && *parse_ordinal(e) < kHostStride;
     if (all_int) {
       for (const auto& e : visible) map.physical.push_back(*parse_ordinal(e));
     } else if (!visible.empty()) {
@@ -291,12 +290,15 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
       const auto* cell = find_cell(v, i, d.device);
       const auto& p = v.processes[i];
       bool foreign = std::find(p.foreign_devices.begin(), p.foreign_devices.end(), d.device) != p.foreign_devices.end();
-      std::string s = cell ? format_bytes(cell->peak_allocated, ByteStyle::pytorch) + " / " + format_bytes(cell->peak_reserved, ByteStyle::pytorch) : "-";
+      std::string s = cell ? format_bytes(cell->peak_allocated, ByteStyle::pytorch) + " / " +
+                                 format_bytes(cell->peak_reserved, ByteStyle::pytorch)
+                           : "-";
       if (foreign) s += " *";
       w = std::max(w, s.size());
       c.push_back(s);
     }
-    std::string total = format_bytes(d.peak_allocated_sum, ByteStyle::pytorch) + " / " + format_bytes(d.peak_reserved_sum, ByteStyle::pytorch);
+    std::string total = format_bytes(d.peak_allocated_sum, ByteStyle::pytorch) + " / " +
+                        format_bytes(d.peak_reserved_sum, ByteStyle::pytorch);
     w = std::max(w, total.size());
     c.push_back(total);
     cols.push_back(std::move(c));
@@ -327,9 +329,9 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
       out += fmt::format("Balance: the devices hold the same within 5% (largest/smallest peak reserved {:.2f}).\n",
                          *v.imbalance);
     } else if (v.others_equal) {
-      out +=
-          fmt::format("Imbalance: {} holds {:.1f}x the others ({} reserved vs {} on each other device).\n", mx->label,
-                      *v.imbalance, format_bytes(mx->peak_reserved_sum, ByteStyle::pytorch), format_bytes(mn->peak_reserved_sum, ByteStyle::pytorch));
+      out += fmt::format("Imbalance: {} holds {:.1f}x the others ({} reserved vs {} on each other device).\n",
+                         mx->label, *v.imbalance, format_bytes(mx->peak_reserved_sum, ByteStyle::pytorch),
+                         format_bytes(mn->peak_reserved_sum, ByteStyle::pytorch));
     } else {
       out += fmt::format("Imbalance: {} holds {:.1f}x {}, the least loaded device ({} reserved vs {}).\n", mx->label,
                          *v.imbalance, mn->label, format_bytes(mx->peak_reserved_sum, ByteStyle::pytorch),
@@ -349,8 +351,8 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
       std::string where;
       for (auto d : p.foreign_devices) {
         const auto* c = find_cell(v, i, d);
-        where += fmt::format("{}{} reserved on {}", where.empty() ? "" : ", ", format_bytes(c ? c->peak_reserved : 0, ByteStyle::pytorch),
-                             device_label(v, d));
+        where += fmt::format("{}{} reserved on {}", where.empty() ? "" : ", ",
+                             format_bytes(c ? c->peak_reserved : 0, ByteStyle::pytorch), device_label(v, d));
       }
       out += fmt::format("  {}: {} (its own device is {}, {})\n", p.label, where, device_label(v, *p.own_device),
                          own_rule_text(p));

@@ -95,8 +95,8 @@ class Engine {
           break;
         case Action::free_requested: {
           have_next = reader_.next(next);
-          bool paired = have_next && next.action == Action::free_completed && next.addr == r.addr &&
-                        next.device == r.device;
+          bool paired =
+              have_next && next.action == Action::free_completed && next.addr == r.addr && next.device == r.device;
           if (paired) {
             have_next = false;
             count();
@@ -180,7 +180,8 @@ class Engine {
     for (std::size_t c = 0; c < configs_.size(); ++c) {
       Lane& L = lane(c, r.device);
       if (L.map.find(r.addr))
-        fail(fmt::format("alloc at address 0x{:x}, which is still allocated (no free_completed since its alloc)", r.addr));
+        fail(fmt::format("alloc at address 0x{:x}, which is still allocated (no free_completed since its alloc)",
+                         r.addr));
       DevicePtr ours = 0;
       L.sink.alloc_index = index;
       Status s = L.allocator.allocate(r.size, StreamId{r.stream}, &ours);
@@ -204,19 +205,25 @@ class Engine {
     for (std::size_t c = 0; c < configs_.size(); ++c) {
       Lane& L = lane(c, r.device);
       Mapped* m = L.map.find(r.addr);
-      if (!m) fail(fmt::format("free_requested of address 0x{:x}, which no earlier alloc in the trace returned", r.addr));
+      if (!m)
+        fail(fmt::format("free_requested of address 0x{:x}, which no earlier alloc in the trace returned", r.addr));
       L.note_peak_end();
       switch (m->state) {
         case AddrState::live: {
           Status s = immediate ? L.allocator.deallocate(m->ours) : L.allocator.deallocate_deferred(m->ours);
-          if (s != Status::ok) fail(fmt::format("the allocator refused the free of 0x{:x}: {}", r.addr, status_name(s)));
-          if (immediate) L.map.erase(r.addr);
-          else m->state = AddrState::pending;
+          if (s != Status::ok)
+            fail(fmt::format("the allocator refused the free of 0x{:x}: {}", r.addr, status_name(s)));
+          if (immediate)
+            L.map.erase(r.addr);
+          else
+            m->state = AddrState::pending;
           break;
         }
         case AddrState::skipped:
-          if (immediate) L.map.erase(r.addr);
-          else m->state = AddrState::skipped_pending;
+          if (immediate)
+            L.map.erase(r.addr);
+          else
+            m->state = AddrState::skipped_pending;
           break;
         case AddrState::pending:
         case AddrState::skipped_pending:
@@ -229,7 +236,8 @@ class Engine {
     for (std::size_t c = 0; c < configs_.size(); ++c) {
       Lane& L = lane(c, r.device);
       Mapped* m = L.map.find(r.addr);
-      if (!m) fail(fmt::format("free_completed of address 0x{:x}, which no earlier alloc in the trace returned", r.addr));
+      if (!m)
+        fail(fmt::format("free_completed of address 0x{:x}, which no earlier alloc in the trace returned", r.addr));
       switch (m->state) {
         case AddrState::pending: {
           Status s = L.allocator.complete_deferred_free(m->ours);
@@ -240,7 +248,8 @@ class Engine {
         case AddrState::live: {  // free_completed without free_requested: a plain free
           L.note_peak_end();
           Status s = L.allocator.deallocate(m->ours);
-          if (s != Status::ok) fail(fmt::format("the allocator refused the free of 0x{:x}: {}", r.addr, status_name(s)));
+          if (s != Status::ok)
+            fail(fmt::format("the allocator refused the free of 0x{:x}: {}", r.addr, status_name(s)));
           break;
         }
         case AddrState::skipped:

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "readers/open_trace.h"
 #include "vramtrace/settings.h"
 #include "vramtrace/stats.h"
-#include "readers/open_trace.h"
 
 namespace vramtrace {
 
@@ -45,9 +45,9 @@ struct SegmentAlloc {
 struct ReplayResult {
   ReplayConfig config;
   std::int32_t device = 0;
-  DeviceStats stats;                    ///< final statistics (peaks over the whole replay)
+  DeviceStats stats;  ///< final statistics (peaks over the whole replay)
   std::optional<FirstOom> first_oom;
-  std::uint64_t failed_allocs = 0;      ///< allocations that hit OOM (== stats.num_ooms)
+  std::uint64_t failed_allocs = 0;  ///< allocations that hit OOM (== stats.num_ooms)
   /// Largest inactive (free, cached, mapped) block, in bytes, at the moment allocated_bytes.all
   /// reached its final peak. Taken at the end of the run of allocations that set the peak, i.e.
   /// just before the next free (or at the end of the trace) once a new peak was set; between the
@@ -67,8 +67,8 @@ struct ReplayReport {
   /// The trace's own segment_alloc sizes in order (per device index), for comparison.
   /// (a trace's segment_alloc is attributed to the next alloc entry, which it precedes).
   std::vector<SegmentAlloc> trace_segment_allocs;
-  std::vector<ReplayResult> results;  ///< per config, then per device, in config order
-  bool incomplete = false;            ///< the trace ended early (cut last line)
+  std::vector<ReplayResult> results;     ///< per config, then per device, in config order
+  bool incomplete = false;               ///< the trace ended early (cut last line)
   std::uint64_t trace_segment_maps = 0;  ///< the trace's segment_map entries (expandable segments)
   /// Findings about the trace itself, one sentence each (e.g. case S4 of docs/cases.md:
   /// expandable_segments:True requested, but the trace shows whole-segment allocations).

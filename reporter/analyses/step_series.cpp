@@ -104,8 +104,9 @@ std::vector<DeviceSteps> StepSeriesBuilder::finish() {
       } else {
         auto troughs = track_step_troughs(d.curve, *period);
         if (!releases_within_steps(d.curve, troughs)) {
-          s.note = "the allocations repeat, but memory is not given back within a repetition (loading, or growth "
-                   "only), so they are not training steps";
+          s.note =
+              "the allocations repeat, but memory is not given back within a repetition (loading, or growth "
+              "only), so they are not training steps";
         } else {
           s.source = "pattern";
           s.period_allocs = *period;

@@ -35,11 +35,10 @@ struct DeviceSteps {
 /// Step boundaries: a `mark` event is a boundary on every device, and the sample is the
 /// allocated bytes when the mark was written. When marks carry names (vramtrace traces) and at
 /// least two are named "step <i>" (python/vramtrace_mark.py's step(), which also writes
-/// "step <i> end"), only those are boundaries; otherwise every mark is. A trace with fewer than two marks falls back to the
-/// pattern: the curve of allocated bytes just before each alloc (plus the value at the end of the
-/// trace) goes to detect_period and track_step_troughs; the samples are the troughs. To bound
-/// memory the curve keeps at most `max_curve_points` recent points per device (older halves are
-/// dropped and the note says so). Not thread-safe.
+/// "step <i> end"), only those are boundaries; otherwise every mark is. A trace with fewer than two marks falls back to
+/// the pattern: the curve of allocated bytes just before each alloc (plus the value at the end of the trace) goes to
+/// detect_period and track_step_troughs; the samples are the troughs. To bound memory the curve keeps at most
+/// `max_curve_points` recent points per device (older halves are dropped and the note says so). Not thread-safe.
 class StepSeriesBuilder {
  public:
   explicit StepSeriesBuilder(std::size_t max_curve_points = std::size_t{1} << 22);

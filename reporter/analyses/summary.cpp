@@ -47,9 +47,7 @@ std::string row(const std::string& name, const std::string& a, const std::string
 
 std::string hex(std::uint64_t v) { return fmt::format("0x{:x}", v); }
 
-std::string rel_time(const DeviceModel& d, i64 t) {
-  return "+" + format_duration(t - d.first_time_ns);
-}
+std::string rel_time(const DeviceModel& d, i64 t) { return "+" + format_duration(t - d.first_time_ns); }
 
 /// What the trace recorded at its end for `key` on `device` (each device against its own figures).
 std::optional<i64> recorded(const TraceModel& m, std::int32_t device, const std::string& key) {
@@ -61,10 +59,18 @@ std::optional<i64> recorded(const TraceModel& m, std::int32_t device, const std:
 }
 
 /// The figures PyTorch recorded at the end of the run that the model computes too.
-const char* kCheckedKeys[] = {"allocated_bytes.all.peak", "reserved_bytes.all.peak", "active_bytes.all.peak",
-                              "requested_bytes.all.peak", "allocated_bytes.all.current", "reserved_bytes.all.current",
-                              "inactive_split_bytes.all.peak", "segment.all.peak", "allocation.all.allocated",
-                              "num_device_alloc", "num_device_free", "num_ooms"};
+const char* kCheckedKeys[] = {"allocated_bytes.all.peak",
+                              "reserved_bytes.all.peak",
+                              "active_bytes.all.peak",
+                              "requested_bytes.all.peak",
+                              "allocated_bytes.all.current",
+                              "reserved_bytes.all.current",
+                              "inactive_split_bytes.all.peak",
+                              "segment.all.peak",
+                              "allocation.all.allocated",
+                              "num_device_alloc",
+                              "num_device_free",
+                              "num_ooms"};
 
 i64 stat_value(const DeviceStats& s, const std::string& key) {
   for (const auto& [k, v] : flatten_stats(s))
@@ -77,9 +83,11 @@ std::string live_table(const std::vector<LiveAllocation>& v, const DeviceModel& 
                                 "allocated at", "address");
   int i = 1;
   for (const auto& a : v) {
-    out += fmt::format("    {:>3}  {:>12}  {:>12}  {:>8}  {:>12}  {}{}\n", i++, format_bytes(static_cast<i64>(a.size), ByteStyle::pytorch),
-                       format_bytes(static_cast<i64>(a.requested_size), ByteStyle::pytorch), a.stream, rel_time(d, a.alloc_time_ns),
-                       hex(a.address), a.pending_free ? "  (freed, pending on a stream)" : "");
+    out += fmt::format("    {:>3}  {:>12}  {:>12}  {:>8}  {:>12}  {}{}\n", i++,
+                       format_bytes(static_cast<i64>(a.size), ByteStyle::pytorch),
+                       format_bytes(static_cast<i64>(a.requested_size), ByteStyle::pytorch), a.stream,
+                       rel_time(d, a.alloc_time_ns), hex(a.address),
+                       a.pending_free ? "  (freed, pending on a stream)" : "");
   }
   return out;
 }
@@ -110,10 +118,14 @@ std::string memory_summary_table(const DeviceStats& s, int device, bool abbrevia
     bool bytes;
   };
   const Metric metrics[] = {
-      {&DeviceStats::allocated_bytes, "Allocated memory", true},  {&DeviceStats::active_bytes, "Active memory", true},
-      {&DeviceStats::requested_bytes, "Requested memory", true}, {&DeviceStats::reserved_bytes, "GPU reserved memory", true},
-      {&DeviceStats::inactive_split_bytes, "Non-releasable memory", true}, {&DeviceStats::allocation, "Allocations", false},
-      {&DeviceStats::active, "Active allocs", false},             {&DeviceStats::segment, "GPU reserved segments", false},
+      {&DeviceStats::allocated_bytes, "Allocated memory", true},
+      {&DeviceStats::active_bytes, "Active memory", true},
+      {&DeviceStats::requested_bytes, "Requested memory", true},
+      {&DeviceStats::reserved_bytes, "GPU reserved memory", true},
+      {&DeviceStats::inactive_split_bytes, "Non-releasable memory", true},
+      {&DeviceStats::allocation, "Allocations", false},
+      {&DeviceStats::active, "Active allocs", false},
+      {&DeviceStats::segment, "GPU reserved segments", false},
       {&DeviceStats::inactive_split, "Non-releasable allocs", false},
   };
   for (const auto& m : metrics) {
@@ -121,12 +133,13 @@ std::string memory_summary_table(const DeviceStats& s, int device, bool abbrevia
     const StatArray& a = s.*(m.field);
     const Stat& all = a[kStatAll];
     auto fmtv = [&](i64 v, i64 pref) { return m.bytes ? format_size_col(v, pref) : format_count_col(v, pref); };
-    std::pair<int, const char*> subs[] = {{kStatAll, m.name}, {kStatLarge, "      from large pool"}, {kStatSmall, "      from small pool"}};
+    std::pair<int, const char*> subs[] = {
+        {kStatAll, m.name}, {kStatLarge, "      from large pool"}, {kStatSmall, "      from small pool"}};
     for (const auto& [idx, name] : subs) {
       if (abbreviated && idx != kStatAll) break;
       const Stat& st = a[idx];
-      lines.push_back(row(name, fmtv(st.current, all.current), fmtv(st.peak, all.peak), fmtv(st.allocated, all.allocated),
-                          fmtv(st.freed(), all.freed())));
+      lines.push_back(row(name, fmtv(st.current, all.current), fmtv(st.peak, all.peak),
+                          fmtv(st.allocated, all.allocated), fmtv(st.freed(), all.freed())));
     }
   }
   lines.push_back(std::string(75, '-'));
@@ -159,21 +172,25 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       shown.num_alloc_retries = retries.value_or(0);
       out += memory_summary_table(shown, d.device);
       out += fmt::format("Duration {}, {} events\n", format_duration(d.last_time_ns - d.first_time_ns), d.events);
-      out += fmt::format("OOMs {}, cudaMalloc retries {}\n", d.stats.num_ooms,
-                         retries ? std::to_string(*retries) + " (as PyTorch recorded them)" : "not recorded in this trace");
+      out += fmt::format(
+          "OOMs {}, cudaMalloc retries {}\n", d.stats.num_ooms,
+          retries ? std::to_string(*retries) + " (as PyTorch recorded them)" : "not recorded in this trace");
       if (d.at_peak.captured) {
         const auto& p = d.at_peak;
         const auto& st = p.stats;
         i64 alloc = st.allocated_bytes[kStatAll].current, req = st.requested_bytes[kStatAll].current;
-        out += fmt::format("\nAt the peak of allocated memory ({}, event {}):\n", rel_time(d, p.time_ns), p.event_index);
-        out += fmt::format("  allocated {}  reserved {}  requested {}  active {}\n", format_bytes(alloc, ByteStyle::pytorch),
-                           format_bytes(st.reserved_bytes[kStatAll].current, ByteStyle::pytorch), format_bytes(req, ByteStyle::pytorch),
-                           format_bytes(st.active_bytes[kStatAll].current, ByteStyle::pytorch));
+        out +=
+            fmt::format("\nAt the peak of allocated memory ({}, event {}):\n", rel_time(d, p.time_ns), p.event_index);
+        out += fmt::format(
+            "  allocated {}  reserved {}  requested {}  active {}\n", format_bytes(alloc, ByteStyle::pytorch),
+            format_bytes(st.reserved_bytes[kStatAll].current, ByteStyle::pytorch),
+            format_bytes(req, ByteStyle::pytorch), format_bytes(st.active_bytes[kStatAll].current, ByteStyle::pytorch));
         out += fmt::format("  reserved but unallocated {}  non-releasable (inactive split) {}\n",
                            format_bytes(st.reserved_bytes[kStatAll].current - alloc, ByteStyle::pytorch),
                            format_bytes(st.inactive_split_bytes[kStatAll].current, ByteStyle::pytorch));
         out += fmt::format("  rounding waste (allocated - requested) {}  largest free block in the cache {}\n",
-                           format_bytes(alloc - req, ByteStyle::pytorch), format_bytes(static_cast<i64>(p.largest_free_block), ByteStyle::pytorch));
+                           format_bytes(alloc - req, ByteStyle::pytorch),
+                           format_bytes(static_cast<i64>(p.largest_free_block), ByteStyle::pytorch));
         if (!p.biggest.empty()) {
           out += fmt::format("  The {} biggest allocations alive at the peak:\n", p.biggest.size());
           out += live_table(p.biggest, d);
@@ -182,7 +199,8 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       const auto& e = d.at_end;
       i64 live_bytes = e.stats.active_bytes[kStatAll].current;
       i64 live_n = e.stats.active[kStatAll].current;
-      out += fmt::format("\nStill allocated at the end: {} blocks, {} (reserved {})\n", live_n, format_bytes(live_bytes, ByteStyle::pytorch),
+      out += fmt::format("\nStill allocated at the end: {} blocks, {} (reserved {})\n", live_n,
+                         format_bytes(live_bytes, ByteStyle::pytorch),
                          format_bytes(e.stats.reserved_bytes[kStatAll].current, ByteStyle::pytorch));
       if (!e.biggest.empty()) out += live_table(e.biggest, d);
       // Cross-check against the figures PyTorch recorded, when the trace has them.
@@ -196,8 +214,8 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       if (!check.empty()) {
         // Our traces carry the shim allocator's figures in their trailer; PyTorch's, its own.
         const char* by = m.header.format == "vramtrace" ? "the traced allocator" : "PyTorch";
-        out += fmt::format("\nRecorded by {} vs computed from the events:\n  {:<30} {:>16} {:>16}\n", by,
-                           "statistic", "recorded", "computed");
+        out += fmt::format("\nRecorded by {} vs computed from the events:\n  {:<30} {:>16} {:>16}\n", by, "statistic",
+                           "recorded", "computed");
         out += check;
       }
       std::vector<std::string> notes = m.notes;
@@ -213,8 +231,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
     if (!out.empty()) out += "\n";
     out += fmt::format("Trace {}: no events", m.header.path);
     if (m.incomplete) {
-      out += fmt::format("; the trace ends abruptly ({})",
-                         m.incomplete_reason);
+      out += fmt::format("; the trace ends abruptly ({})", m.incomplete_reason);
     }
     out += ".\n";
   }
@@ -281,16 +298,17 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
       j["duration_ns"] = d.last_time_ns - d.first_time_ns;
       if (d.at_peak.captured) {
         const auto& st = d.at_peak.stats;
-        j["peak"] = {{"event", d.at_peak.event_index},
-                     {"time_ns", d.at_peak.time_ns},
-                     {"allocated_bytes", st.allocated_bytes[kStatAll].current},
-                     {"reserved_bytes", st.reserved_bytes[kStatAll].current},
-                     {"requested_bytes", st.requested_bytes[kStatAll].current},
-                     {"active_bytes", st.active_bytes[kStatAll].current},
-                     {"inactive_split_bytes", st.inactive_split_bytes[kStatAll].current},
-                     {"rounding_waste_bytes", st.allocated_bytes[kStatAll].current - st.requested_bytes[kStatAll].current},
-                     {"largest_free_block_bytes", d.at_peak.largest_free_block},
-                     {"biggest", live_json(d.at_peak.biggest)}};
+        j["peak"] = {
+            {"event", d.at_peak.event_index},
+            {"time_ns", d.at_peak.time_ns},
+            {"allocated_bytes", st.allocated_bytes[kStatAll].current},
+            {"reserved_bytes", st.reserved_bytes[kStatAll].current},
+            {"requested_bytes", st.requested_bytes[kStatAll].current},
+            {"active_bytes", st.active_bytes[kStatAll].current},
+            {"inactive_split_bytes", st.inactive_split_bytes[kStatAll].current},
+            {"rounding_waste_bytes", st.allocated_bytes[kStatAll].current - st.requested_bytes[kStatAll].current},
+            {"largest_free_block_bytes", d.at_peak.largest_free_block},
+            {"biggest", live_json(d.at_peak.biggest)}};
       }
       j["end"] = {{"live_blocks", d.at_end.stats.active[kStatAll].current},
                   {"live_bytes", d.at_end.stats.active_bytes[kStatAll].current},

@@ -25,8 +25,8 @@ void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_al
       exempt = exempt || (entry.substr(0, space) == app.get_name() && opt->check_name(entry.substr(space + 1)));
     }
     if (exempt) continue;
-    opt->check(CLI::Validator(
-        [](std::string& v) { return v.empty() ? std::string(kEmptyValue) : std::string(); }, "", "NonEmpty"));
+    opt->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string(kEmptyValue) : std::string(); }, "",
+                              "NonEmpty"));
   }
   for (CLI::App* sub : app.get_subcommands({})) refuse_empty_values(*sub, empty_allowed);
 }

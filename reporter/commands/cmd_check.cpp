@@ -6,9 +6,9 @@
 
 #include "analyses/budgets.h"
 #include "analyses/check_input.h"
-#include "render/check_report.h"
 #include "commands/commands.h"
 #include "readers/trace_paths.h"
+#include "render/check_report.h"
 
 namespace vramtrace::cli {
 
@@ -46,7 +46,8 @@ Budgets budgets_from(const CheckOptions& o) {
     if (!v.empty() && v.back() == '%') v.pop_back();
     char* end = nullptr;
     double pct = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || pct < 0) throw BudgetError("--max-increase: \"" + o.max_increase + "\" is not a percentage");
+    if (v.empty() || *end != '\0' || pct < 0)
+      throw BudgetError("--max-increase: \"" + o.max_increase + "\" is not a percentage");
     cli.max_increase = pct;
   }
   if (o.max_reserved_ratio) {
@@ -129,7 +130,9 @@ void register_check(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "check", "Check memory budgets for CI: exit 0 when all hold, 1 when one is exceeded, 2 for unusable input");
   auto o = std::make_shared<CheckOptions>();
-  cmd->add_option("traces", o->traces, "Traces (any format) or `vramtrace summary --json` documents; globs; directories (all of them in it)")->required();
+  cmd->add_option("traces", o->traces,
+                  "Traces (any format) or `vramtrace summary --json` documents; globs; directories (all of them in it)")
+      ->required();
   cmd->add_option("--budget", o->budget_file, "Budget file: `key = value` lines (docs/ci.md); options override it");
   cmd->add_option("--max-peak-reserved", o->max_peak_reserved, "Limit on reserved_bytes.all.peak, e.g. 20GiB");
   cmd->add_option("--max-peak-allocated", o->max_peak_allocated, "Limit on allocated_bytes.all.peak, e.g. 18GiB");

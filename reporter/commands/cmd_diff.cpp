@@ -7,8 +7,8 @@
 #include <set>
 
 #include "analyses/budgets.h"
-#include "commands/commands.h"
 #include "analyses/diff.h"
+#include "commands/commands.h"
 #include "readers/trace_paths.h"
 
 namespace vramtrace::cli {
@@ -53,7 +53,8 @@ std::vector<std::pair<std::size_t, std::size_t>> pair_processes(const Side& base
       out.emplace_back(i, i);
       continue;
     }
-    const auto j = static_cast<std::size_t>(std::find(now.ranks.begin(), now.ranks.end(), base.ranks[i]) - now.ranks.begin());
+    const auto j =
+        static_cast<std::size_t>(std::find(now.ranks.begin(), now.ranks.end(), base.ranks[i]) - now.ranks.begin());
     out.emplace_back(i, j);
   }
   if (by_rank) {
@@ -106,9 +107,9 @@ void register_diff(CLI::App& app) {
       }
       bool by_rank = false;
       const auto pairs = pair_processes(base, now, by_rank);
-      std::string text = "vramtrace diff: " + std::to_string(pairs.size()) + " processes on each side, paired " +
-                         (by_rank ? "by rank" : "in the order of their file names (the traces name no distinct ranks)") +
-                         "\n";
+      std::string text =
+          "vramtrace diff: " + std::to_string(pairs.size()) + " processes on each side, paired " +
+          (by_rank ? "by rank" : "in the order of their file names (the traces name no distinct ranks)") + "\n";
       nlohmann::json j = {{"pairing", by_rank ? "rank" : "path order"}, {"pairs", nlohmann::json::array()}};
       for (const auto& [i, k] : pairs) {
         auto d = diff_inputs(base.inputs[i], now.inputs[k], margin);

@@ -5,9 +5,9 @@
 #include <iterator>
 #include <sstream>
 
+#include "analyses/explain.h"
 #include "commands/commands.h"
 #include "commands/log.h"
-#include "analyses/explain.h"
 
 namespace vramtrace::cli {
 

@@ -3,12 +3,12 @@
 // process's memory on the device is a cause of OOM that one trace cannot show), then each trace.
 #include <cstdio>
 
-#include "commands/commands.h"
-#include "commands/log.h"
-#include "model/load_models.h"
 #include "analyses/oom_report.h"
 #include "analyses/oom_whatif.h"
 #include "analyses/processes.h"
+#include "commands/commands.h"
+#include "commands/log.h"
+#include "model/load_models.h"
 #include "readers/trace_paths.h"
 
 namespace vramtrace::cli {

@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analyses/replay.h"
 #include "commands/commands.h"
 #include "commands/log.h"
-#include "analyses/replay.h"
 
 namespace vramtrace::cli {
 namespace {
@@ -61,7 +61,8 @@ std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::ve
   });
   add("alloc retries", [](const ReplayResult& r) { return fmt::format("{}", r.stats.num_alloc_retries); });
   add("OOMs", oom_cell);
-  add("peak inactive split", [](const ReplayResult& r) { return bytes_cell(r.stats.inactive_split_bytes[kStatAll].peak); });
+  add("peak inactive split",
+      [](const ReplayResult& r) { return bytes_cell(r.stats.inactive_split_bytes[kStatAll].peak); });
   add("largest free block at peak",
       [](const ReplayResult& r) { return bytes_cell(static_cast<std::int64_t>(r.largest_free_at_peak)); });
   return out;
@@ -72,7 +73,9 @@ void print_text(const ReplayReport& rep, bool multi_device) {
   fmt::print("trace     {} ({}{}{})\n", h.path, h.format, h.workload.empty() ? "" : ", workload " + h.workload,
              fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : h.settings));
   fmt::print("events    {} ({} allocation requests){}\n", rep.events, rep.alloc_requests,
-             rep.incomplete ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event" : "");
+             rep.incomplete
+                 ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event"
+                 : "");
   auto table = rows(rep.results);
   if (rep.results.size() == 1) {
     const ReplayResult& r = rep.results[0];
@@ -81,7 +84,8 @@ void print_text(const ReplayReport& rep, bool multi_device) {
   } else {
     std::vector<std::string> head;
     for (const auto& r : rep.results)
-      head.push_back(multi_device ? fmt::format("{} [device {}]", settings_label(r.config), r.device) : settings_label(r.config));
+      head.push_back(multi_device ? fmt::format("{} [device {}]", settings_label(r.config), r.device)
+                                  : settings_label(r.config));
     std::vector<std::size_t> width(rep.results.size());
     for (std::size_t i = 0; i < head.size(); ++i) {
       width[i] = head[i].size();
@@ -99,10 +103,11 @@ void print_text(const ReplayReport& rep, bool multi_device) {
   for (const auto& note : rep.notes) fmt::print("\nNote: {}\n", note);
   for (const auto& r : rep.results) {
     if (r.first_oom) {
-      fmt::print("\nOut of memory with {}{}: the program would have stopped at allocation #{} ({} requested). The "
-                 "replay skipped each failed allocation and its free and went on; {} allocation(s) failed in all.\n",
-                 settings_label(r.config), multi_device ? fmt::format(" on device {}", r.device) : "",
-                 r.first_oom->alloc_index, format_size(r.first_oom->requested_bytes), r.failed_allocs);
+      fmt::print(
+          "\nOut of memory with {}{}: the program would have stopped at allocation #{} ({} requested). The "
+          "replay skipped each failed allocation and its free and went on; {} allocation(s) failed in all.\n",
+          settings_label(r.config), multi_device ? fmt::format(" on device {}", r.device) : "",
+          r.first_oom->alloc_index, format_size(r.first_oom->requested_bytes), r.failed_allocs);
     }
   }
 }
@@ -149,8 +154,10 @@ class Progress {
     std::string pct = total > 0 ? fmt::format("{:3.0f}% ", 100.0 * double(bytes) / double(total)) : "";
     std::string line = fmt::format("replay: {}{:.1f} M events, {:.2f} M events/s", pct, double(records) / 1e6,
                                    double(records) / 1e6 / elapsed);
-    if (tty_) fmt::print(stderr, "\r{}\033[K", line);
-    else fmt::print(stderr, "{}\n", line);
+    if (tty_)
+      fmt::print(stderr, "\r{}\033[K", line);
+    else
+      fmt::print(stderr, "{}\n", line);
     std::fflush(stderr);
   }
   void done() {
@@ -201,8 +208,10 @@ int run_replay(const ReplayArgs& args) {
     progress.done();
     bool multi_device = false;
     for (const auto& r : rep.results) multi_device |= r.device != 0;
-    if (args.json) print_json(rep, multi_device);
-    else print_text(rep, multi_device);
+    if (args.json)
+      print_json(rep, multi_device);
+    else
+      print_text(rep, multi_device);
     return 0;
   } catch (const TraceError& e) {
     logger().error("vramtrace replay: {}", e.what());
@@ -219,8 +228,9 @@ void register_replay(CLI::App& app) {
   auto args = std::make_shared<ReplayArgs>();
   CLI::App* sub = app.add_subcommand(
       "replay", "Replay a trace through the caching allocator on a simulated GPU: peaks, segments, OOMs per setting");
-  sub->add_option("TRACE", args->trace,
-                  "PyTorch allocator history (JSON lines, .gz/.zst), snapshot pickle (_dump_snapshot), or vramtrace trace")
+  sub->add_option(
+         "TRACE", args->trace,
+         "PyTorch allocator history (JSON lines, .gz/.zst), snapshot pickle (_dump_snapshot), or vramtrace trace")
       ->required();
   sub->add_option("--capacity", args->capacity,
                   "simulated GPU memory, e.g. 14.58GiB, 16GB, 512MiB, 1048576 (default: the trace's device total)");

@@ -5,20 +5,24 @@
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "model/load_models.h"
-#include "render/report_html.h"
 #include "readers/trace_paths.h"
+#include "render/report_html.h"
 
 namespace vramtrace::cli {
 
 void register_report(CLI::App& app) {
-  auto* cmd = app.add_subcommand("report", "Write a self-contained HTML report (timeline, allocator state at the peak and at OOMs)");
+  auto* cmd = app.add_subcommand(
+      "report", "Write a self-contained HTML report (timeline, allocator state at the peak and at OOMs)");
   struct Opts {
     std::vector<std::string> traces;
     std::string output = "report.html";
     std::string title;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("traces", opts->traces, "Trace files, globs, or directories (all traces in them); several traces add the process x device view")->required();
+  cmd->add_option(
+         "traces", opts->traces,
+         "Trace files, globs, or directories (all traces in them); several traces add the process x device view")
+      ->required();
   cmd->add_option("-o,--output", opts->output, "Output HTML file (default report.html)");
   cmd->add_option("--title", opts->title, "Page title");
   cmd->callback([opts]() {

@@ -20,8 +20,8 @@
 
 #include "commands/commands.h"
 #include "commands/log.h"
-#include "vramtrace/gpu_cards.h"
 #include "vramtrace/device_limits.h"
+#include "vramtrace/gpu_cards.h"
 #include "vramtrace/settings.h"
 #include "vramtrace/stats.h"
 #include "vramtrace/trace/vramtrace_reader.h"
@@ -483,8 +483,7 @@ void explain_no_trace(const RunOptions& o, const std::string& pattern, std::size
     std::fprintf(stderr,
                  "  (%zu file(s) of that name were there before the run; an existing file is never overwritten:\n"
                  "  %s, or remove them)\n",
-                 existing_count,
-                 has_t && !has_p ? "%t has one-second resolution, add %p to -o" : "use %p or %t in -o");
+                 existing_count, has_t && !has_p ? "%t has one-second resolution, add %p to -o" : "use %p or %t in -o");
   }
 }
 
@@ -569,9 +568,9 @@ int run_command(const RunOptions& o) {
 void register_run(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a command with vramtrace preloaded and trace its GPU memory");
-  cmd->add_option(
-      "-o,--output", opts->output,
-      "Trace file name; %p pid, %h host, %r rank, %R \"rank<N>.\" when a launcher set a rank, %t start time (default vramtrace.%t.%R%p.jsonl; .zst compresses)");
+  cmd->add_option("-o,--output", opts->output,
+                  "Trace file name; %p pid, %h host, %r rank, %R \"rank<N>.\" when a launcher set a rank, %t start "
+                  "time (default vramtrace.%t.%R%p.jsonl; .zst compresses)");
   cmd->add_option("--conf", opts->conf, "Allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax (sets VRAMTRACE_CONF)");
   cmd->add_flag(
       "--tensors", opts->tensors,

@@ -2,23 +2,27 @@
 // several traces (files, globs, a directory) first the process x device view (processes.h).
 #include <cstdio>
 
+#include "analyses/processes.h"
+#include "analyses/summary.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "model/load_models.h"
-#include "analyses/processes.h"
-#include "analyses/summary.h"
 #include "readers/trace_paths.h"
 
 namespace vramtrace::cli {
 
 void register_summary(CLI::App& app) {
-  auto* cmd = app.add_subcommand("summary", "Per process and device: torch.cuda.memory_summary() figures, the peak, what was left");
+  auto* cmd = app.add_subcommand(
+      "summary", "Per process and device: torch.cuda.memory_summary() figures, the peak, what was left");
   struct Opts {
     std::vector<std::string> traces;
     bool json = false;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("traces", opts->traces, "Trace files (PyTorch JSON lines, snapshot pickle, vramtrace trace), globs, or directories (all traces in them)")->required();
+  cmd->add_option("traces", opts->traces,
+                  "Trace files (PyTorch JSON lines, snapshot pickle, vramtrace trace), globs, or directories (all "
+                  "traces in them)")
+      ->required();
   cmd->add_flag("--json", opts->json, "Print JSON with PyTorch's flat statistic names");
   cmd->callback([opts]() {
     try {
@@ -29,7 +33,8 @@ void register_summary(CLI::App& app) {
         std::fputs(j.dump(2).c_str(), stdout);
         std::fputc('\n', stdout);
       } else {
-        if (models.size() > 1) std::fputs((render_process_device_text(process_device_view(models)) + "\n").c_str(), stdout);
+        if (models.size() > 1)
+          std::fputs((render_process_device_text(process_device_view(models)) + "\n").c_str(), stdout);
         std::fputs(render_summary_text(models).c_str(), stdout);
       }
       set_exit_code(0);

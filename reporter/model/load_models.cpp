@@ -27,7 +27,8 @@ std::vector<TraceModel> load_models(const std::vector<std::string>& paths, const
       for (auto& d : out.back().devices) {
         if (!d.peak_layout_deferred) continue;
         for (auto& d2 : second.devices) {
-          if (d2.device != d.device || !d2.at_peak.captured || d2.at_peak.event_index != d.at_peak.event_index) continue;
+          if (d2.device != d.device || !d2.at_peak.captured || d2.at_peak.event_index != d.at_peak.event_index)
+            continue;
           d.at_peak.layout = std::move(d2.at_peak.layout);
           d.at_peak.biggest = std::move(d2.at_peak.biggest);
           d.peak_layout_deferred = false;

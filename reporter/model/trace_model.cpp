@@ -7,8 +7,8 @@
 // block size, so allocated_bytes equals PyTorch's (the gpt2 test checks the recorded peak).
 #include "model/trace_model.h"
 
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 #include "vramtrace/settings.h"
 #include "vramtrace/size_rules.h"
 
@@ -257,7 +257,8 @@ struct TraceModelBuilder::Impl {
       st.layout.segments.push_back(std::move(ss));
     }
     for (const auto& [addr, b] : d.orphans)
-      live.push_back({addr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event, b.state == BlockState::active_pending_free});
+      live.push_back({addr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event,
+                      b.state == BlockState::active_pending_free});
     d.snapshot_cost += d.orphans.size();  // copied too: counts against the peak-copy budget
     std::size_t n = std::min(opt.top_n, live.size());
     std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
@@ -436,7 +437,8 @@ struct TraceModelBuilder::Impl {
     u64 seg_addr = 0;
     Segment* s = segment_of(d, r.addr, &seg_addr);
     if (!s) {
-      conflict(d, fmt::format("{} of 0x{:x}, which is not a live segment", unmap ? "segment_unmap" : "segment_free", r.addr));
+      conflict(d, fmt::format("{} of 0x{:x}, which is not a live segment", unmap ? "segment_unmap" : "segment_free",
+                              r.addr));
       return;
     }
     if (!unmap || (r.addr == seg_addr && r.size >= s->size)) {
@@ -537,7 +539,8 @@ struct TraceModelBuilder::Impl {
     auto it = s->blocks.upper_bound(r.addr);
     --it;  // the block containing addr (blocks tile the segment)
     if (it->second.state != BlockState::inactive) {
-      conflict(d, fmt::format("alloc at 0x{:x} inside a block that is in use; counted without a layout change", r.addr));
+      conflict(d,
+               fmt::format("alloc at 0x{:x} inside a block that is in use; counted without a layout change", r.addr));
       int pool = pool_of(*s);
       nb.size = rounded;
       d.orphans[r.addr] = nb;
@@ -556,7 +559,8 @@ struct TraceModelBuilder::Impl {
     }
     u64 avail = freeb.size;
     u64 size = std::min(rounded, avail);
-    if (rounded > avail) conflict(d, fmt::format("alloc of {} B at 0x{:x} does not fit the free block of {} B", r.size, r.addr, avail));
+    if (rounded > avail)
+      conflict(d, fmt::format("alloc of {} B at 0x{:x} does not fit the free block of {} B", r.size, r.addr, avail));
     u64 remaining = avail - size;
     bool split = should_split(size, remaining, s->small || s->expandable, rules.max_split_size_bytes);
     if (!split) size = avail;
@@ -655,19 +659,29 @@ struct TraceModelBuilder::Impl {
     if (d.out.events == 0) d.out.first_time_ns = r.time_ns;
     d.out.last_time_ns = std::max(d.out.last_time_ns, r.time_ns);
     switch (r.action) {
-      case Action::alloc: on_alloc(d, r); break;
-      case Action::free_requested: on_free_requested(d, r); break;
-      case Action::free_completed: on_free_completed(d, r); break;
+      case Action::alloc:
+        on_alloc(d, r);
+        break;
+      case Action::free_requested:
+        on_free_requested(d, r);
+        break;
+      case Action::free_completed:
+        on_free_completed(d, r);
+        break;
       case Action::segment_alloc:
         if (!lays_out_as_segment(r)) break;
         on_segment_alloc(d, r, false);
         break;
-      case Action::segment_map: on_segment_alloc(d, r, true); break;
+      case Action::segment_map:
+        on_segment_alloc(d, r, true);
+        break;
       case Action::segment_free:
         if (!lays_out_as_segment(r)) break;
         on_segment_free(d, r, false);
         break;
-      case Action::segment_unmap: on_segment_free(d, r, true); break;
+      case Action::segment_unmap:
+        on_segment_free(d, r, true);
+        break;
       case Action::oom: {
         ++d.out.stats.num_ooms;
         OomRecord o;
@@ -688,13 +702,17 @@ struct TraceModelBuilder::Impl {
         d.out.markers.push_back({r.time_ns, "oom", r.size});
         break;
       }
-      case Action::mark: d.out.markers.push_back({r.time_ns, "mark", r.size}); break;
-      case Action::snapshot: break;
+      case Action::mark:
+        d.out.markers.push_back({r.time_ns, "mark", r.size});
+        break;
+      case Action::snapshot:
+        break;
     }
     if (raises) note_peak(d);
     if (!opt.capture_peak_after_event.empty()) {
       auto it = opt.capture_peak_after_event.find(r.device);
-      if (it != opt.capture_peak_after_event.end() && it->second == events) capture(d, d.out.at_peak, d.out.last_time_ns, events);
+      if (it != opt.capture_peak_after_event.end() && it->second == events)
+        capture(d, d.out.at_peak, d.out.last_time_ns, events);
     }
     sample(d, r.time_ns);
     d.last_event = events;
@@ -715,20 +733,24 @@ struct TraceModelBuilder::Impl {
       capture(d, d.out.at_end, d.out.last_time_ns, d.last_event);
       d.out.timeline = std::move(d.buckets);
       if (d.out.orphan_allocs)
-        d.out.notes.push_back(fmt::format("{} allocations at addresses in no segment of the trace: counted as allocated, "
-                                          "not reserved (the trace began after their segments were created, or has no "
-                                          "segment events)",
-                                          d.out.orphan_allocs));
+        d.out.notes.push_back(
+            fmt::format("{} allocations at addresses in no segment of the trace: counted as allocated, "
+                        "not reserved (the trace began after their segments were created, or has no "
+                        "segment events)",
+                        d.out.orphan_allocs));
       if (d.out.unknown_frees)
-        d.out.notes.push_back(fmt::format("{} frees of addresses not allocated in the trace (allocated before it began)",
-                                          d.out.unknown_frees));
+        d.out.notes.push_back(fmt::format(
+            "{} frees of addresses not allocated in the trace (allocated before it began)", d.out.unknown_frees));
       if (d.out.ooms.size() > opt.max_oom_states)
-        d.out.notes.push_back(fmt::format("{} OOMs; the layout is kept for the first {}", d.out.ooms.size(), opt.max_oom_states));
-      d.out.stats.max_split_size = rules.max_split_size_bytes == UINT64_MAX ? -1 : static_cast<i64>(rules.max_split_size_bytes);
+        d.out.notes.push_back(
+            fmt::format("{} OOMs; the layout is kept for the first {}", d.out.ooms.size(), opt.max_oom_states));
+      d.out.stats.max_split_size =
+          rules.max_split_size_bytes == UINT64_MAX ? -1 : static_cast<i64>(rules.max_split_size_bytes);
       m.devices.push_back(std::move(d.out));
     }
     if (!has_segment_events && events > 0)
-      m.notes.push_back("the trace has no segment events: reserved memory is unknown (replay it to simulate the allocator)");
+      m.notes.push_back(
+          "the trace has no segment events: reserved memory is unknown (replay it to simulate the allocator)");
     return m;
   }
 };
@@ -737,7 +759,8 @@ TraceModelBuilder::TraceModelBuilder(TraceHeader header, ModelOptions options) :
   impl_->header = std::move(header);
   impl_->opt = options;
   if (impl_->opt.timeline_buckets < 16) impl_->opt.timeline_buckets = 16;
-  impl_->rules = LayoutRules::from_settings(options.settings ? *options.settings : impl_->header.settings, &impl_->notes);
+  impl_->rules =
+      LayoutRules::from_settings(options.settings ? *options.settings : impl_->header.settings, &impl_->notes);
 }
 TraceModelBuilder::~TraceModelBuilder() = default;
 void TraceModelBuilder::add(const TraceRecord& r) { impl_->add(r); }
@@ -749,9 +772,10 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   TraceModel m = impl_->finish(reader.incomplete());
   if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
   if (reader.nul_bytes() != 0) {
-    m.notes.push_back(fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "
-                                  "never written (a crash or power loss while the trace grew)",
-                                  reader.nul_bytes()));
+    m.notes.push_back(
+        fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "
+                    "never written (a crash or power loss while the trace grew)",
+                    reader.nul_bytes()));
   }
   return m;
 }

@@ -19,10 +19,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "readers/open_trace.h"
 #include "vramtrace/event.h"
 #include "vramtrace/snapshot.h"
 #include "vramtrace/stats.h"
-#include "readers/open_trace.h"
 
 namespace vramtrace {
 
@@ -58,16 +58,16 @@ struct LiveAllocation {
   std::uint64_t requested_size = 0;  ///< bytes asked for
   std::uint64_t stream = 0;
   std::int64_t alloc_time_ns = 0;
-  std::uint64_t alloc_event = 0;     ///< 0-based index of its alloc event
-  bool pending_free = false;         ///< freed, waiting on another stream
+  std::uint64_t alloc_event = 0;  ///< 0-based index of its alloc event
+  bool pending_free = false;      ///< freed, waiting on another stream
 };
 
 /// The allocator's state at one moment.
 struct StateAt {
-  std::uint64_t event_index = 0;    ///< 0-based index of the last event applied
+  std::uint64_t event_index = 0;  ///< 0-based index of the last event applied
   std::int64_t time_ns = 0;
-  DeviceStats stats;                ///< statistics at that moment
-  Snapshot layout;                  ///< segments and blocks (orphan blocks excluded)
+  DeviceStats stats;  ///< statistics at that moment
+  Snapshot layout;    ///< segments and blocks (orphan blocks excluded)
   std::uint64_t largest_free_block = 0;
   std::vector<LiveAllocation> biggest;  ///< the largest live allocations, largest first
   bool captured = false;
@@ -77,7 +77,7 @@ struct StateAt {
 struct OomRecord {
   std::uint64_t event_index = 0;
   std::int64_t time_ns = 0;
-  std::uint64_t request_bytes = 0;   ///< size the oom event carries (the allocation asked of the device)
+  std::uint64_t request_bytes = 0;  ///< size the oom event carries (the allocation asked of the device)
   std::uint64_t device_free_bytes = 0;
   std::optional<std::uint64_t> retries;  ///< num_alloc_retries at the failure, when the trace says
   StateAt state;
@@ -93,18 +93,18 @@ struct TimelineMarker {
 /// Per device: everything a report needs.
 struct DeviceModel {
   std::int32_t device = 0;
-  DeviceStats stats;                  ///< final statistics (current, peak, allocated, freed)
+  DeviceStats stats;  ///< final statistics (current, peak, allocated, freed)
   std::uint64_t events = 0;
   std::int64_t first_time_ns = 0;
   std::int64_t last_time_ns = 0;
-  StateAt at_peak;                    ///< when allocated_bytes.all reached its peak (first time)
-  StateAt at_end;                     ///< after the last event
-  std::vector<OomRecord> ooms;        ///< at most kMaxOomStates keep a layout
+  StateAt at_peak;              ///< when allocated_bytes.all reached its peak (first time)
+  StateAt at_end;               ///< after the last event
+  std::vector<OomRecord> ooms;  ///< at most kMaxOomStates keep a layout
   std::vector<TimelineBucket> timeline;
   std::vector<TimelineMarker> markers;
-  std::uint64_t orphan_allocs = 0;    ///< allocs at an address in no known segment
-  std::uint64_t unknown_frees = 0;    ///< frees of an address never allocated in the trace
-  std::uint64_t layout_conflicts = 0; ///< events the layout could not place (described in notes)
+  std::uint64_t orphan_allocs = 0;     ///< allocs at an address in no known segment
+  std::uint64_t unknown_frees = 0;     ///< frees of an address never allocated in the trace
+  std::uint64_t layout_conflicts = 0;  ///< events the layout could not place (described in notes)
   /// The peak's layout and biggest allocations were not copied in the pass (the trace set new
   /// peaks too often to copy the layout each time); load_models fills them by a second pass.
   /// at_peak's statistics, time and largest free block are always exact.
@@ -115,13 +115,13 @@ struct DeviceModel {
 /// The model of one trace file (one process).
 struct TraceModel {
   TraceHeader header;
-  bool incomplete = false;            ///< the trace ended early
+  bool incomplete = false;  ///< the trace ended early
   /// Why, in words ("its last line is cut", "no trailer: ..."; "cut last line" when the reader
   /// says no more); empty when complete.
   std::string incomplete_reason;
   bool has_segment_events = false;
   std::uint64_t events = 0;
-  std::vector<DeviceModel> devices;   ///< sorted by device id
+  std::vector<DeviceModel> devices;  ///< sorted by device id
   std::vector<std::string> notes;
 };
 

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "vramtrace/trace/byte_source.h"
 #include "readers/readers.h"
+#include "vramtrace/trace/byte_source.h"
 
 namespace vramtrace {
 namespace {
@@ -45,9 +45,10 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path) {
   std::size_t got = bytes->read(&first, 1);
   if (got == 0) {
     if (bytes->bytes_read() > 0) {  // compressed bytes that decode to nothing: a cut .gz/.zst
-      throw TraceError(fmt::format("{}: the compressed file is cut before its first complete block: nothing to read "
-                                   "(a process killed before the trace writer's first flush?)",
-                                   path));
+      throw TraceError(
+          fmt::format("{}: the compressed file is cut before its first complete block: nothing to read "
+                      "(a process killed before the trace writer's first flush?)",
+                      path));
     }
     throw TraceError(fmt::format("{}: empty file: not a trace", path));
   }
@@ -63,9 +64,10 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path) {
     j = nlohmann::json::parse(line);
   } catch (const std::exception&) {
     if (lines->truncated() && lines->line_number() == 1 && line.rfind("{\"a\":\"header\"", 0) == 0) {
-      throw TraceError(fmt::format("{}:1: a vramtrace trace whose header line is cut (the process was killed while "
-                                   "the file was being created?): nothing to read",
-                                   path));
+      throw TraceError(
+          fmt::format("{}:1: a vramtrace trace whose header line is cut (the process was killed while "
+                      "the file was being created?): nothing to read",
+                      path));
     }
     throw TraceError(fmt::format(
         "{}: line {}: not a known trace format (expected a PyTorch snapshot pickle, or JSON lines: PyTorch's "

@@ -76,75 +76,144 @@ const Value* Value::find(std::string_view key) const {
 
 const char* opcode_name(std::uint8_t op) noexcept {
   switch (op) {
-    case '(': return "MARK";
-    case '.': return "STOP";
-    case '0': return "POP";
-    case '1': return "POP_MARK";
-    case '2': return "DUP";
-    case 'F': return "FLOAT";
-    case 'I': return "INT";
-    case 'J': return "BININT";
-    case 'K': return "BININT1";
-    case 'L': return "LONG";
-    case 'M': return "BININT2";
-    case 'N': return "NONE";
-    case 'P': return "PERSID";
-    case 'Q': return "BINPERSID";
-    case 'R': return "REDUCE";
-    case 'S': return "STRING";
-    case 'T': return "BINSTRING";
-    case 'U': return "SHORT_BINSTRING";
-    case 'V': return "UNICODE";
-    case 'X': return "BINUNICODE";
-    case 'a': return "APPEND";
-    case 'b': return "BUILD";
-    case 'c': return "GLOBAL";
-    case 'd': return "DICT";
-    case '}': return "EMPTY_DICT";
-    case 'e': return "APPENDS";
-    case 'g': return "GET";
-    case 'h': return "BINGET";
-    case 'i': return "INST";
-    case 'j': return "LONG_BINGET";
-    case 'l': return "LIST";
-    case ']': return "EMPTY_LIST";
-    case 'o': return "OBJ";
-    case 'p': return "PUT";
-    case 'q': return "BINPUT";
-    case 'r': return "LONG_BINPUT";
-    case 's': return "SETITEM";
-    case 't': return "TUPLE";
-    case ')': return "EMPTY_TUPLE";
-    case 'u': return "SETITEMS";
-    case 'G': return "BINFLOAT";
-    case 0x80: return "PROTO";
-    case 0x81: return "NEWOBJ";
-    case 0x82: return "EXT1";
-    case 0x83: return "EXT2";
-    case 0x84: return "EXT4";
-    case 0x85: return "TUPLE1";
-    case 0x86: return "TUPLE2";
-    case 0x87: return "TUPLE3";
-    case 0x88: return "NEWTRUE";
-    case 0x89: return "NEWFALSE";
-    case 0x8a: return "LONG1";
-    case 0x8b: return "LONG4";
-    case 'B': return "BINBYTES";
-    case 'C': return "SHORT_BINBYTES";
-    case 0x8c: return "SHORT_BINUNICODE";
-    case 0x8d: return "BINUNICODE8";
-    case 0x8e: return "BINBYTES8";
-    case 0x8f: return "EMPTY_SET";
-    case 0x90: return "ADDITEMS";
-    case 0x91: return "FROZENSET";
-    case 0x92: return "NEWOBJ_EX";
-    case 0x93: return "STACK_GLOBAL";
-    case 0x94: return "MEMOIZE";
-    case 0x95: return "FRAME";
-    case 0x96: return "BYTEARRAY8";
-    case 0x97: return "NEXT_BUFFER";
-    case 0x98: return "READONLY_BUFFER";
-    default: return "unknown";
+    case '(':
+      return "MARK";
+    case '.':
+      return "STOP";
+    case '0':
+      return "POP";
+    case '1':
+      return "POP_MARK";
+    case '2':
+      return "DUP";
+    case 'F':
+      return "FLOAT";
+    case 'I':
+      return "INT";
+    case 'J':
+      return "BININT";
+    case 'K':
+      return "BININT1";
+    case 'L':
+      return "LONG";
+    case 'M':
+      return "BININT2";
+    case 'N':
+      return "NONE";
+    case 'P':
+      return "PERSID";
+    case 'Q':
+      return "BINPERSID";
+    case 'R':
+      return "REDUCE";
+    case 'S':
+      return "STRING";
+    case 'T':
+      return "BINSTRING";
+    case 'U':
+      return "SHORT_BINSTRING";
+    case 'V':
+      return "UNICODE";
+    case 'X':
+      return "BINUNICODE";
+    case 'a':
+      return "APPEND";
+    case 'b':
+      return "BUILD";
+    case 'c':
+      return "GLOBAL";
+    case 'd':
+      return "DICT";
+    case '}':
+      return "EMPTY_DICT";
+    case 'e':
+      return "APPENDS";
+    case 'g':
+      return "GET";
+    case 'h':
+      return "BINGET";
+    case 'i':
+      return "INST";
+    case 'j':
+      return "LONG_BINGET";
+    case 'l':
+      return "LIST";
+    case ']':
+      return "EMPTY_LIST";
+    case 'o':
+      return "OBJ";
+    case 'p':
+      return "PUT";
+    case 'q':
+      return "BINPUT";
+    case 'r':
+      return "LONG_BINPUT";
+    case 's':
+      return "SETITEM";
+    case 't':
+      return "TUPLE";
+    case ')':
+      return "EMPTY_TUPLE";
+    case 'u':
+      return "SETITEMS";
+    case 'G':
+      return "BINFLOAT";
+    case 0x80:
+      return "PROTO";
+    case 0x81:
+      return "NEWOBJ";
+    case 0x82:
+      return "EXT1";
+    case 0x83:
+      return "EXT2";
+    case 0x84:
+      return "EXT4";
+    case 0x85:
+      return "TUPLE1";
+    case 0x86:
+      return "TUPLE2";
+    case 0x87:
+      return "TUPLE3";
+    case 0x88:
+      return "NEWTRUE";
+    case 0x89:
+      return "NEWFALSE";
+    case 0x8a:
+      return "LONG1";
+    case 0x8b:
+      return "LONG4";
+    case 'B':
+      return "BINBYTES";
+    case 'C':
+      return "SHORT_BINBYTES";
+    case 0x8c:
+      return "SHORT_BINUNICODE";
+    case 0x8d:
+      return "BINUNICODE8";
+    case 0x8e:
+      return "BINBYTES8";
+    case 0x8f:
+      return "EMPTY_SET";
+    case 0x90:
+      return "ADDITEMS";
+    case 0x91:
+      return "FROZENSET";
+    case 0x92:
+      return "NEWOBJ_EX";
+    case 0x93:
+      return "STACK_GLOBAL";
+    case 0x94:
+      return "MEMOIZE";
+    case 0x95:
+      return "FRAME";
+    case 0x96:
+      return "BYTEARRAY8";
+    case 0x97:
+      return "NEXT_BUFFER";
+    case 0x98:
+      return "READONLY_BUFFER";
+    default:
+      return "unknown";
   }
 }
 
@@ -171,15 +240,16 @@ void Unpickler::stream_key(std::string key, std::function<void(std::int32_t, Val
 }
 
 void Unpickler::fail(const std::string& what) const {
-  throw PickleError(fmt::format("{}: offset {}: opcode {} (0x{:02x}): {}", path_, op_offset_, opcode_name(op_), op_, what));
+  throw PickleError(
+      fmt::format("{}: offset {}: opcode {} (0x{:02x}): {}", path_, op_offset_, opcode_name(op_), op_, what));
 }
 
 void Unpickler::fail_truncated() const {
-  throw PickleError(fmt::format("{}: offset {}: the pickle ends early inside opcode {} (0x{:02x}) at offset {}: the file "
-                                "is truncated{}",
-                                path_, base_ + len_, opcode_name(op_), op_, op_offset_,
-                                src_.truncated() ? fmt::format(" (its {} stream is cut off)", compression_name(src_.compression()))
-                                                 : ""));
+  throw PickleError(fmt::format(
+      "{}: offset {}: the pickle ends early inside opcode {} (0x{:02x}) at offset {}: the file "
+      "is truncated{}",
+      path_, base_ + len_, opcode_name(op_), op_, op_offset_,
+      src_.truncated() ? fmt::format(" (its {} stream is cut off)", compression_name(src_.compression())) : ""));
 }
 
 void Unpickler::refill(std::size_t need) {
@@ -269,7 +339,8 @@ std::uint32_t* Unpickler::memo_slot(std::uint32_t id, bool create) {
   std::size_t dense_limit = std::max<std::size_t>(memo_dense_.size() * 2, 1u << 16);
   if (id < dense_limit) {
     if (!create) return nullptr;
-    memo_dense_.resize(std::max<std::size_t>(std::size_t{id} + 1, std::min(dense_limit, memo_dense_.size() * 2 + 1024)), 0);
+    memo_dense_.resize(std::max<std::size_t>(std::size_t{id} + 1, std::min(dense_limit, memo_dense_.size() * 2 + 1024)),
+                       0);
     return &memo_dense_[id];
   }
   if (!create) {
@@ -298,7 +369,8 @@ void Unpickler::memo_put(std::uint32_t id) {
     }
     v->pool_index = idx;
   }
-  if (*slot == 0) ++memo_defined_;
+  if (*slot == 0)
+    ++memo_defined_;
   else if (*slot > 2 && --pool_refs_[*slot] == 0 && *slot != v->pool_index) {
     pool_[*slot]->pool_index = 0;
     pool_[*slot].reset();
@@ -357,7 +429,7 @@ void Unpickler::check_new_list() {
   // Called before pushing a new list: decide whether it is the outer streamed list (the value
   // of stream_key_ in the outermost dict) or one of its inner lists (streamed).
   if (stream_key_.empty()) return;
-  Value& list = *stack_.back();  // the new list, pushed already
+  Value& list = *stack_.back();       // the new list, pushed already
   std::size_t n = stack_.size() - 1;  // values below the new list
   if (n >= 2 && stack_[n - 1]->kind == Kind::string && stack_[n - 1]->text == stream_key_ &&
       stack_[0]->kind == Kind::dict) {
@@ -451,11 +523,9 @@ bool Unpickler::run() {
       }
       if (len_ == 0) {
         if (base_ == 0) throw PickleError(fmt::format("{}: empty file", path_));
-        throw PickleError(fmt::format("{}: offset {}: the pickle ends before its STOP opcode: the file is truncated{}", path_,
-                                      base_,
-                                      src_.truncated() ? fmt::format(" (its {} stream is cut off)",
-                                                                     compression_name(src_.compression()))
-                                                       : ""));
+        throw PickleError(fmt::format(
+            "{}: offset {}: the pickle ends before its STOP opcode: the file is truncated{}", path_, base_,
+            src_.truncated() ? fmt::format(" (its {} stream is cut off)", compression_name(src_.compression())) : ""));
       }
     }
     op_ = u8();
@@ -533,7 +603,8 @@ bool Unpickler::run() {
       case 0x8b: {  // LONG1, LONG4
         std::uint64_t n = op_ == 0x8a ? u8() : u32();
         if (op_ == 0x8b && static_cast<std::int32_t>(n) < 0) fail("negative length");
-        if (n > limits_.max_int_bytes) fail(fmt::format("integer of {} bytes exceeds the limit of {}", n, limits_.max_int_bytes));
+        if (n > limits_.max_int_bytes)
+          fail(fmt::format("integer of {} bytes exceeds the limit of {}", n, limits_.max_int_bytes));
         read_bytes(scratch, n);
         push(make_int_from_le(scratch));
         break;
@@ -697,8 +768,9 @@ bool Unpickler::run() {
       case 0x84:
       case 'P':
       case 'Q':
-        fail("refused: this opcode imports or calls Python objects; vramtrace reads plain data only and never "
-             "executes a pickle (a PyTorch snapshot needs none of these)");
+        fail(
+            "refused: this opcode imports or calls Python objects; vramtrace reads plain data only and never "
+            "executes a pickle (a PyTorch snapshot needs none of these)");
       case 0x97:
         fail("refused: out-of-band buffers (protocol 5 NEXT_BUFFER) are not part of a snapshot file");
       case 'F':

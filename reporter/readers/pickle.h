@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "vramtrace/trace/byte_source.h"
 #include "readers/open_trace.h"
+#include "vramtrace/trace/byte_source.h"
 
 namespace vramtrace::pickle {
 
@@ -46,13 +46,13 @@ struct Value {
   double floating = 0.0;
   /// string (UTF-8) and bytes; for big_integer the little-endian two's complement bytes.
   std::string text;
-  std::vector<ValuePtr> items;                          ///< list, tuple, set
-  std::vector<std::pair<ValuePtr, ValuePtr>> entries;   ///< dict, in insertion order
-  std::uint32_t memo_id = UINT32_MAX;  ///< first memo slot this value was stored in
-  std::uint32_t pool_index = 0;        ///< Unpickler's slot for memoized values (0 = none)
-  std::uint32_t depth = 0;             ///< nesting depth (0 for scalars), as far as observed
-  std::uint8_t role = 0;               ///< Unpickler's streaming marks
-  std::int32_t tag = 0;                ///< Unpickler's streaming tag (device index)
+  std::vector<ValuePtr> items;                         ///< list, tuple, set
+  std::vector<std::pair<ValuePtr, ValuePtr>> entries;  ///< dict, in insertion order
+  std::uint32_t memo_id = UINT32_MAX;                  ///< first memo slot this value was stored in
+  std::uint32_t pool_index = 0;                        ///< Unpickler's slot for memoized values (0 = none)
+  std::uint32_t depth = 0;                             ///< nesting depth (0 for scalars), as far as observed
+  std::uint8_t role = 0;                               ///< Unpickler's streaming marks
+  std::int32_t tag = 0;                                ///< Unpickler's streaming tag (device index)
 
   Value() = default;
   explicit Value(Kind k) : kind(k) {}
@@ -75,11 +75,11 @@ const char* opcode_name(std::uint8_t op) noexcept;
 
 /// Limits on what a pickle may make us hold (hostile input); all checked with a clear error.
 struct Limits {
-  std::uint64_t max_string_bytes = 1ull << 30;   ///< one string/bytes value
-  std::uint64_t max_int_bytes = 1u << 20;        ///< one LONG1/LONG4 integer
-  std::uint64_t max_stack = 1u << 24;            ///< values on the stack
-  std::uint64_t max_memo = 1u << 24;             ///< distinct live memoized values
-  std::uint32_t max_depth = 10000;               ///< container nesting
+  std::uint64_t max_string_bytes = 1ull << 30;  ///< one string/bytes value
+  std::uint64_t max_int_bytes = 1u << 20;       ///< one LONG1/LONG4 integer
+  std::uint64_t max_stack = 1u << 24;           ///< values on the stack
+  std::uint64_t max_memo = 1u << 24;            ///< distinct live memoized values
+  std::uint32_t max_depth = 10000;              ///< container nesting
 };
 
 /// Runs a pickle's opcodes over a byte stream. Not thread-safe.
@@ -139,7 +139,7 @@ class Unpickler {
   std::vector<char> buf_;
   std::size_t pos_ = 0;
   std::size_t len_ = 0;
-  std::uint64_t base_ = 0;   // offset of buf_[0]
+  std::uint64_t base_ = 0;  // offset of buf_[0]
   std::uint64_t op_offset_ = 0;
   std::uint8_t op_ = 0;
   bool eof_ = false;

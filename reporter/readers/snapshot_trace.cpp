@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "vramtrace/trace/byte_source.h"
 #include "readers/pickle.h"
 #include "readers/readers.h"
+#include "vramtrace/trace/byte_source.h"
 
 namespace vramtrace {
 namespace {
@@ -28,8 +28,7 @@ std::uint64_t u64_field(const Value& d, std::string_view key, bool* present = nu
 
 class SnapshotReader final : public TraceReader {
  public:
-  explicit SnapshotReader(const std::string& path)
-      : bytes_(ByteSource::open(path)), unpickler_(*bytes_, path) {
+  explicit SnapshotReader(const std::string& path) : bytes_(ByteSource::open(path)), unpickler_(*bytes_, path) {
     header_.path = path;
     header_.format = "snapshot";
     unpickler_.stream_key("device_traces", [this](std::int32_t device, ValuePtr item) { convert(device, *item); });
@@ -131,10 +130,12 @@ class SnapshotReader final : public TraceReader {
           b.size = u64_field(*bp, "size");
           b.requested_size = u64_field(*bp, "requested_size");
           if (const Value* st = bp->find("state"); st && st->kind == Kind::string) {
-            if (st->text == "active_allocated") b.state = BlockState::active_allocated;
+            if (st->text == "active_allocated")
+              b.state = BlockState::active_allocated;
             else if (st->text == "active_pending_free" || st->text == "active_awaiting_free")
               b.state = BlockState::active_pending_free;
-            else b.state = BlockState::inactive;
+            else
+              b.state = BlockState::inactive;
           }
           addr = b.address + b.size;
           seg.blocks.push_back(b);

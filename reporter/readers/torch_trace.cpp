@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "vramtrace/trace/byte_source.h"
 #include "readers/readers.h"
+#include "vramtrace/trace/byte_source.h"
 
 namespace vramtrace {
 namespace {
@@ -48,9 +48,9 @@ class TorchTraceReader final : public TraceReader {
       }
       if (!lines_->next_line(line)) {
         if (lines_->stream_truncated())
-          throw TraceError(fmt::format("{}: {} stream ends early after line {} (compressed offset {}): the file is cut off",
-                                       header_.path, compression_name(lines_->compression()), lines_->line_number(),
-                                       lines_->bytes_read()));
+          throw TraceError(fmt::format(
+              "{}: {} stream ends early after line {} (compressed offset {}): the file is cut off", header_.path,
+              compression_name(lines_->compression()), lines_->line_number(), lines_->bytes_read()));
         return false;
       }
       if (is_blank(line)) continue;
@@ -90,7 +90,8 @@ class TorchTraceReader final : public TraceReader {
     };
     header_.workload = str("workload");
     header_.settings = str("conf");
-    if (auto it = h.find("total"); it != h.end() && it->is_number_unsigned()) header_.device_total_bytes = it->get<std::uint64_t>();
+    if (auto it = h.find("total"); it != h.end() && it->is_number_unsigned())
+      header_.device_total_bytes = it->get<std::uint64_t>();
     if (auto it = h.find("stats"); it != h.end() && it->is_object()) {
       for (const auto& [k, v] : it->items())
         if (v.is_number_integer()) header_.recorded_stats.emplace_back(k, v.get<std::int64_t>());
@@ -223,7 +224,8 @@ class TorchTraceReader final : public TraceReader {
       break;
     }
     if (!have_action || !have_size) return false;
-    if (!have_addr && out.action != Action::oom && out.action != Action::snapshot && out.action != Action::mark) return false;
+    if (!have_addr && out.action != Action::oom && out.action != Action::snapshot && out.action != Action::mark)
+      return false;
     if (out.size > (std::uint64_t{1} << 60)) return false;
     return true;
   }
@@ -245,9 +247,11 @@ class TorchTraceReader final : public TraceReader {
     bool have_action = false, have_addr = false, have_size = false;
     for (auto field_result : obj) {
       od::field field;
-      if ((err = std::move(field_result).get(field))) fail(fmt::format("malformed JSON: {}", simdjson::error_message(err)));
+      if ((err = std::move(field_result).get(field)))
+        fail(fmt::format("malformed JSON: {}", simdjson::error_message(err)));
       std::string_view key;
-      if ((err = field.unescaped_key().get(key))) fail(fmt::format("malformed JSON key: {}", simdjson::error_message(err)));
+      if ((err = field.unescaped_key().get(key)))
+        fail(fmt::format("malformed JSON key: {}", simdjson::error_message(err)));
       od::value v = field.value();
       if (key == "action") {
         std::string_view name;
@@ -272,7 +276,8 @@ class TorchTraceReader final : public TraceReader {
         out.device_free = get_u64(v, key);
       } else if (key == "device") {
         std::int64_t d = 0;
-        if ((err = v.get_int64().get(d)) || d < 0 || d > 1023) fail("field \"device\": expected a device index 0..1023");
+        if ((err = v.get_int64().get(d)) || d < 0 || d > 1023)
+          fail("field \"device\": expected a device index 0..1023");
         out.device = static_cast<std::int32_t>(d);
       }
       // other keys (frames, user_metadata, compile_context, ...) are skipped

@@ -12,9 +12,12 @@ namespace {
 
 const char* tag(Verdict v) {
   switch (v) {
-    case Verdict::pass: return "PASS";
-    case Verdict::fail: return "FAIL";
-    case Verdict::unknown: return "????";
+    case Verdict::pass:
+      return "PASS";
+    case Verdict::fail:
+      return "FAIL";
+    case Verdict::unknown:
+      return "????";
   }
   return "????";
 }
@@ -51,10 +54,14 @@ std::string render_check_text(const std::vector<BudgetResult>& results) {
 nlohmann::json check_json(const std::vector<BudgetResult>& results, const std::vector<DeviceMeasures>& measures) {
   nlohmann::json rs = nlohmann::json::array();
   for (const auto& r : results) {
-    nlohmann::json j = {{"budget", r.budget},           {"trace", r.trace},
-                        {"device", r.device},           {"verdict", verdict_name(r.verdict)},
-                        {"unit", r.unit},               {"allowed", r.allowed},
-                        {"measured_text", r.measured_text}, {"allowed_text", r.allowed_text},
+    nlohmann::json j = {{"budget", r.budget},
+                        {"trace", r.trace},
+                        {"device", r.device},
+                        {"verdict", verdict_name(r.verdict)},
+                        {"unit", r.unit},
+                        {"allowed", r.allowed},
+                        {"measured_text", r.measured_text},
+                        {"allowed_text", r.allowed_text},
                         {"message", r.message}};
     j["measured"] = r.verdict == Verdict::unknown && r.measured_text == "unknown" ? nlohmann::json(nullptr)
                                                                                   : nlohmann::json(r.measured);
@@ -72,17 +79,24 @@ nlohmann::json check_json(const std::vector<BudgetResult>& results, const std::v
                         {"num_alloc_retries", opt(m.num_alloc_retries)}};
     if (m.growth) {
       const auto& g = *m.growth;
-      j["growth"] = {{"source", m.growth_source},       {"evaluated", g.evaluated},
-                     {"samples", g.samples},            {"warmup_steps", g.warmup_steps},
-                     {"steady_steps", g.steady_steps},  {"slope_bytes_per_step", g.slope_bytes_per_step},
-                     {"slope_stderr_bytes", g.slope_stderr}, {"r_squared", g.r_squared},
-                     {"growing", g.growing},            {"reason", g.reason.empty() ? m.growth_note : g.reason}};
+      j["growth"] = {{"source", m.growth_source},
+                     {"evaluated", g.evaluated},
+                     {"samples", g.samples},
+                     {"warmup_steps", g.warmup_steps},
+                     {"steady_steps", g.steady_steps},
+                     {"slope_bytes_per_step", g.slope_bytes_per_step},
+                     {"slope_stderr_bytes", g.slope_stderr},
+                     {"r_squared", g.r_squared},
+                     {"growing", g.growing},
+                     {"reason", g.reason.empty() ? m.growth_note : g.reason}};
     }
     ms.push_back(std::move(j));
   }
   int rc = check_exit_code(results);
   return {{"exit_code", rc},
-          {"verdict", rc == 0 ? "pass" : rc == 1 ? "fail" : "unknown"},
+          {"verdict", rc == 0   ? "pass"
+                      : rc == 1 ? "fail"
+                                : "unknown"},
           {"results", rs},
           {"measures", ms}};
 }
@@ -93,11 +107,21 @@ std::string xml_escape(std::string_view s) {
   for (char c : s) {
     auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         if (u < 0x20 && c != '\t' && c != '\n' && c != '\r') break;  // not allowed in XML 1.0
         out += c;
@@ -129,8 +153,9 @@ std::string render_check_junit(const std::vector<BudgetResult>& results) {
       f += r->verdict == Verdict::fail;
       e += r->verdict == Verdict::unknown;
     }
-    out += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"0\" time=\"0\">\n",
-                       xml_escape("vramtrace check " + trace), rs.size(), f, e);
+    out +=
+        fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"0\" time=\"0\">\n",
+                    xml_escape("vramtrace check " + trace), rs.size(), f, e);
     out += fmt::format("    <properties>\n      <property name=\"trace\" value=\"{}\"/>\n    </properties>\n",
                        xml_escape(trace));
     for (const auto* r : rs) {
@@ -160,10 +185,14 @@ std::string render_check_junit(const std::vector<BudgetResult>& results) {
 std::string github_escape_data(std::string_view s) {
   std::string out;
   for (char c : s) {
-    if (c == '%') out += "%25";
-    else if (c == '\r') out += "%0D";
-    else if (c == '\n') out += "%0A";
-    else out += c;
+    if (c == '%')
+      out += "%25";
+    else if (c == '\r')
+      out += "%0D";
+    else if (c == '\n')
+      out += "%0A";
+    else
+      out += c;
   }
   return out;
 }
@@ -171,12 +200,18 @@ std::string github_escape_data(std::string_view s) {
 std::string github_escape_property(std::string_view s) {
   std::string out;
   for (char c : s) {
-    if (c == '%') out += "%25";
-    else if (c == '\r') out += "%0D";
-    else if (c == '\n') out += "%0A";
-    else if (c == ':') out += "%3A";
-    else if (c == ',') out += "%2C";
-    else out += c;
+    if (c == '%')
+      out += "%25";
+    else if (c == '\r')
+      out += "%0D";
+    else if (c == '\n')
+      out += "%0A";
+    else if (c == ':')
+      out += "%3A";
+    else if (c == ',')
+      out += "%2C";
+    else
+      out += c;
   }
   return out;
 }
@@ -188,8 +223,9 @@ std::string render_check_github(const std::vector<BudgetResult>& results, const 
     std::string title = r.verdict == Verdict::fail
                             ? fmt::format("vramtrace check: {} exceeded on device {}", r.budget, r.device)
                             : fmt::format("vramtrace check: {} could not be checked on device {}", r.budget, r.device);
-    out += fmt::format("::error file={},title={}::{}\n", github_escape_property(file), github_escape_property(title),
-                       github_escape_data(r.message + "\nmeasured: " + r.measured_text + ", allowed: " + r.allowed_text));
+    out +=
+        fmt::format("::error file={},title={}::{}\n", github_escape_property(file), github_escape_property(title),
+                    github_escape_data(r.message + "\nmeasured: " + r.measured_text + ", allowed: " + r.allowed_text));
   }
   out += verdict_line(results) + "\n";
   return out;

@@ -95,7 +95,8 @@ std::string json_for_script(const nlohmann::json& j) {
       out += "\\u003e";
     } else if (c == '&') {
       out += "\\u0026";
-    } else if (static_cast<unsigned char>(c) == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+    } else if (static_cast<unsigned char>(c) == 0xE2 && i + 2 < s.size() &&
+               static_cast<unsigned char>(s[i + 1]) == 0x80 &&
                (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9)) {
       out += static_cast<unsigned char>(s[i + 2]) == 0xA8 ? "\\u2028" : "\\u2029";
       i += 2;
@@ -159,7 +160,8 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       }
       dj["tl"] = tl;
       nlohmann::json markers = nlohmann::json::array();
-      for (const auto& mk : d.markers) markers.push_back({{"t", ms(mk.time_ns - t0)}, {"kind", mk.kind}, {"value", mk.value}});
+      for (const auto& mk : d.markers)
+        markers.push_back({{"t", ms(mk.time_ns - t0)}, {"kind", mk.kind}, {"value", mk.value}});
       dj["markers"] = markers;
       if (d.at_peak.captured) dj["peak"] = state_json(d.at_peak, t0, o);
       nlohmann::json ooms = nlohmann::json::array();

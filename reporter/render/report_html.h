@@ -18,9 +18,9 @@
 namespace vramtrace {
 
 struct ReportOptions {
-  std::size_t max_segments_drawn = 400;        ///< per state; the largest are kept
-  std::size_t max_blocks_per_segment = 600;    ///< further blocks are merged into one run
-  std::string title;                           ///< default: the trace names
+  std::size_t max_segments_drawn = 400;      ///< per state; the largest are kept
+  std::size_t max_blocks_per_segment = 600;  ///< further blocks are merged into one run
+  std::string title;                         ///< default: the trace names
 };
 
 /// The data the page draws, as JSON (also used by tests).

@@ -126,9 +126,9 @@ TEST_CASE("C6: after waiting for a pending free the pool is searched again") {
   a.deallocate(p);
   DevicePtr x = must_allocate(a, 300 * kMiB, A);  // split from p's segment
   must_allocate(a, 290 * kMiB, A);
-  must_allocate(a, 390 * kMiB, A);                // the device is now nearly full
+  must_allocate(a, 390 * kMiB, A);  // the device is now nearly full
   REQUIRE(a.record_stream(x, B) == Status::ok);
-  REQUIRE(a.deallocate(x) == Status::ok);         // pending on B
+  REQUIRE(a.deallocate(x) == Status::ok);  // pending on B
   DevicePtr again = must_allocate(a, 300 * kMiB, A);
   CHECK(again == x);
   CHECK(a.stats().num_ooms == 0);

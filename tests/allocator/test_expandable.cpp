@@ -10,8 +10,8 @@ TEST_CASE("expandable segments map pages on demand and grow in place") {
   SimulatedDevice dev(o);
   RecordingSink sink;
   CachingAllocator a(dev, settings_from("expandable_segments:True"), {}, &sink);
-  DevicePtr p = must_allocate(a, 30 * kMiB);   // maps two 20 MiB pages
-  DevicePtr q = must_allocate(a, 30 * kMiB);   // 10 MiB left mapped + one more page... grows in place
+  DevicePtr p = must_allocate(a, 30 * kMiB);  // maps two 20 MiB pages
+  DevicePtr q = must_allocate(a, 30 * kMiB);  // 10 MiB left mapped + one more page... grows in place
   CHECK(q == p + 30 * kMiB);
   CHECK(sink.count(Action::segment_alloc) == 0);
   CHECK(sink.sizes_of(Action::segment_map) == std::vector<std::uint64_t>{40 * kMiB, 20 * kMiB});

@@ -181,8 +181,10 @@ void inject_everywhere(const std::string& trace_name, const std::string& conf) {
       // (release_available_cached_blocks) may already make room, which PyTorch does not count as
       // a retry; otherwise it is one counted retry (num_alloc_retries).
       CHECK(r.ooms == 0);
-      if (conf.find("max_split_size_mb") == std::string::npos) CHECK(r.stats.num_alloc_retries == 1);
-      else CHECK(r.stats.num_alloc_retries <= 1);
+      if (conf.find("max_split_size_mb") == std::string::npos)
+        CHECK(r.stats.num_alloc_retries == 1);
+      else
+        CHECK(r.stats.num_alloc_retries <= 1);
       retries += static_cast<std::uint64_t>(r.stats.num_alloc_retries);
     } else {
       // Never reached: exactly the run without faults.
@@ -193,14 +195,18 @@ void inject_everywhere(const std::string& trace_name, const std::string& conf) {
   }
   for (std::uint64_t n = 0; n <= k; ++n) {
     SimulatedDevice::Options o;
-    if (n == 0) o.capacity_bytes = 1;  // every device allocation fails ("after 0" means never in Options)
-    else o.fail_after_allocations = n;
+    if (n == 0)
+      o.capacity_bytes = 1;  // every device allocation fails ("after 0" means never in Options)
+    else
+      o.fail_after_allocations = n;
     const std::string what = trace_name + " '" + conf + "' failing every device allocation after " + std::to_string(n);
     const Outcome r = replay(trace, conf, o, what);
     INFO(what);
     CHECK(r.device_allocs <= n);
-    if (n < k) CHECK(r.ooms > 0);  // the run needed more than n device allocations
-    else CHECK(r.ooms == 0);
+    if (n < k)
+      CHECK(r.ooms > 0);  // the run needed more than n device allocations
+    else
+      CHECK(r.ooms == 0);
     total_ooms += r.ooms;
   }
   INFO(trace_name << " '" << conf << "': " << k << " device allocations; " << total_ooms
@@ -219,6 +225,7 @@ TEST_CASE("device allocation failures at every point of gpt2_train", "[fault]") 
 TEST_CASE("device allocation failures at every point of resnet50_train", "[fault]") {
   SECTION("default settings") { inject_everywhere("resnet50_train", ""); }
   SECTION("expandable segments, garbage collection") {
-    inject_everywhere("resnet50_train", "expandable_segments:True,garbage_collection_threshold:0.5,per_process_memory_fraction:0.9");
+    inject_everywhere("resnet50_train",
+                      "expandable_segments:True,garbage_collection_threshold:0.5,per_process_memory_fraction:0.9");
   }
 }

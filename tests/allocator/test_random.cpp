@@ -81,7 +81,9 @@ void run_random(const std::string& conf, std::uint64_t steps, std::uint64_t seed
   CHECK(allocs > steps / 4);
   const auto st = a.stats();
   CHECK(st.num_ooms == static_cast<std::int64_t>(ooms));
-  CHECK(st.allocation[kStatAll].current == static_cast<std::int64_t>(live.size() - std::count_if(live.begin(), live.end(), [](const Live& l) { return l.deferred; })));
+  CHECK(st.allocation[kStatAll].current ==
+        static_cast<std::int64_t>(live.size() -
+                                  std::count_if(live.begin(), live.end(), [](const Live& l) { return l.deferred; })));
 }
 
 }  // namespace

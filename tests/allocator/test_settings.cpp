@@ -30,7 +30,9 @@ TEST_CASE("settings parse PyTorch's keys") {
   CHECK(d.max_non_split_rounding_bytes == 20 * kMiB);
   CHECK(d.to_string().empty());
   CHECK(settings_from("max_split_size_mb:20").max_split_size_bytes == 20 * kMiB);
-  CHECK(settings_from("backend:native,release_lock_on_cudamalloc:True,pinned_num_register_threads:8").to_string().empty());
+  CHECK(settings_from("backend:native,release_lock_on_cudamalloc:True,pinned_num_register_threads:8")
+            .to_string()
+            .empty());
   CHECK(settings_from("limit:14.58GiB").limit_bytes == static_cast<std::uint64_t>(14.58 * kGiB));
   CHECK(settings_from("reuse:stream_ordered").reuse == ReusePolicy::stream_ordered);
   CHECK(settings_from("reuse:device_sync").reuse == ReusePolicy::device_sync);
@@ -63,7 +65,8 @@ TEST_CASE("bad settings are refused with a message naming the key and what it ac
   CHECK_THAT(parse_error("roundup_power2_divisions:3"), Catch::Contains("power of two"));
   CHECK_THAT(parse_error("roundup_power2_divisions:[100:4]"), Catch::Contains("power of two"));
   CHECK_THAT(parse_error("roundup_power2_divisions:[64:4"), Catch::Contains("]"));
-  CHECK_THAT(parse_error("no_such_key:1"), Catch::Contains("unknown setting 'no_such_key'") && Catch::Contains("max_split_size_mb"));
+  CHECK_THAT(parse_error("no_such_key:1"),
+             Catch::Contains("unknown setting 'no_such_key'") && Catch::Contains("max_split_size_mb"));
   CHECK_THAT(parse_error("max_split_size_mb"), Catch::Contains("KEY:VALUE"));
   CHECK_THAT(parse_error("backend:cudaMallocAsync"), Catch::Contains("native"));
   CHECK_THAT(parse_error("limit:lots"), Catch::Contains("limit"));

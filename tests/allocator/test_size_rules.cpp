@@ -32,9 +32,27 @@ TEST_CASE("size rules: round_size, in_small_pool, allocation_size and should_spl
           "[size_rules]") {
   const char* confs[] = {"", "roundup_power2_divisions:4", "roundup_power2_divisions:[1:2,64:8,256:1,>:4]",
                          "max_split_size_mb:40", "roundup_power2_divisions:16,max_split_size_mb:200"};
-  std::vector<std::uint64_t> requests = {1, 511, 512, 513, 1200, 4500, kMiB - 1, kMiB, kMiB + 1, 3 * kMiB + 7,
-                                         10 * kMiB - 1, 10 * kMiB, 10 * kMiB + 1, 11 * kMiB, 39 * kMiB + 5,
-                                         40 * kMiB, 256 * kMiB, 300 * kMiB, 300 * kMiB + 1, 600 * kMiB, 3 * kGiB + 3};
+  std::vector<std::uint64_t> requests = {1,
+                                         511,
+                                         512,
+                                         513,
+                                         1200,
+                                         4500,
+                                         kMiB - 1,
+                                         kMiB,
+                                         kMiB + 1,
+                                         3 * kMiB + 7,
+                                         10 * kMiB - 1,
+                                         10 * kMiB,
+                                         10 * kMiB + 1,
+                                         11 * kMiB,
+                                         39 * kMiB + 5,
+                                         40 * kMiB,
+                                         256 * kMiB,
+                                         300 * kMiB,
+                                         300 * kMiB + 1,
+                                         600 * kMiB,
+                                         3 * kGiB + 3};
   for (std::uint64_t r = 1; r < 64 * kMiB; r = r * 3 + 101) requests.push_back(r);
   for (const char* conf : confs) {
     const AllocatorSettings s = settings_from(conf);

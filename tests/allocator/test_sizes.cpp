@@ -10,7 +10,7 @@ struct Outcome {
   std::uint64_t block;    // allocated_bytes after the allocation
   std::uint64_t segment;  // the device allocation it caused
   bool small;
-  bool split;             // a free remainder was left in the segment
+  bool split;  // a free remainder was left in the segment
 };
 
 Outcome allocate_once(std::uint64_t request, const std::string& conf = "") {

@@ -101,7 +101,8 @@ std::uint64_t run_threads(const std::string& conf, std::uint64_t capacity, int r
           for (const Live& l : mine) (a.deallocate(l.ptr) == Status::ok ? me.frees : me.failures)++;
         } else if (r < 0.97) {
           const DeviceStats s = a.stats();
-          if (s.allocated_bytes[kStatAll].current < 0 || s.reserved_bytes[kStatAll].current < s.allocated_bytes[kStatAll].current)
+          if (s.allocated_bytes[kStatAll].current < 0 ||
+              s.reserved_bytes[kStatAll].current < s.allocated_bytes[kStatAll].current)
             bad_status.fetch_add(1);
         } else if (r < 0.98) {
           (void)a.snapshot();

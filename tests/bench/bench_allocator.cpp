@@ -117,9 +117,15 @@ void BM_ReplayThroughAllocator(benchmark::State& state, const char* name) {
     state.ResumeTiming();
     for (const Op& op : trace.ops) {
       switch (op.kind) {
-        case Op::segment: dev.plan_address(op.size, op.addr); break;
-        case Op::alloc: a.allocate(op.size, StreamId{op.stream}, &slots[op.slot]); break;
-        case Op::free: a.deallocate(slots[op.slot]); break;
+        case Op::segment:
+          dev.plan_address(op.size, op.addr);
+          break;
+        case Op::alloc:
+          a.allocate(op.size, StreamId{op.stream}, &slots[op.slot]);
+          break;
+        case Op::free:
+          a.deallocate(slots[op.slot]);
+          break;
       }
     }
     state.PauseTiming();
@@ -130,7 +136,8 @@ void BM_ReplayThroughAllocator(benchmark::State& state, const char* name) {
   state.counters["trace_events"] = static_cast<double>(trace.events);
 }
 BENCHMARK_CAPTURE(BM_ReplayThroughAllocator, gpt2, "gpt2_train.torchtrace.jsonl.gz")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ReplayThroughAllocator, resnet50, "resnet50_train.torchtrace.jsonl.gz")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReplayThroughAllocator, resnet50, "resnet50_train.torchtrace.jsonl.gz")
+    ->Unit(benchmark::kMillisecond);
 
 // Random frees and allocations (sizes 512 B .. 256 KiB, log-uniform) around a steady live set.
 void BM_LiveBlocks(benchmark::State& state) {
@@ -182,7 +189,8 @@ void BM_LiveBlocksWorkingSet(benchmark::State& state) {
   // Interleave so that held and working blocks share segments, as weights and activations do.
   for (std::size_t i = 0; i < live_count; ++i) {
     a.allocate(random_size(), {}, &held[i]);
-    if (i % (live_count / kWorking) == 0) a.allocate(random_size(), {}, &working[(i / (live_count / kWorking)) % kWorking]);
+    if (i % (live_count / kWorking) == 0)
+      a.allocate(random_size(), {}, &working[(i / (live_count / kWorking)) % kWorking]);
   }
   constexpr std::size_t kDraws = 1 << 16;
   std::vector<std::uint32_t> victims(kDraws);

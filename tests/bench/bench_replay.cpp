@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "vramtrace/trace/byte_source.h"
 #include "analyses/replay.h"
+#include "vramtrace/trace/byte_source.h"
 
 using namespace vramtrace;
 
@@ -52,10 +52,14 @@ const std::string& long_trace() {
       if (r.action == Action::free_completed) live.erase(r.addr);
     }
     for (std::uint64_t a : live) {
-      body.push_back("{\"action\": \"free_requested\", \"addr\": " + std::to_string(a) + ", \"size\": 0, \"stream\": 0}");
-      body.push_back("{\"action\": \"free_completed\", \"addr\": " + std::to_string(a) + ", \"size\": 0, \"stream\": 0}");
+      body.push_back("{\"action\": \"free_requested\", \"addr\": " + std::to_string(a) +
+                     ", \"size\": 0, \"stream\": 0}");
+      body.push_back("{\"action\": \"free_completed\", \"addr\": " + std::to_string(a) +
+                     ", \"size\": 0, \"stream\": 0}");
     }
-    std::string out = (std::filesystem::temp_directory_path() / ("vramtrace-bench-" + std::to_string(::getpid()) + ".jsonl.gz")).string();
+    std::string out =
+        (std::filesystem::temp_directory_path() / ("vramtrace-bench-" + std::to_string(::getpid()) + ".jsonl.gz"))
+            .string();
     gzFile f = gzopen(out.c_str(), "wb6");
     gzwrite(f, header.data(), unsigned(header.size()));
     gzwrite(f, "\n", 1);

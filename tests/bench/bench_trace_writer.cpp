@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "vramtrace/trace/writer.h"
 #include "vramtrace/trace/vramtrace_reader.h"
+#include "vramtrace/trace/writer.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;

@@ -10,14 +10,14 @@
 #include <string>
 #include <string_view>
 
-#define FUZZ_CHECK(cond, ...)                                                         \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
+#define FUZZ_CHECK(cond, ...)                                                              \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
       std::fprintf(stderr, "FUZZ_CHECK failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, "  " __VA_ARGS__);                                         \
-      std::fprintf(stderr, "\n");                                                     \
-      std::abort();                                                                   \
-    }                                                                                 \
+      std::fprintf(stderr, "  " __VA_ARGS__);                                              \
+      std::fprintf(stderr, "\n");                                                          \
+      std::abort();                                                                        \
+    }                                                                                      \
   } while (0)
 
 namespace vramtrace::fuzz {

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "analyses/explain.h"
-#include "fuzz_check.h"
 #include "analyses/oom_message.h"
+#include "fuzz_check.h"
 
 using namespace vramtrace;
 
@@ -33,8 +33,8 @@ std::string without_space(std::string_view s) {
 void check_figure(const std::optional<PrintedSize>& f, const std::string& input_nospace, const char* name) {
   if (!f) return;
   const std::string printed = without_space(f->text);
-  FUZZ_CHECK(input_nospace.find(printed) != std::string::npos, "%s printed as '%s', which is not in the input",
-             name, f->text.c_str());
+  FUZZ_CHECK(input_nospace.find(printed) != std::string::npos, "%s printed as '%s', which is not in the input", name,
+             f->text.c_str());
   const auto again = parse_printed_size(f->text);
   FUZZ_CHECK(again.has_value() && *again == f->bytes, "%s: '%s' read as %llu, parse_printed_size gives %s", name,
              f->text.c_str(), static_cast<unsigned long long>(f->bytes),

@@ -15,9 +15,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "vramtrace/trace/byte_source.h"
 #include "fuzz_check.h"
 #include "readers/pickle.h"
+#include "vramtrace/trace/byte_source.h"
 
 using namespace vramtrace;
 using namespace vramtrace::pickle;

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "render/report_html.h"
 #include "model/trace_model.h"
 #include "readers/open_trace.h"
+#include "render/report_html.h"
 
 using namespace vramtrace;
 

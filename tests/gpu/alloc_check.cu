@@ -18,13 +18,13 @@
 static long n_malloc = 0, n_free = 0, n_malloc_async = 0, n_free_async = 0;
 static long errors = 0;
 
-#define CK(call)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                          \
+#define CK(call)                                                                                  \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+      std::exit(1);                                                                               \
+    }                                                                                             \
   } while (0)
 
 static void* dmalloc(size_t n) {
@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
   std::printf("program.cudaMalloc %ld\nprogram.cudaFree %ld\nprogram.cudaMallocAsync %ld\nprogram.cudaFreeAsync %ld\n",
               n_malloc, n_free, n_malloc_async, n_free_async);
   std::printf("program.cudaMallocManaged 4\n");
-  std::printf("check.errors %ld\nmeminfo.free_bytes %zu\nmeminfo.total_bytes %zu\ntime.pair_us %.3f\n", errors, f, t, us);
+  std::printf("check.errors %ld\nmeminfo.free_bytes %zu\nmeminfo.total_bytes %zu\ntime.pair_us %.3f\n", errors, f, t,
+              us);
   return errors == 0 ? 0 : 3;
 }

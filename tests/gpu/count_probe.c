@@ -24,9 +24,9 @@ typedef cudaError_t (*free_async_fn)(void*, cudaStream_t);
 
 static atomic_ulong n_malloc, n_free, n_malloc_async, n_free_async;
 
-#define NEXT(type, name)                                    \
-  static type next_ = NULL;                                 \
-  if (!next_) next_ = (type)dlsym(RTLD_NEXT, name);         \
+#define NEXT(type, name)                            \
+  static type next_ = NULL;                         \
+  if (!next_) next_ = (type)dlsym(RTLD_NEXT, name); \
   if (!next_) return 34; /* cudaErrorStubLibrary */
 
 cudaError_t cudaMalloc(void** p, size_t n) {

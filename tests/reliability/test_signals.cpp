@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "vramtrace/trace/writer.h"
 #include "readers/open_trace.h"
+#include "vramtrace/trace/writer.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;

@@ -23,8 +23,8 @@
 #include <string>
 
 #include "model/load_models.h"
-#include "render/report_html.h"
 #include "readers/open_trace.h"
+#include "render/report_html.h"
 
 using namespace vramtrace;
 namespace fs = std::filesystem;
@@ -56,9 +56,7 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-std::string corpus(const std::string& name) {
-  return read_file(std::string(VRAMTRACE_FUZZ_CORPUS_DIR) + "/" + name);
-}
+std::string corpus(const std::string& name) { return read_file(std::string(VRAMTRACE_FUZZ_CORPUS_DIR) + "/" + name); }
 
 // open_trace finds the vramtrace format through a weak reference that a static library does not
 // pull in: register it (as main.cpp does).
@@ -82,7 +80,7 @@ std::string read_all(const std::string& path) {
 }
 
 struct ChildResult {
-  int exit_code = -1;       ///< -1: killed by a signal
+  int exit_code = -1;  ///< -1: killed by a signal
   long max_rss_kib = 0;
 };
 
@@ -178,8 +176,8 @@ TEST_CASE("memory stays bounded on huge and deeply nested input", "[untrusted][m
   }
   SECTION("JSON nested a million levels deep in a trace line") {
     const std::string path = dir.file("deep.jsonl");
-    write_file(path, "{\"action\": \"alloc\", \"addr\": 1, \"size\": 1, \"stream\": 0, \"x\": " + std::string(1000000, '[') +
-                         std::string(1000000, ']') + "}\n");
+    write_file(path, "{\"action\": \"alloc\", \"addr\": 1, \"size\": 1, \"stream\": 0, \"x\": " +
+                         std::string(1000000, '[') + std::string(1000000, ']') + "}\n");
     // The PyTorch reader skips fields it does not use, so the line may be accepted; what matters
     // is that neither parsing nor skipping recurses (no stack overflow) and memory stays bounded.
     const auto r = in_child([&] { return read_all(path).empty() ? 1 : 0; });
@@ -218,7 +216,8 @@ TEST_CASE("memory stays bounded on huge and deeply nested input", "[untrusted][m
       const std::string pair =
           "{\"action\": \"alloc\", \"addr\": 139637976727552, \"size\": 1000, \"stream\": 0, \"time_us\": 1}\n"
           "{\"action\": \"free_requested\", \"addr\": 139637976727552, \"size\": 1000, \"stream\": 0, \"time_us\": 2}\n"
-          "{\"action\": \"free_completed\", \"addr\": 139637976727552, \"size\": 1000, \"stream\": 0, \"time_us\": 3}\n";
+          "{\"action\": \"free_completed\", \"addr\": 139637976727552, \"size\": 1000, \"stream\": 0, \"time_us\": "
+          "3}\n";
       std::string block;
       for (int i = 0; i < 1000; ++i) block += pair;
       for (int i = 0; i < 1000; ++i) REQUIRE(gzwrite(g, block.data(), static_cast<unsigned>(block.size())) > 0);
@@ -246,14 +245,18 @@ TEST_CASE("the HTML report escapes every string from the trace", "[untrusted][re
   const std::string evil_mark = "<!--<script>alert('mark')</script>\\u2028\\u2029\\u0000\\u001f";
   const std::string trace =
       "{\"a\":\"header\",\"format\":\"vramtrace\",\"version\":\"1.0\",\"tool_version\":\"0.1.0\",\"pid\":1,\"ppid\":1,"
-      "\"host\":\"<b>host</b>\",\"rank\":\"\",\"command_line\":[\"python3\",\"" + evil_cmd +
+      "\"host\":\"<b>host</b>\",\"rank\":\"\",\"command_line\":[\"python3\",\"" +
+      evil_cmd +
       "\",\"\\u00ff\\u00fe\\u0000\"],\"start_unix_ns\":1700000000000000000,\"origin_monotonic_ns\":0,"
-      "\"cuda_driver_version\":13000,\"cuda_runtime_version\":13000,\"devices\":[{\"id\":0,\"name\":\"" + evil_dev +
+      "\"cuda_driver_version\":13000,\"cuda_runtime_version\":13000,\"devices\":[{\"id\":0,\"name\":\"" +
+      evil_dev +
       "\",\"total_bytes\":8589934592,\"uuid\":\"GPU-<x>\"}],\"allocator_settings\":\"\",\"settings\":{},"
       "\"entry_points\":[\"\",\"cudaMalloc\"],\"on_full\":\"wait\"}\n"
       "{\"a\":\"segment_alloc\",\"t\":10,\"p\":1048576,\"r\":2097152}\n"
       "{\"a\":\"alloc\",\"t\":11,\"p\":1048576,\"r\":1000,\"b\":1024,\"th\":1,\"e\":1}\n"
-      "{\"a\":\"mark\",\"t\":12,\"name\":\"" + evil_mark + "\"}\n"
+      "{\"a\":\"mark\",\"t\":12,\"name\":\"" +
+      evil_mark +
+      "\"}\n"
       "{\"a\":\"free_requested\",\"t\":13,\"p\":1048576,\"r\":1000,\"b\":1024}\n"
       "{\"a\":\"free_completed\",\"t\":14,\"p\":1048576,\"r\":1000,\"b\":1024}\n";
   const std::string path = dir.file("evil.jsonl");
@@ -282,9 +285,9 @@ TEST_CASE("the HTML report escapes every string from the trace", "[untrusted][re
   CHECK(data.find("\xe2\x80\xa8") == std::string::npos);  // U+2028 raw
   CHECK(data.find("\xe2\x80\xa9") == std::string::npos);
   // None of the payloads appears anywhere in the page as written.
-  for (const std::string& payload : {std::string("alert('cmd')</script>"), std::string("<img src=x"),
-                                     std::string("<!--<script>"), std::string("<script>alert('workload')"),
-                                     std::string("<b>host</b>")})
+  for (const std::string& payload :
+       {std::string("alert('cmd')</script>"), std::string("<img src=x"), std::string("<!--<script>"),
+        std::string("<script>alert('workload')"), std::string("<b>host</b>")})
     CHECK(html.find(payload) == std::string::npos);
   // And yet the strings are all there, escaped: the page shows what the trace says.
   const auto parsed = nlohmann::json::parse(data);

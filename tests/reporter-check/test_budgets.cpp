@@ -1,10 +1,10 @@
 // Budgets: sizes, the budget file, every budget both ways, baseline comparison with noise margin.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "analyses/budgets.h"
 #include "vramtrace/types.h"

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "analyses/budgets.h"
-#include "vramtrace/types.h"
 #include "render/check_report.h"
+#include "vramtrace/types.h"
 
 using namespace vramtrace;
 
@@ -30,8 +30,8 @@ std::vector<BudgetResult> sample_results() {
   m1.num_alloc_retries.reset();
   Budgets b;
   b.max_peak_reserved = 2 * kGiB + 512 * kMiB;  // fails
-  b.max_ooms = 0;                                // passes
-  b.max_retries = 0;                             // unknown on device 1
+  b.max_ooms = 0;                               // passes
+  b.max_retries = 0;                            // unknown on device 1
   return evaluate_budgets(b, {m, m1}, nullptr);
 }
 
@@ -76,7 +76,8 @@ TEST_CASE("github format: one ::error workflow command per failed or unjudged bu
   int errors = 0;
   // GitHub's syntax: ::error file={name},title={title}::{message}; properties escaped (no raw
   // ':' ',' '%' CR LF), message escaped (no raw '%' CR LF).
-  std::regex command(R"(^::error file=([^:,%\r\n]|%25|%3A|%2C|%0D|%0A)*,title=([^:,%\r\n]|%25|%3A|%2C|%0D|%0A)*::([^%\r\n]|%25|%0D|%0A)*$)");
+  std::regex command(
+      R"(^::error file=([^:,%\r\n]|%25|%3A|%2C|%0D|%0A)*,title=([^:,%\r\n]|%25|%3A|%2C|%0D|%0A)*::([^%\r\n]|%25|%0D|%0A)*$)");
   while (std::getline(in, line)) {
     if (line.rfind("::", 0) == 0) {
       ++errors;
@@ -84,8 +85,9 @@ TEST_CASE("github format: one ::error workflow command per failed or unjudged bu
     }
   }
   CHECK(errors == 3);
-  CHECK(out.find("::error file=tests/memory.budget,title=vramtrace check%3A max-peak-reserved exceeded on device 0::") !=
-        std::string::npos);
+  CHECK(
+      out.find("::error file=tests/memory.budget,title=vramtrace check%3A max-peak-reserved exceeded on device 0::") !=
+      std::string::npos);
   CHECK(out.find("%0Ameasured%3A") == std::string::npos);  // data escaping leaves ':' alone
   CHECK(out.find("%0Ameasured: 3.00 GiB, allowed: 2.50 GiB") != std::string::npos);
   CHECK(out.find("vramtrace check: 2 of 6 budgets exceeded") != std::string::npos);

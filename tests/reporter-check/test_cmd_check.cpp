@@ -15,8 +15,8 @@
 #include "training_sim.h"
 
 using namespace vramtrace;
-using vramtrace::test::TrainingShape;
 using vramtrace::test::training_trace;
+using vramtrace::test::TrainingShape;
 
 namespace {
 
@@ -56,7 +56,8 @@ const std::string kVt = VT_VRAMTRACE_EXE;
 std::string write_trace(const std::string& name, const std::vector<TraceRecord>& records) {
   auto path = dir() / name;
   std::ofstream f(path);
-  f << R"({"kind": "header", "workload": ")" << name << R"(", "conf": "", "total": 85899345920})" << "\n";
+  f << R"({"kind": "header", "workload": ")" << name << R"(", "conf": "", "total": 85899345920})"
+    << "\n";
   for (const auto& r : records) {
     auto line = [&](const char* action, std::uint64_t size) {
       f << R"({"action": ")" << action << R"(", "addr": )" << r.addr << R"(, "size": )" << size
@@ -68,13 +69,18 @@ std::string write_trace(const std::string& name, const std::vector<TraceRecord>&
         line("segment_alloc", seg);
         line("alloc", r.size);
         break;
-      case Action::free_requested: line("free_requested", r.size); break;
+      case Action::free_requested:
+        line("free_requested", r.size);
+        break;
       case Action::free_completed:
         line("free_completed", r.size);
         line("segment_free", seg);
         break;
-      case Action::mark: f << R"({"action": "mark", "size": 0, "stream": 0, "time_us": )" << r.time_ns / 1000 << "}\n"; break;
-      default: break;
+      case Action::mark:
+        f << R"({"action": "mark", "size": 0, "stream": 0, "time_us": )" << r.time_ns / 1000 << "}\n";
+        break;
+      default:
+        break;
     }
   }
   return path.string();
@@ -176,7 +182,8 @@ TEST_CASE("check --budget FILE overridden by options", "[cmd][check][file]") {
   auto r = sh(kVt + " check " + leak_trace() + " --budget " + budget.string());
   CHECK(r.rc == 1);
   CHECK(sh(kVt + " check " + plateau_trace() + " --budget " + budget.string()).rc == 0);
-  CHECK(sh(kVt + " check " + plateau_trace() + " --budget " + budget.string() + " --max-peak-allocated 100MiB").rc == 1);
+  CHECK(sh(kVt + " check " + plateau_trace() + " --budget " + budget.string() + " --max-peak-allocated 100MiB").rc ==
+        1);
   auto bad = dir() / "bad.budget";
   std::ofstream(bad) << "max-peak-allocated = 1GiB\nmax-leaks = 3\n";
   auto e = sh(kVt + " check " + plateau_trace() + " --budget " + bad.string());
@@ -186,7 +193,8 @@ TEST_CASE("check --budget FILE overridden by options", "[cmd][check][file]") {
 
 TEST_CASE("check --format junit -o FILE validates against the JUnit schema", "[cmd][check][junit]") {
   auto xml = dir() / "check.xml";
-  auto r = sh(kVt + " check " + leak_trace() + " --no-leaks --max-peak-allocated 1GiB --format junit -o " + xml.string());
+  auto r =
+      sh(kVt + " check " + leak_trace() + " --no-leaks --max-peak-allocated 1GiB --format junit -o " + xml.string());
   CHECK(r.rc == 1);
   CHECK(r.out.find("FAIL  no-leaks") != std::string::npos);  // the verdict still reaches the log
   CHECK(sh("xmllint --noout --schema " + data("junit-10.xsd") + " " + xml.string()).rc == 0);

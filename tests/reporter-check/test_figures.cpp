@@ -55,6 +55,7 @@ TEST_CASE("a summary document's figures: absent and non-integer ones are unset",
   CHECK_FALSE(f[0].devices[0].largest_free_block_at_end_bytes);
   CHECK_FALSE(f[1].path);
   CHECK_THROWS_WITH(
-      figures_from_summary_json(nlohmann::json::parse(R"({"traces": [{"devices": [{"device": 0, "stats": {"num_ooms": 1.5}}]}]})"), "y"),
+      figures_from_summary_json(
+          nlohmann::json::parse(R"({"traces": [{"devices": [{"device": 0, "stats": {"num_ooms": 1.5}}]}]})"), "y"),
       Catch::Contains("y") && Catch::Contains("num_ooms"));
 }

@@ -9,8 +9,8 @@
 #include "training_sim.h"
 
 using namespace vramtrace;
-using vramtrace::test::TrainingShape;
 using vramtrace::test::training_trace;
+using vramtrace::test::TrainingShape;
 
 namespace {
 

@@ -14,13 +14,13 @@ namespace vramtrace::test {
 struct TrainingShape {
   int steps = 30;
   std::uint64_t params_bytes = 500 * kMiB;
-  int activations = 20;                          ///< per step; their sum is activation_bytes
+  int activations = 20;  ///< per step; their sum is activation_bytes
   std::uint64_t activation_bytes = 100 * kMiB;
-  std::uint64_t leak_per_step = 0;               ///< kept forever each step
-  int warmup_growth_steps = 0;                   ///< steps that each keep warmup_bytes for good
+  std::uint64_t leak_per_step = 0;  ///< kept forever each step
+  int warmup_growth_steps = 0;      ///< steps that each keep warmup_bytes for good
   std::uint64_t warmup_bytes = 50 * kMiB;
-  bool marks = true;                             ///< a mark at the start of each step
-  bool noise = false;                            ///< random temporaries, and a cache that comes and goes
+  bool marks = true;   ///< a mark at the start of each step
+  bool noise = false;  ///< random temporaries, and a cache that comes and goes
   std::uint32_t seed = 1;
 };
 

@@ -8,11 +8,11 @@
 #include <sstream>
 
 #include "analyses/explain.h"
-#include "model/load_models.h"
-#include "messages.h"
 #include "analyses/oom_report.h"
 #include "analyses/oom_whatif.h"
 #include "analyses/summary.h"
+#include "messages.h"
+#include "model/load_models.h"
 
 using namespace vramtrace;
 

@@ -4,8 +4,8 @@
 #include <random>
 #include <string>
 
-#include "messages.h"
 #include "analyses/oom_message.h"
+#include "messages.h"
 
 using namespace vramtrace;
 namespace msg = vramtrace::test_messages;
@@ -13,7 +13,9 @@ namespace msg = vramtrace::test_messages;
 namespace {
 constexpr std::uint64_t MiB = 1ull << 20;
 constexpr std::uint64_t GiB = 1ull << 30;
-std::uint64_t approx(double v, std::uint64_t unit) { return static_cast<std::uint64_t>(v * static_cast<double>(unit) + 0.5); }
+std::uint64_t approx(double v, std::uint64_t unit) {
+  return static_cast<std::uint64_t>(v * static_cast<double>(unit) + 0.5);
+}
 }  // namespace
 
 TEST_CASE("printed sizes", "[explain][parse]") {
@@ -156,7 +158,8 @@ TEST_CASE("XLA / JAX forms", "[explain][parse]") {
   CHECK(b.format == OomMessageFormat::xla);
   CHECK(b.requested->bytes == approx(1.54, GiB));
   CHECK(b.device_free->bytes == approx(1.12, GiB));
-  auto c = parse_oom_message("XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 4.00GiB (4294967296B) on device ordinal 0");
+  auto c = parse_oom_message(
+      "XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 4.00GiB (4294967296B) on device ordinal 0");
   CHECK(c.requested->bytes == 4294967296ull);
   CHECK(*c.device == 0);
 }
@@ -166,7 +169,8 @@ TEST_CASE("more than 1EB and bare CUDA errors carry no figures", "[explain][pars
   CHECK(e.format == OomMessageFormat::pytorch_exabyte);
   CHECK(e.exceeds_1eb);
   CHECK_FALSE(e.requested.has_value());
-  auto c = parse_oom_message("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported");
+  auto c =
+      parse_oom_message("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported");
   CHECK(c.format == OomMessageFormat::cuda_error);
   CHECK_FALSE(c.requested.has_value());
 }
@@ -197,7 +201,10 @@ std::string squeeze(const std::string& s) {
   std::string o;
   bool sp = false;
   for (char c : s) {
-    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') { sp = true; continue; }
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+      sp = true;
+      continue;
+    }
     if (sp && !o.empty()) o.push_back(' ');
     sp = false;
     o.push_back(c);
@@ -207,9 +214,23 @@ std::string squeeze(const std::string& s) {
 }  // namespace
 
 TEST_CASE("every prefix of every message is read without a crash or an invented number", "[explain][parse][M4]") {
-  const char* all[] = {msg::kM1, msg::kM2, msg::kM3Quoted, msg::kM3Full, msg::kC2, msg::kC3, msg::kC4, msg::kM4Cut,
-                       msg::kTypoWithProcesses, msg::kPrivatePools, msg::kAsync, msg::kTfRounded, msg::kTfCapacity,
-                       msg::kTfFragmented, msg::kXla, msg::kXlaAttempting, msg::kExabyte};
+  const char* all[] = {msg::kM1,
+                       msg::kM2,
+                       msg::kM3Quoted,
+                       msg::kM3Full,
+                       msg::kC2,
+                       msg::kC3,
+                       msg::kC4,
+                       msg::kM4Cut,
+                       msg::kTypoWithProcesses,
+                       msg::kPrivatePools,
+                       msg::kAsync,
+                       msg::kTfRounded,
+                       msg::kTfCapacity,
+                       msg::kTfFragmented,
+                       msg::kXla,
+                       msg::kXlaAttempting,
+                       msg::kExabyte};
   for (const char* text : all) {
     std::string full(text);
     for (std::size_t n = 0; n <= full.size(); ++n) {

@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/load_models.h"
 #include "analyses/oom_report.h"
 #include "analyses/processes.h"
-#include "render/report_html.h"
-#include "readers/trace_paths.h"
-#include "vector_reader.h"
+#include "model/load_models.h"
 #include "readers/open_trace.h"
+#include "readers/trace_paths.h"
+#include "render/report_html.h"
+#include "vector_reader.h"
 
 using namespace vramtrace;
 using vramtrace::testing::RecordList;
@@ -291,12 +291,19 @@ TEST_CASE("a device reached after the header: its device record gives its own ca
       std::ofstream f(path);
       f << R"({"a":"header","format":"vramtrace","version":"1.1","pid":1,"devices":[{"id":0,"name":"A","total_bytes":67108864}],"allocator_settings":"","settings":{},"entry_points":[""]})"
         << "\n"
-        << R"({"a":"segment_alloc","t":1,"d":0,"p":4096000000,"r":20971520})" << "\n"
-        << R"({"a":"alloc","t":2,"d":0,"p":4096000000,"r":1048576,"b":1048576})" << "\n";
-      if (with_record) f << R"({"a":"device","id":1,"name":"B","total_bytes":33554432})" << "\n";
-      f << R"({"a":"segment_alloc","t":3,"d":1,"p":8192000000,"r":20971520})" << "\n"
-        << R"({"a":"alloc","t":4,"d":1,"p":8192000000,"r":20971520})" << "\n"
-        << R"({"a":"oom","t":5,"d":1,"r":33554432,"b":33554432,"free":12582912})" << "\n";
+        << R"({"a":"segment_alloc","t":1,"d":0,"p":4096000000,"r":20971520})"
+        << "\n"
+        << R"({"a":"alloc","t":2,"d":0,"p":4096000000,"r":1048576,"b":1048576})"
+        << "\n";
+      if (with_record)
+        f << R"({"a":"device","id":1,"name":"B","total_bytes":33554432})"
+          << "\n";
+      f << R"({"a":"segment_alloc","t":3,"d":1,"p":8192000000,"r":20971520})"
+        << "\n"
+        << R"({"a":"alloc","t":4,"d":1,"p":8192000000,"r":20971520})"
+        << "\n"
+        << R"({"a":"oom","t":5,"d":1,"r":33554432,"b":33554432,"free":12582912})"
+        << "\n";
     }
     auto models = load_models({path});
     REQUIRE(models.size() == 1);

@@ -4,8 +4,8 @@
 #include <map>
 
 #include "model/load_models.h"
-#include "readers/open_trace.h"
 #include "model/trace_model.h"
+#include "readers/open_trace.h"
 
 using namespace vramtrace;
 
@@ -33,7 +33,8 @@ TEST_CASE("gpt2 and resnet50 traces: figures equal PyTorch's memory_stats()", "[
     CHECK(st.allocation[kStatAll].allocated == rec["allocation.all.allocated"]);
     CHECK(st.num_device_alloc == rec["num_device_alloc"]);
     CHECK(st.segment[kStatAll].peak == rec["segment.all.peak"]);
-    if (rec.count("inactive_split_bytes.all.peak")) CHECK(st.inactive_split_bytes[kStatAll].peak == rec["inactive_split_bytes.all.peak"]);
+    if (rec.count("inactive_split_bytes.all.peak"))
+      CHECK(st.inactive_split_bytes[kStatAll].peak == rec["inactive_split_bytes.all.peak"]);
     CHECK(st.allocated_bytes[kStatAll].current == rec["allocated_bytes.all.current"]);
     CHECK(st.reserved_bytes[kStatAll].current == rec["reserved_bytes.all.current"]);
     CHECK(m.devices[0].layout_conflicts == 0);
@@ -75,7 +76,8 @@ TEST_CASE("a deferred peak layout is filled by a second pass and equals the dire
   REQUIRE(a.biggest.size() == b.biggest.size());
   for (std::size_t i = 0; i < a.biggest.size(); ++i) CHECK(a.biggest[i].address == b.biggest[i].address);
   REQUIRE(a.layout.segments.size() == b.layout.segments.size());
-  for (std::size_t i = 0; i < a.layout.segments.size(); ++i) CHECK(a.layout.segments[i].blocks.size() == b.layout.segments[i].blocks.size());
+  for (std::size_t i = 0; i < a.layout.segments.size(); ++i)
+    CHECK(a.layout.segments[i].blocks.size() == b.layout.segments[i].blocks.size());
 }
 
 TEST_CASE("a vramtrace trace written by the shim (killed: no trailer) is modelled", "[model][vramtrace]") {

@@ -15,7 +15,9 @@ std::size_t count(const std::string& hay, const std::string& needle) {
   for (auto p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
   return n;
 }
-const char* kEvil = "</script><script>document.body.setAttribute('data-pwned','1')</script><!-- \xff\xfe\xe2\x80\xa8 <img src=x onerror=alert(1)>";
+const char* kEvil =
+    "</script><script>document.body.setAttribute('data-pwned','1')</script><!-- \xff\xfe\xe2\x80\xa8 <img src=x "
+    "onerror=alert(1)>";
 }  // namespace
 
 TEST_CASE("json_for_script escapes everything that could end the script element", "[report][escape]") {
@@ -28,7 +30,8 @@ TEST_CASE("json_for_script escapes everything that could end the script element"
   CHECK(out.find("\\u003c/script\\u003e") != std::string::npos);
   CHECK(nlohmann::json::parse(out)["s"] == "</script><!--&\xe2\x80\xa8\xe2\x80\xa9");
   // invalid UTF-8 does not throw, it is replaced
-  nlohmann::json bad = {{"s", std::string("a\xff\xfe" "b")}};
+  nlohmann::json bad = {{"s", std::string("a\xff\xfe"
+                                          "b")}};
   CHECK_NOTHROW(json_for_script(bad));
 }
 

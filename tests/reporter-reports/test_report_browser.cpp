@@ -1,8 +1,8 @@
 // The HTML report in a real browser (Debian's chromium, headless): no console error, the plot is
 // drawn (the screenshot is not blank), the values read at the peak's time equal the summary's, and
 // a hostile trace's strings do not run. Exits with 77 (ctest: skipped) when chromium is absent.
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 
 #include <array>
 #include <cstdio>
@@ -11,9 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "analyses/summary.h"
 #include "model/load_models.h"
 #include "render/report_html.h"
-#include "analyses/summary.h"
 #include "vector_reader.h"
 
 using namespace vramtrace;
@@ -43,13 +43,15 @@ std::string read_file(const fs::path& p) {
 
 /// Runs chromium headless on `html`; returns stdout; stderr goes to `err_file`.
 std::string run_chromium(const fs::path& html, const std::string& extra, const fs::path& err_file) {
-  fs::path profile = fs::temp_directory_path() / ("vt-chromium-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+  fs::path profile =
+      fs::temp_directory_path() / ("vt-chromium-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
   fs::create_directories(profile);
-  std::string cmd = "timeout 90 " + chromium_path() +
-                    " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking"
-                    " --disable-component-update --disable-sync --hide-scrollbars --user-data-dir=" + profile.string() +
-                    " --virtual-time-budget=5000 --window-size=1400,900 " + extra + " 'file://" + html.string() + "' 2>'" +
-                    err_file.string() + "'";
+  std::string cmd =
+      "timeout 90 " + chromium_path() +
+      " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking"
+      " --disable-component-update --disable-sync --hide-scrollbars --user-data-dir=" +
+      profile.string() + " --virtual-time-budget=5000 --window-size=1400,900 " + extra + " 'file://" + html.string() +
+      "' 2>'" + err_file.string() + "'";
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p);
@@ -72,11 +74,20 @@ std::string probe_of(const std::string& dom) {
   // --dump-dom serialises text with HTML entities
   std::string out;
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s.compare(i, 6, "&quot;") == 0) { out += '"'; i += 5; }
-    else if (s.compare(i, 5, "&amp;") == 0) { out += '&'; i += 4; }
-    else if (s.compare(i, 4, "&lt;") == 0) { out += '<'; i += 3; }
-    else if (s.compare(i, 4, "&gt;") == 0) { out += '>'; i += 3; }
-    else out += s[i];
+    if (s.compare(i, 6, "&quot;") == 0) {
+      out += '"';
+      i += 5;
+    } else if (s.compare(i, 5, "&amp;") == 0) {
+      out += '&';
+      i += 4;
+    } else if (s.compare(i, 4, "&lt;") == 0) {
+      out += '<';
+      i += 3;
+    } else if (s.compare(i, 4, "&gt;") == 0) {
+      out += '>';
+      i += 3;
+    } else
+      out += s[i];
   }
   return out;
 }
@@ -89,7 +100,8 @@ double png_variety(const std::string& png) {
   std::string idat;
   std::size_t pos = 8;
   while (pos + 8 <= png.size()) {
-    std::uint32_t len = (static_cast<unsigned char>(png[pos]) << 24) | (static_cast<unsigned char>(png[pos + 1]) << 16) |
+    std::uint32_t len = (static_cast<unsigned char>(png[pos]) << 24) |
+                        (static_cast<unsigned char>(png[pos + 1]) << 16) |
                         (static_cast<unsigned char>(png[pos + 2]) << 8) | static_cast<unsigned char>(png[pos + 3]);
     std::string type = png.substr(pos + 4, 4);
     if (type == "IDAT") idat += png.substr(pos + 8, len);
@@ -97,7 +109,8 @@ double png_variety(const std::string& png) {
   }
   std::string raw(64u << 20, '\0');
   uLongf raw_len = raw.size();
-  REQUIRE(uncompress(reinterpret_cast<Bytef*>(raw.data()), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) == Z_OK);
+  REQUIRE(uncompress(reinterpret_cast<Bytef*>(raw.data()), &raw_len, reinterpret_cast<const Bytef*>(idat.data()),
+                     idat.size()) == Z_OK);
   std::array<std::size_t, 256> hist{};
   for (uLongf i = 0; i < raw_len; ++i) ++hist[static_cast<unsigned char>(raw[i])];
   std::size_t mode = 0;
@@ -119,7 +132,7 @@ TEST_CASE("browser: the gpt2 report draws, reads back the summary's figures, log
   std::string dom = run_chromium(html, "--enable-logging=stderr --v=0 --dump-dom", dir / "dom.err");
   std::string log = read_file(dir / "dom.err");
   INFO(log.substr(0, 4000));
-  CHECK(log.find("CONSOLE") == std::string::npos);   // no console message at all (errors included)
+  CHECK(log.find("CONSOLE") == std::string::npos);  // no console message at all (errors included)
   CHECK(log.find("Uncaught") == std::string::npos);
   auto probe = nlohmann::json::parse(probe_of(dom));
   CHECK(probe["errors"].empty());
@@ -127,7 +140,8 @@ TEST_CASE("browser: the gpt2 report draws, reads back the summary's figures, log
   const auto& p = probe["devices"][0];
   const auto& sd = summary["traces"][0]["devices"][0];
   // The values under the cursor at the peak's time are the summary's peak figures.
-  CHECK(p["at_peak"]["allocated"]["max"].get<std::int64_t>() == sd["stats"]["allocated_bytes.all.peak"].get<std::int64_t>());
+  CHECK(p["at_peak"]["allocated"]["max"].get<std::int64_t>() ==
+        sd["stats"]["allocated_bytes.all.peak"].get<std::int64_t>());
   CHECK(p["at_peak"]["allocated"]["max"].get<std::int64_t>() == sd["peak"]["allocated_bytes"].get<std::int64_t>());
   CHECK(p["at_peak"]["reserved"]["last"].get<std::int64_t>() == sd["peak"]["reserved_bytes"].get<std::int64_t>());
   CHECK(p["max_allocated"].get<std::int64_t>() == sd["stats"]["allocated_bytes.all.peak"].get<std::int64_t>());

@@ -40,7 +40,7 @@ TEST_CASE("round_size follows PyTorch", "[model][rounding]") {
 TEST_CASE("block sizes from the layout: PyTorch's split rule", "[model][layout]") {
   RecordList l;
   const DevicePtr s1 = 0x10000000, s2 = 0x20000000;
-  l.add(Action::segment_alloc, s1, 20 * MiB).add(Action::alloc, s1, 1048577);  // split: rem ~19 MiB
+  l.add(Action::segment_alloc, s1, 20 * MiB).add(Action::alloc, s1, 1048577);   // split: rem ~19 MiB
   l.add(Action::segment_alloc, s2, 12 * MiB).add(Action::alloc, s2, 11 * MiB);  // rem exactly 1 MiB: no split
   auto m = build(l);
   REQUIRE(m.devices.size() == 1);
@@ -229,7 +229,7 @@ TEST_CASE("the block size a trace records is used, not the rounding rule", "[mod
   RecordList l;
   l.add(Action::segment_alloc, 0x10000000, 20 * MiB);
   l.add(Action::alloc, 0x10000000, 1000000);
-  l.records.back().block_size = MiB;  // a vramtrace trace's "b"
+  l.records.back().block_size = MiB;          // a vramtrace trace's "b"
   l.add(Action::alloc, 0x10100000, 1000000);  // no block size recorded: 512-byte rounding
   auto m = build(l);
   REQUIRE(m.devices.size() == 1);

@@ -3,9 +3,9 @@
 
 #include <vector>
 
-#include "vramtrace/trace/byte_source.h"
-#include "test_util.h"
 #include "readers/open_trace.h"
+#include "test_util.h"
+#include "vramtrace/trace/byte_source.h"
 
 using namespace vramtrace;
 using vramtrace::test::write_file;
@@ -22,7 +22,8 @@ std::vector<std::string> all_lines(const std::string& path, LineSource** keep = 
 
 std::string numbered_lines(int n) {
   std::string s;
-  for (int i = 0; i < n; ++i) s += "line " + std::to_string(i) + " " + std::string(static_cast<std::size_t>(i % 97), 'x') + "\n";
+  for (int i = 0; i < n; ++i)
+    s += "line " + std::to_string(i) + " " + std::string(static_cast<std::size_t>(i % 97), 'x') + "\n";
   return s;
 }
 
@@ -33,8 +34,8 @@ TEST_CASE("LineSource reads the same lines from plain, gzip and zstd files", "[b
   auto expected = all_lines(write_file("plain.txt", text));
   REQUIRE(expected.size() == 50000);
   CHECK(expected[12345] == "line 12345 " + std::string(12345 % 97, 'x'));
-  for (const auto& [name, bytes, comp] :
-       {std::tuple{"a.gz", test::gzip(text), Compression::gzip}, std::tuple{"a.zst", test::zstd(text), Compression::zstd}}) {
+  for (const auto& [name, bytes, comp] : {std::tuple{"a.gz", test::gzip(text), Compression::gzip},
+                                          std::tuple{"a.zst", test::zstd(text), Compression::zstd}}) {
     auto path = write_file(name, bytes);
     auto src = LineSource::open(path);
     CHECK(src->compression() == comp);
@@ -53,7 +54,8 @@ TEST_CASE("LineSource reads the same lines from plain, gzip and zstd files", "[b
   }
 }
 
-TEST_CASE("LineSource handles CRLF, empty lines, a missing final newline and concatenated gzip members", "[byte_source]") {
+TEST_CASE("LineSource handles CRLF, empty lines, a missing final newline and concatenated gzip members",
+          "[byte_source]") {
   auto path = write_file("crlf.txt", "a\r\n\r\nb\nlast");
   auto src = LineSource::open(path);
   std::string_view line;

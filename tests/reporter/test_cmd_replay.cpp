@@ -90,25 +90,30 @@ TEST_CASE("vramtrace replay: unusable input exits 2 with a message naming the fi
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("cut.jsonl.gz") && Catch::Contains("line ") && Catch::Contains("cut off"));
 
-  auto notjson = write_file("notjson.jsonl", kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 512, "stream": 0})" +
-                                                 "\nhello\n");
+  auto notjson = write_file(
+      "notjson.jsonl", kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 512, "stream": 0})" + "\nhello\n");
   r = run_cli("replay " + quote(notjson));
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("notjson.jsonl: line 3: not a JSON object"));
 
-  auto unknown = write_file("unknown.jsonl", kHeader + "\n" + R"({"action": "free_requested", "addr": 4096, "size": 512, "stream": 0})" + "\n");
+  auto unknown =
+      write_file("unknown.jsonl",
+                 kHeader + "\n" + R"({"action": "free_requested", "addr": 4096, "size": 512, "stream": 0})" + "\n");
   r = run_cli("replay " + quote(unknown));
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("unknown.jsonl: line 2") && Catch::Contains("no earlier alloc"));
 
-  auto absurd = write_file("absurd.jsonl", kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 99999999999999999999, "stream": 0})" + "\n");
+  auto absurd = write_file(
+      "absurd.jsonl",
+      kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 99999999999999999999, "stream": 0})" + "\n");
   r = run_cli("replay " + quote(absurd));
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("absurd.jsonl: line 2"));
 
-  auto evil = write_file("evil.pickle", std::string("\x80\x02\x63\x70\x6f\x73\x69\x78\x0a\x73\x79\x73\x74\x65\x6d\x0a\x71\x00\x58"
-                                                    "\x02\x00\x00\x00\x6c\x73\x71\x01\x85\x71\x02\x52\x71\x03\x2e",
-                                                    34));
+  auto evil = write_file("evil.pickle",
+                         std::string("\x80\x02\x63\x70\x6f\x73\x69\x78\x0a\x73\x79\x73\x74\x65\x6d\x0a\x71\x00\x58"
+                                     "\x02\x00\x00\x00\x6c\x73\x71\x01\x85\x71\x02\x52\x71\x03\x2e",
+                                     34));
   r = run_cli("replay " + quote(evil));
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("evil.pickle: offset 2: opcode GLOBAL") && Catch::Contains("refused"));

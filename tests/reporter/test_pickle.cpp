@@ -4,10 +4,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "vramtrace/trace/byte_source.h"
+#include "readers/open_trace.h"
 #include "readers/pickle.h"
 #include "test_util.h"
-#include "readers/open_trace.h"
+#include "vramtrace/trace/byte_source.h"
 
 using namespace vramtrace;
 using vramtrace::test::write_file;
@@ -138,8 +138,8 @@ std::string synthetic_snapshot(std::size_t n) {
         e.get(frame_ids[f]);
       }
     }
-    e.op('e');  // APPENDS frames
-    e.op('u');  // SETITEMS entry
+    e.op('e');                                     // APPENDS frames
+    e.op('u');                                     // SETITEMS entry
     if (i % 1000 == 999 || i + 1 == n) e.op('e');  // APPENDS into the device list
   }
   e.op('a');  // APPEND device list into device_traces
@@ -266,16 +266,16 @@ TEST_CASE("pickle values: LONG1 integers, big integers, floats, tuples, sets, by
 
 TEST_CASE("pickle: hostile and broken pickles give clear errors", "[pickle]") {
   // pickle.dumps of os.system("ls") via __reduce__, protocol 2.
-  std::string e = error_of(std::string(
-      "\x80\x02\x63\x70\x6f\x73\x69\x78\x0a\x73\x79\x73\x74\x65\x6d\x0a\x71\x00\x58\x02\x00\x00\x00\x6c\x73"
-      "\x71\x01\x85\x71\x02\x52\x71\x03\x2e",
-      34));
+  std::string e = error_of(
+      std::string("\x80\x02\x63\x70\x6f\x73\x69\x78\x0a\x73\x79\x73\x74\x65\x6d\x0a\x71\x00\x58\x02\x00\x00\x00\x6c\x73"
+                  "\x71\x01\x85\x71\x02\x52\x71\x03\x2e",
+                  34));
   CHECK_THAT(e, Catch::Contains("offset 2: opcode GLOBAL (0x63): refused"));
   // Protocol 4: STACK_GLOBAL
-  e = error_of(std::string(
-      "\x80\x04\x95\x1d\x00\x00\x00\x00\x00\x00\x00\x8c\x05\x70\x6f\x73\x69\x78\x94\x8c\x06\x73\x79\x73\x74"
-      "\x65\x6d\x94\x93\x94\x8c\x02\x6c\x73\x94\x85\x94\x52\x94\x2e",
-      40));
+  e = error_of(
+      std::string("\x80\x04\x95\x1d\x00\x00\x00\x00\x00\x00\x00\x8c\x05\x70\x6f\x73\x69\x78\x94\x8c\x06\x73\x79\x73\x74"
+                  "\x65\x6d\x94\x93\x94\x8c\x02\x6c\x73\x94\x85\x94\x52\x94\x2e",
+                  40));
   CHECK_THAT(e, Catch::Contains("opcode STACK_GLOBAL (0x93): refused"));
   e = error_of(std::string("\x80\x02NNR.", 6));
   CHECK_THAT(e, Catch::Contains("offset 4: opcode REDUCE (0x52): refused"));

@@ -7,15 +7,17 @@
 #include <map>
 #include <sstream>
 
-#include "test_util.h"
 #include "analyses/replay.h"
+#include "test_util.h"
 
 using namespace vramtrace;
 using vramtrace::test::write_file;
 
 namespace {
 
-std::string trace_path(const std::string& name) { return test::data_path("torch-h200/" + name + ".torchtrace.jsonl.gz"); }
+std::string trace_path(const std::string& name) {
+  return test::data_path("torch-h200/" + name + ".torchtrace.jsonl.gz");
+}
 
 ReplayConfig config(const std::string& conf, std::uint64_t capacity) {
   ReplayConfig c;
@@ -56,7 +58,8 @@ std::string first_divergence(const std::vector<SegmentAlloc>& theirs, const std:
     std::ostringstream s;
     s << "PyTorch made " << theirs.size() << " segment_allocs, we made " << ours.size();
     if (ours.size() > n) s << "; our extra #" << n << ": " << ours[n].size << " B for alloc #" << ours[n].alloc_index;
-    if (theirs.size() > n) s << "; PyTorch's extra #" << n << ": " << theirs[n].size << " B for alloc #" << theirs[n].alloc_index;
+    if (theirs.size() > n)
+      s << "; PyTorch's extra #" << n << ": " << theirs[n].size << " B for alloc #" << theirs[n].alloc_index;
     return s.str();
   }
   return "";
@@ -103,7 +106,8 @@ TEST_CASE("Done-when 3: the snapshot pickle replays to its recorded peaks, in pr
   // Peaks from the traces' headers (tests/data/torch-h200/README.md).
   const std::int64_t kPeakAllocated = 1598815744, kPeakReserved = 2000683008;
   std::vector<std::string> paths = {test::data_path("torch-h200/encoder_varlen.snapshot.pickle")};
-  for (int p = 2; p <= 5; ++p) paths.push_back(test::data_path("pickle/encoder_varlen.proto" + std::to_string(p) + ".pickle.gz"));
+  for (int p = 2; p <= 5; ++p)
+    paths.push_back(test::data_path("pickle/encoder_varlen.proto" + std::to_string(p) + ".pickle.gz"));
   for (const auto& path : paths) {
     INFO(path);
     auto reader = open_trace(path);
@@ -129,8 +133,8 @@ TEST_CASE("Done-when 3: the snapshot pickle replays to its recorded peaks, in pr
 namespace {
 const char* kHdr = R"({"kind": "header", "workload": "synthetic", "total": 1073741824})";
 std::string entry(const char* action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream = 0) {
-  return std::string("{\"action\": \"") + action + "\", \"addr\": " + std::to_string(addr) + ", \"size\": " +
-         std::to_string(size) + ", \"stream\": " + std::to_string(stream) + "}\n";
+  return std::string("{\"action\": \"") + action + "\", \"addr\": " + std::to_string(addr) +
+         ", \"size\": " + std::to_string(size) + ", \"stream\": " + std::to_string(stream) + "}\n";
 }
 std::string trace(std::initializer_list<std::string> lines) {
   std::string s = std::string(kHdr) + "\n";
@@ -141,15 +145,17 @@ constexpr std::uint64_t MiB = 1u << 20;
 }  // namespace
 
 TEST_CASE("replay: deferred frees, several settings in one pass, the largest free block at the peak", "[replay]") {
-  auto path = write_file("deferred.jsonl", trace({
-      entry("alloc", 0x1000000, 6 * MiB),
-      entry("alloc", 0x2000000, 4 * MiB),
-      entry("free_requested", 0x1000000, 6 * MiB),  // block used by another stream: completes later
-      entry("alloc", 0x3000000, 2 * MiB),
-      entry("free_completed", 0x1000000, 6 * MiB),
-      entry("free_requested", 0x2000000, 4 * MiB),
-      entry("free_completed", 0x2000000, 4 * MiB),
-  }));
+  auto path =
+      write_file("deferred.jsonl",
+                 trace({
+                     entry("alloc", 0x1000000, 6 * MiB),
+                     entry("alloc", 0x2000000, 4 * MiB),
+                     entry("free_requested", 0x1000000, 6 * MiB),  // block used by another stream: completes later
+                     entry("alloc", 0x3000000, 2 * MiB),
+                     entry("free_completed", 0x1000000, 6 * MiB),
+                     entry("free_requested", 0x2000000, 4 * MiB),
+                     entry("free_completed", 0x2000000, 4 * MiB),
+                 }));
   ReplayReport rep = run(path, {config("", 1ull << 30), config("expandable_segments:True", 1ull << 30)});
   CHECK(rep.events == 7);
   CHECK(rep.alloc_requests == 3);
@@ -171,16 +177,16 @@ TEST_CASE("replay: deferred frees, several settings in one pass, the largest fre
 TEST_CASE("replay: an OOM is recorded with its place, and the replay goes on", "[replay]") {
   // Capacity 64 MiB: 30 MiB + 30 MiB fit (two 30 MiB segments), the third does not.
   auto path = write_file("oom.jsonl", trace({
-      entry("alloc", 0x1000000, 30 * MiB),
-      entry("alloc", 0x3000000, 30 * MiB),
-      entry("alloc", 0x5000000, 30 * MiB),
-      entry("alloc", 0x7000000, 1024),
-      entry("free_requested", 0x5000000, 30 * MiB),
-      entry("free_completed", 0x5000000, 30 * MiB),
-      entry("free_requested", 0x1000000, 30 * MiB),
-      entry("free_completed", 0x1000000, 30 * MiB),
-      entry("alloc", 0x5000000, 30 * MiB),
-  }));
+                                          entry("alloc", 0x1000000, 30 * MiB),
+                                          entry("alloc", 0x3000000, 30 * MiB),
+                                          entry("alloc", 0x5000000, 30 * MiB),
+                                          entry("alloc", 0x7000000, 1024),
+                                          entry("free_requested", 0x5000000, 30 * MiB),
+                                          entry("free_completed", 0x5000000, 30 * MiB),
+                                          entry("free_requested", 0x1000000, 30 * MiB),
+                                          entry("free_completed", 0x1000000, 30 * MiB),
+                                          entry("alloc", 0x5000000, 30 * MiB),
+                                      }));
   ReplayReport rep = run(path, {config("", 64 * MiB)});
   const ReplayResult& r = rep.results[0];
   REQUIRE(r.first_oom);
@@ -197,22 +203,25 @@ TEST_CASE("replay: an OOM is recorded with its place, and the replay goes on", "
 
 TEST_CASE("replay: inconsistent traces are errors naming the line", "[replay]") {
   auto unknown = write_file("unknown.jsonl", trace({entry("alloc", 0x1000, 512), entry("free_requested", 0x2000, 512),
-                                                   entry("free_completed", 0x2000, 512)}));
+                                                    entry("free_completed", 0x2000, 512)}));
   CHECK_THROWS_WITH(run(unknown, {config("", 1ull << 30)}),
                     Catch::Contains("unknown.jsonl: line 4") && Catch::Contains("0x2000, which no earlier alloc"));
   auto twice = write_file("twice.jsonl", trace({entry("alloc", 0x1000, 512), entry("alloc", 0x1000, 512)}));
-  CHECK_THROWS_WITH(run(twice, {config("", 1ull << 30)}), Catch::Contains("line 3: alloc at address 0x1000, which is still allocated"));
+  CHECK_THROWS_WITH(run(twice, {config("", 1ull << 30)}),
+                    Catch::Contains("line 3: alloc at address 0x1000, which is still allocated"));
   auto lone = write_file("lone.jsonl", trace({entry("free_completed", 0x1000, 512)}));
   CHECK_THROWS_WITH(run(lone, {config("", 1ull << 30)}), Catch::Contains("line 2: free_completed of address 0x1000"));
 }
 
 TEST_CASE("replay S4: expandable segments requested but whole segments in the trace is noted", "[replay]") {
   std::string hdr = R"({"kind": "header", "workload": "s4", "conf": "expandable_segments:True", "total": 1073741824})";
-  auto path = write_file("s4.jsonl", hdr + "\n" + entry("segment_alloc", 0x1000000, 20 * MiB) + entry("alloc", 0x1000000, 4 * MiB));
+  auto path = write_file("s4.jsonl",
+                         hdr + "\n" + entry("segment_alloc", 0x1000000, 20 * MiB) + entry("alloc", 0x1000000, 4 * MiB));
   ReplayReport rep = run(path, {config("", 1ull << 30)});
   REQUIRE(rep.notes.size() == 1);
   CHECK_THAT(rep.notes[0], Catch::Contains("expandable segments did not take effect"));
   // With mapped pages in the trace there is nothing to note.
-  path = write_file("s4ok.jsonl", hdr + "\n" + entry("segment_map", 0x1000000, 20 * MiB) + entry("alloc", 0x1000000, 4 * MiB));
+  path = write_file("s4ok.jsonl",
+                    hdr + "\n" + entry("segment_map", 0x1000000, 20 * MiB) + entry("alloc", 0x1000000, 4 * MiB));
   CHECK(run(path, {config("", 1ull << 30)}).notes.empty());
 }

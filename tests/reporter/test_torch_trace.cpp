@@ -3,16 +3,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "vramtrace/trace/byte_source.h"
-#include "test_util.h"
 #include "readers/open_trace.h"
+#include "test_util.h"
+#include "vramtrace/trace/byte_source.h"
 
 using namespace vramtrace;
 using vramtrace::test::write_file;
 
 namespace {
 
-std::string trace_path(const std::string& name) { return test::data_path("torch-h200/" + name + ".torchtrace.jsonl.gz"); }
+std::string trace_path(const std::string& name) {
+  return test::data_path("torch-h200/" + name + ".torchtrace.jsonl.gz");
+}
 
 std::string error_of(const std::string& path) {
   try {
@@ -45,7 +47,8 @@ TEST_CASE("torchtrace: every entry of the real traces matches an independent JSO
     REQUIRE(lines->next_line(line));
     auto header = nlohmann::json::parse(line);
     for (const auto& [k, v] : header["stats"].items()) {
-      auto it = std::find_if(h.recorded_stats.begin(), h.recorded_stats.end(), [&](const auto& p) { return p.first == k; });
+      auto it =
+          std::find_if(h.recorded_stats.begin(), h.recorded_stats.end(), [&](const auto& p) { return p.first == k; });
       REQUIRE(it != h.recorded_stats.end());
       CHECK(it->second == v.get<std::int64_t>());
     }
@@ -69,7 +72,9 @@ TEST_CASE("torchtrace: every entry of the real traces matches an independent JSO
 }
 
 TEST_CASE("torchtrace: header fields and a headerless file", "[torch_trace]") {
-  auto path = write_file("h.jsonl", kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 512, "stream": 7, "time_us": 3})" + "\n");
+  auto path =
+      write_file("h.jsonl", kHeader + "\n" +
+                                R"({"action": "alloc", "addr": 4096, "size": 512, "stream": 7, "time_us": 3})" + "\n");
   auto r = open_trace(path);
   CHECK(r->header().settings == "expandable_segments:True");
   CHECK(r->header().device_total_bytes == 1000);
@@ -80,8 +85,12 @@ TEST_CASE("torchtrace: header fields and a headerless file", "[torch_trace]") {
   CHECK(rec.stream == 7);
   CHECK(rec.time_ns == 3000);
 
-  auto bare = write_file("bare.jsonl", "\n" R"({"size": 512, "action": "segment_alloc", "addr": 8192, "stream": 0})" "\n"
-                                            R"({"action": "oom", "size": 1024, "device_free": 77, "stream": 0})" "\n");
+  auto bare = write_file("bare.jsonl",
+                         "\n"
+                         R"({"size": 512, "action": "segment_alloc", "addr": 8192, "stream": 0})"
+                         "\n"
+                         R"({"action": "oom", "size": 1024, "device_free": 77, "stream": 0})"
+                         "\n");
   r = open_trace(bare);
   CHECK(r->header().workload.empty());
   REQUIRE(r->next(rec));
@@ -95,7 +104,9 @@ TEST_CASE("torchtrace: header fields and a headerless file", "[torch_trace]") {
 
 TEST_CASE("torchtrace: malformed lines give the file, the line and what is wrong", "[torch_trace]") {
   const std::string ok = R"({"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1})";
-  auto with_line3 = [&](const std::string& bad) { return write_file("bad.jsonl", kHeader + "\n" + ok + "\n" + bad + "\n" + ok + "\n"); };
+  auto with_line3 = [&](const std::string& bad) {
+    return write_file("bad.jsonl", kHeader + "\n" + ok + "\n" + bad + "\n" + ok + "\n");
+  };
 
   std::string e = error_of(with_line3("this is not json"));
   CHECK_THAT(e, Catch::Contains("bad.jsonl: line 3: not a JSON object"));
@@ -135,15 +146,18 @@ std::unique_ptr<TraceReader> open_test_format(const std::string& path) {
 
 TEST_CASE("open_trace: format detection and the format registry", "[torch_trace]") {
   register_trace_format("testfmt", &open_test_format);
-  auto p = write_file("fmt.jsonl", R"({"format": "testfmt", "version": 1})" "\n");
+  auto p = write_file("fmt.jsonl", R"({"format": "testfmt", "version": 1})"
+                                   "\n");
   CHECK_THAT(error_of(p), Catch::Contains("test format opener called for " + p));
 
-  p = write_file("nosuch.jsonl", R"({"format": "nosuch"})" "\n");
+  p = write_file("nosuch.jsonl", R"({"format": "nosuch"})"
+                                 "\n");
   CHECK_THAT(error_of(p), Catch::Contains("line 1: trace format \"nosuch\" is not supported by this build"));
 
   p = write_file("garbage.bin", "\x01\x02garbage\n");
   CHECK_THAT(error_of(p), Catch::Contains("garbage.bin: line 1: not a known trace format"));
-  p = write_file("other.json", R"({"hello": 1})" "\n");
+  p = write_file("other.json", R"({"hello": 1})"
+                               "\n");
   CHECK_THAT(error_of(p), Catch::Contains("not a known trace format"));
   p = write_file("empty", "");
   CHECK_THAT(error_of(p), Catch::Contains("empty file"));
@@ -156,13 +170,19 @@ TEST_CASE("open_trace: format detection and the format registry", "[torch_trace]
 
 TEST_CASE("torchtrace: the fast path and the full JSON parser read every shape alike", "[torch_trace]") {
   // Lines the fast path takes, and lines it hands to simdjson (arrays, escapes, odd spacing).
-  auto path = write_file("shapes.jsonl",
-                         kHeader + "\n" +
-                             R"({"action":"alloc","addr":4096,"size":512,"stream":3,"time_us":7})" "\n"
-                             R"(  { "size" : 512 , "addr" : 8192 , "action" : "alloc" }  )" "\n"
-                             R"({"action": "alloc", "addr": 12288, "size": 512, "frames": [{"name": "f", "line": 3}], "stream": 1})" "\n"
-                             R"({"action": "alloc", "addr": 16384, "size": 512, "user_metadata": "a\"b", "compile_context": "N/A"})" "\n"
-                             R"({"action": "alloc", "addr": 20480, "size": 512, "flag": true, "ratio": 0.5, "neg": -1})" "\n");
+  auto path = write_file(
+      "shapes.jsonl",
+      kHeader + "\n" +
+          R"({"action":"alloc","addr":4096,"size":512,"stream":3,"time_us":7})"
+          "\n"
+          R"(  { "size" : 512 , "addr" : 8192 , "action" : "alloc" }  )"
+          "\n"
+          R"({"action": "alloc", "addr": 12288, "size": 512, "frames": [{"name": "f", "line": 3}], "stream": 1})"
+          "\n"
+          R"({"action": "alloc", "addr": 16384, "size": 512, "user_metadata": "a\"b", "compile_context": "N/A"})"
+          "\n"
+          R"({"action": "alloc", "addr": 20480, "size": 512, "flag": true, "ratio": 0.5, "neg": -1})"
+          "\n");
   auto r = open_trace(path);
   TraceRecord rec;
   std::vector<std::uint64_t> addrs, streams;

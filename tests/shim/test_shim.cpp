@@ -9,13 +9,13 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -122,8 +122,8 @@ TEST_CASE("exports are exactly the hooks of hooks.def, dlsym and the C API, all 
 
 TEST_CASE("NEEDED entries are glibc only") {
   std::string d = capture_cmd(std::string("readelf -d ") + VT_SHIM_PATH);
-  const std::set<std::string> allowed = {"libc.so.6", "libdl.so.2", "libpthread.so.0", "libm.so.6",
-                                         "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"};
+  const std::set<std::string> allowed = {"libc.so.6", "libdl.so.2",           "libpthread.so.0",
+                                         "libm.so.6", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"};
   std::istringstream in(d);
   std::string line;
   int needed = 0;
@@ -199,7 +199,7 @@ static void check_runtime_road(const char* program, bool shared_cudart) {
   CHECK(get(s, "shim.pools_dropped") == 1);  // cudaDeviceReset
   CHECK(get(s, "pools.live") == 1);
   CHECK(get(s, "allocator.allocated_bytes.all.current") == 2 << 20);  // the quarantined IPC block
-  CHECK(get(s, "allocator.segment.all.current") >= 1);  // the cache is kept, not freed at exit
+  CHECK(get(s, "allocator.segment.all.current") >= 1);                // the cache is kept, not freed at exit
   CHECK(get(s, "events.segment_alloc") >= 1);
   no_call_after_exit(r);
 }
@@ -258,7 +258,7 @@ TEST_CASE("out of memory: the cache is released before the program sees an OOM")
   CHECK(get(s, "allocator.num_alloc_retries") >= 1);  // the cached 30 MiB released for 40 MiB
   CHECK(get(s, "allocator.num_ooms") == 3);           // 10 MiB, 64 MiB, and the 20 MiB segment
   CHECK(get(s, "events.oom") == 3);
-  CHECK(get(s, "shim.oom_fallbacks") == 1);           // 6 MiB forwarded exactly
+  CHECK(get(s, "shim.oom_fallbacks") == 1);  // 6 MiB forwarded exactly
   CHECK(get(s, "shim.passthrough_allocs") == 1);
 }
 
@@ -373,10 +373,10 @@ TEST_CASE("NVIDIA's real cudart 13 resolves the driver only through our wrappers
     Run r = run({road(kind)}, true, {}, dir + ":" + VT_REAL_CUDART_DIR);
     REQUIRE(r.exit_code == 0);
     const Stats& s = r.stats();
-    CHECK(get(s, "calls.cuGetProcAddress_v2") >= 300);  // 440 with cudart 13.0
+    CHECK(get(s, "calls.cuGetProcAddress_v2") >= 300);   // 440 with cudart 13.0
     CHECK(get(s, "shim.resolver_substitutions") >= 20);  // every memory entry point is ours
     CHECK(get(s, "shim.resolver_unmapped") == 0);
-    CHECK(get(r.program, "error") != 0);                   // the fake has no export tables
+    CHECK(get(r.program, "error") != 0);  // the fake has no export tables
     if (std::string(kind).find("shared") != std::string::npos) CHECK(get(s, "calls.cudaMalloc") == 1);
   }
   unlink(link.c_str());
@@ -479,7 +479,9 @@ TEST_CASE("memory cap: per-device caps, unlisted devices uncapped or capped by *
   check_device(star, 1, 512 * kMiB, (512 - 30) * kMiB, 512 * kMiB, (512 - 30) * kMiB);
 }
 
-TEST_CASE("memory cap: contexts of one device share its cap, a destroyed context gives its memory back, threads never pass it") {
+TEST_CASE(
+    "memory cap: contexts of one device share its cap, a destroyed context gives its memory back, threads never pass "
+    "it") {
   Run plain = run({road("road_cap_contexts")}, false, {"FAKECUDA_TOTAL_MB=1024"});
   REQUIRE(plain.exit_code == 0);
   CHECK(get(plain.program, "a") == 51);  // 1024 / 20 without a cap
@@ -579,8 +581,8 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
     }
     if (ooms == 1) {
       CHECK(j["r"].get<long long>() == 10 * kMiB);
-      CHECK(reserved == 60 * kMiB);                       // segments of 20 and 40 MiB
-      CHECK(j["free"].get<long long>() == 4 * kMiB);      // capped free: 64 - 60
+      CHECK(reserved == 60 * kMiB);                   // segments of 20 and 40 MiB
+      CHECK(j["free"].get<long long>() == 4 * kMiB);  // capped free: 64 - 60
     }
   }
   CHECK(ooms == 3);
@@ -588,7 +590,9 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
   rmdir(dir.c_str());
 }
 
-TEST_CASE("memory cap: `vramtrace oom` calls it capacity, and `replay --capacity` of the same sequence fails at the same allocation") {
+TEST_CASE(
+    "memory cap: `vramtrace oom` calls it capacity, and `replay --capacity` of the same sequence fails at the same "
+    "allocation") {
   const std::string vt = vramtrace_cmd();
   if (vt.empty()) return;
   std::string dir = temp_dir();
@@ -702,7 +706,7 @@ TEST_CASE("log level debug: the road of each first call and every pass-through r
   CHECK(lines_with(r.err, debug + "cuGetProcAddress_v2: dlsym answered with our wrapper (road: dlsym substitution)") ==
         1);
   CHECK(lines_with(r.err, debug + "cuMemAlloc_v2: our wrapper substituted for the driver's pointer (road: resolver "
-                              "substitution) (asked cuGetProcAddress_v2(\"cuMemAlloc\"))") == 1);
+                                  "substitution) (asked cuGetProcAddress_v2(\"cuMemAlloc\"))") == 1);
   CHECK(lines_with(r.err, debug + "cuStreamCreate: first call (road: a pointer a resolver handed out") == 1);
   CHECK(lines_with(r.err, debug + "cuMemAlloc_v2: first call, inside cudaMalloc") == 1);
   // Served, once although the program allocates many times.
@@ -739,8 +743,7 @@ TEST_CASE("log level debug: a static cudart's driver calls came by the resolver,
   Run d = run({road("road_dlsym")}, true, {"VRAMTRACE_LOG_LEVEL=debug"});
   REQUIRE(d.exit_code == 0);
   INFO(d.err);
-  CHECK(lines_with(d.err, "] debug: cuMemAlloc_v2: dlsym answered with our wrapper (road: dlsym substitution)") ==
-        1);
+  CHECK(lines_with(d.err, "] debug: cuMemAlloc_v2: dlsym answered with our wrapper (road: dlsym substitution)") == 1);
   CHECK(lines_with(d.err, "] debug: cuMemAlloc_v2: first call (road: a pointer our dlsym handed out)") == 1);
   CHECK(lines_with(d.err, "] debug: cuMemAlloc_v2: resolved to a variant vramtrace does not hook") == 1);
   Run n = run({road("road_runtime_shared")}, true,

@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -36,11 +36,11 @@ using Env = std::vector<std::string>;
 struct Result {
   int exit_code = -1;  // 128 + signal when killed
   std::string out, err;
-  std::vector<std::string> results;       // "round R HASH" and "result HASH" lines, in order
+  std::vector<std::string> results;        // "round R HASH" and "result HASH" lines, in order
   std::map<std::string, long long> tally;  // "program.X N" lines
-  std::vector<std::string> children;      // "child R HASH" lines (fork mode)
-  std::map<long, std::string> stats;      // the shim's VRAMTRACE_TEST_STATS_FILE, per pid
-  std::vector<std::string> traces;        // trace files left in the run's directory
+  std::vector<std::string> children;       // "child R HASH" lines (fork mode)
+  std::map<long, std::string> stats;       // the shim's VRAMTRACE_TEST_STATS_FILE, per pid
+  std::vector<std::string> traces;         // trace files left in the run's directory
 };
 
 namespace test = vramtrace::test;
@@ -146,9 +146,9 @@ struct Summary {
 Summary summarise(const std::string& trace) {
   test::TempDir dir("vt-shim-faults");
   Summary s;
-  s.exit_code = test::wait_exit_code(test::spawn_captured({VT_VRAMTRACE_BIN, "summary", "--json", trace},
-                                                          test::clean_environment({}, ""), dir.file("out"),
-                                                          dir.file("err")));
+  s.exit_code =
+      test::wait_exit_code(test::spawn_captured({VT_VRAMTRACE_BIN, "summary", "--json", trace},
+                                                test::clean_environment({}, ""), dir.file("out"), dir.file("err")));
   s.out = slurp(dir.file("out"));
   s.err = slurp(dir.file("err"));
   if (s.exit_code == 0) {
@@ -185,7 +185,9 @@ TEST_CASE("injected driver faults: same results with and without the shim, compl
       {"slow driver (300 us a call)", {"FAKECUDA_DELAY_US=300"}, "3", false, false},
       {"all at once",
        {"FAKECUDA_FAIL_ALLOC_EVERY=3", "FAKECUDA_FAIL_SYNC_EVERY=2", "FAKECUDA_DELAY_US=50"},
-       "4", true, true},
+       "4",
+       true,
+       true},
   };
   const char* confs[] = {"", "expandable_segments:True", "reuse:stream_ordered"};
   for (const Case& c : cases) {

@@ -6,10 +6,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "trace_test_util.h"
@@ -193,14 +193,17 @@ TEST_CASE("damaged traces: each kind of damage is named, nothing readable is los
   };
   const std::string nuls(4096, '\0');
   const std::vector<Case> cases = {
-      {"cut.jsonl.zst", zst.substr(0, 20), "cut before its first complete block", "cut before its first complete block", 2},
+      {"cut.jsonl.zst", zst.substr(0, 20), "cut before its first complete block", "cut before its first complete block",
+       2},
       {"notrailer.jsonl", plain.substr(0, trailer_at), "ends abruptly (no trailer: the process did not finish tracing",
        "the trace ends abruptly", 0},
-      {"cutline.jsonl", plain.substr(0, trailer_at - 10), "ends abruptly (its last line is cut)", "the trace ends abruptly", 0},
+      {"cutline.jsonl", plain.substr(0, trailer_at - 10), "ends abruptly (its last line is cut)",
+       "the trace ends abruptly", 0},
       {"junk.jsonl", plain + "garbage here\n", "junk after the trailer: 'garbage here'", "junk after the trailer", 2},
       {"junkmid.jsonl", plain.substr(0, trailer_at) + "garbage here\n" + plain.substr(trailer_at),
        "not a JSON object: 'garbage here'", "not a JSON object", 2},
-      {"nul.jsonl", plain + nuls, "4097 NUL bytes where lines should be were skipped", "No OOM in this trace, and it ends normally", 0},
+      {"nul.jsonl", plain + nuls, "4097 NUL bytes where lines should be were skipped",
+       "No OOM in this trace, and it ends normally", 0},
       {"headeronly.jsonl", plain.substr(0, plain.find('\n') + 1), "no events; the trace ends abruptly (no trailer",
        "ends abruptly before its first event (no trailer", 0},
       {"cuthdr.jsonl", plain.substr(0, 30), "header line is cut", "header line is cut", 2},
@@ -329,9 +332,12 @@ TEST_CASE("reports refuse an empty or zero size option with exit code 2", "[run]
   REQUIRE(r.exit_code == 0);
   const std::string trace = only_trace(dir, "t.");
   const std::vector<std::vector<std::string>> bad = {
-      {"oom", trace, "--capacity", ""},      {"oom", trace, "--capacity", "0"},
-      {"oom", trace, "--capacity", "junk"},  {"replay", trace, "--capacity", ""},
-      {"check", trace, "--max-peak-reserved", ""}, {"check", trace, "--max-ooms", ""},
+      {"oom", trace, "--capacity", ""},
+      {"oom", trace, "--capacity", "0"},
+      {"oom", trace, "--capacity", "junk"},
+      {"replay", trace, "--capacity", ""},
+      {"check", trace, "--max-peak-reserved", ""},
+      {"check", trace, "--max-ooms", ""},
       {"check", trace, "--max-ooms", "-1"},
   };
   for (const auto& args : bad) {

@@ -4,8 +4,8 @@
 // replays to its own trailer (`scripts/gpu-check.sh trace`).
 #include <catch2/catch.hpp>
 
-#include "trace_test_util.h"
 #include "analyses/replay.h"
+#include "trace_test_util.h"
 
 using namespace vramtrace;
 using namespace vramtrace::trace;
@@ -70,26 +70,26 @@ TEST_CASE("a vramtrace trace of a real run replays to its recorded statistics", 
   // Passed-through memory (pinned host, managed) in the trace must not drive the allocator: on
   // the GPU, a pinned host buffer among the segments made the replay lose PyTorch's addresses.
   for (bool pass_through : {false, true})
-  for (std::string name : {"gpt2_train", "resnet50_train"}) {
-    INFO(name << (pass_through ? " with passed-through memory" : ""));
-    std::vector<std::pair<std::string, std::int64_t>> torch_stats;
-    std::string path = rewrite_as_vramtrace(name, dir, torch_stats, pass_through);
-    auto reader = open_trace(path);  // format detection: must dispatch to our reader
-    REQUIRE(reader->header().format == "vramtrace");
-    ReplayConfig config;
-    config.capacity_bytes = reader->header().device_total_bytes;
-    REQUIRE(config.capacity_bytes == 150109880320ull);
-    ReplayReport rep = replay(*reader, {config});
-    CHECK_FALSE(rep.incomplete);
-    REQUIRE(rep.results.size() == 1);
-    // zstd: the trailer's statistics are known once the reader has reached the end.
-    const auto& recorded = reader->header().recorded_stats;
-    REQUIRE(recorded == torch_stats);
-    const DeviceStats& st = rep.results[0].stats;
-    CHECK(st.allocated_bytes[kStatAll].peak == stat_of(recorded, "allocated_bytes.all.peak"));
-    CHECK(st.reserved_bytes[kStatAll].peak == stat_of(recorded, "reserved_bytes.all.peak"));
-    CHECK(st.requested_bytes[kStatAll].peak == stat_of(recorded, "requested_bytes.all.peak"));
-    CHECK(st.num_device_alloc == stat_of(recorded, "num_device_alloc"));
-    CHECK(st.num_ooms == 0);
-  }
+    for (std::string name : {"gpt2_train", "resnet50_train"}) {
+      INFO(name << (pass_through ? " with passed-through memory" : ""));
+      std::vector<std::pair<std::string, std::int64_t>> torch_stats;
+      std::string path = rewrite_as_vramtrace(name, dir, torch_stats, pass_through);
+      auto reader = open_trace(path);  // format detection: must dispatch to our reader
+      REQUIRE(reader->header().format == "vramtrace");
+      ReplayConfig config;
+      config.capacity_bytes = reader->header().device_total_bytes;
+      REQUIRE(config.capacity_bytes == 150109880320ull);
+      ReplayReport rep = replay(*reader, {config});
+      CHECK_FALSE(rep.incomplete);
+      REQUIRE(rep.results.size() == 1);
+      // zstd: the trailer's statistics are known once the reader has reached the end.
+      const auto& recorded = reader->header().recorded_stats;
+      REQUIRE(recorded == torch_stats);
+      const DeviceStats& st = rep.results[0].stats;
+      CHECK(st.allocated_bytes[kStatAll].peak == stat_of(recorded, "allocated_bytes.all.peak"));
+      CHECK(st.reserved_bytes[kStatAll].peak == stat_of(recorded, "reserved_bytes.all.peak"));
+      CHECK(st.requested_bytes[kStatAll].peak == stat_of(recorded, "requested_bytes.all.peak"));
+      CHECK(st.num_device_alloc == stat_of(recorded, "num_device_alloc"));
+      CHECK(st.num_ooms == 0);
+    }
 }

@@ -223,7 +223,8 @@ TEST_CASE("a device noted after the header is written as a device record before 
     w.close({});
     if (compression == Compression::none) {
       const std::string text = test::read_file(w.path());
-      const auto record = text.find(R"({"a":"device","id":1,"name":"Second GPU","total_bytes":33554432,"uuid":"GPU-2"})");
+      const auto record =
+          text.find(R"({"a":"device","id":1,"name":"Second GPU","total_bytes":33554432,"uuid":"GPU-2"})");
       REQUIRE(record != std::string::npos);
       CHECK(text.find(R"("a":"device")", record + 2) == std::string::npos);
       CHECK(record < text.find(R"("d":1)"));

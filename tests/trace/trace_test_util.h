@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "vramtrace/trace/writer.h"
 #include "vramtrace/trace/vramtrace_reader.h"
+#include "vramtrace/trace/writer.h"
 
 namespace vramtrace::test {
 

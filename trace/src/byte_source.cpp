@@ -23,9 +23,12 @@ namespace vramtrace {
 
 const char* compression_name(Compression c) noexcept {
   switch (c) {
-    case Compression::none: return "none";
-    case Compression::gzip: return "gzip";
-    case Compression::zstd: return "zstd";
+    case Compression::none:
+      return "none";
+    case Compression::gzip:
+      return "gzip";
+    case Compression::zstd:
+      return "zstd";
   }
   return "none";
 }
@@ -44,7 +47,7 @@ class RawFile {
     } else {
       fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd_ < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-      struct stat st{};
+      struct stat st {};
       if (::fstat(fd_, &st) == 0) {
         if (S_ISDIR(st.st_mode)) {
           ::close(fd_);
@@ -355,7 +358,8 @@ std::unique_ptr<ByteSource> ByteSource::open(const std::string& path) {
   const auto* m = reinterpret_cast<const unsigned char*>(in.data());
   if (len >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
 #ifdef VRAMTRACE_HAVE_ISAL
-    if (!std::getenv("VRAMTRACE_USE_ZLIB")) return std::make_unique<IsalGzipSource>(std::move(file), std::move(in), len);
+    if (!std::getenv("VRAMTRACE_USE_ZLIB"))
+      return std::make_unique<IsalGzipSource>(std::move(file), std::move(in), len);
 #endif
     return std::make_unique<GzipSource>(std::move(file), std::move(in), len);
   }

@@ -171,9 +171,12 @@ template <schema::Absent A, class V>
 bool omitted(const V& v) {
   static_assert(A != schema::Absent::equals_r, "equals_r compares with an event's \"r\"");
   if constexpr (A == schema::Absent::zero) {
-    if constexpr (std::is_arithmetic_v<V>) return v == 0;
-    else if constexpr (IsOptional<V>::value) return !v.has_value();
-    else return v.empty();
+    if constexpr (std::is_arithmetic_v<V>)
+      return v == 0;
+    else if constexpr (IsOptional<V>::value)
+      return !v.has_value();
+    else
+      return v.empty();
   } else if constexpr (A == schema::Absent::is_true) {
     return v == true;
   } else {
@@ -206,15 +209,18 @@ void write_objects(TextBuffer& out, const List& items, Members members) {
 
 // The members of each record, expanded from schema.def.
 void write_device_fields(ObjectWriter& w, const DeviceInfo& d) {
-#define VRAMTRACE_DEVICE_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, d.member);
+#define VRAMTRACE_DEVICE_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, d.member);
 #include "vramtrace/trace/schema.def"
 }
 void write_segment_fields(ObjectWriter& w, const SegmentSnapshot& s) {
-#define VRAMTRACE_SEGMENT_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, s.member);
+#define VRAMTRACE_SEGMENT_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, s.member);
 #include "vramtrace/trace/schema.def"
 }
 void write_block_fields(ObjectWriter& w, const BlockSnapshot& b) {
-#define VRAMTRACE_BLOCK_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, b.member);
+#define VRAMTRACE_BLOCK_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, b.member);
 #include "vramtrace/trace/schema.def"
 }
 
@@ -273,7 +279,9 @@ void write_value(TextBuffer& out, schema::segments, const std::vector<SegmentSna
 void write_value(TextBuffer& out, schema::blocks, const std::vector<BlockSnapshot>& v) {
   write_objects(out, v, write_block_fields);
 }
-void write_value(TextBuffer& out, schema::pool, bool is_large) { append_json_string(out, is_large ? "large" : "small"); }
+void write_value(TextBuffer& out, schema::pool, bool is_large) {
+  append_json_string(out, is_large ? "large" : "small");
+}
 void write_value(TextBuffer& out, schema::block_state, BlockState v) {
   switch (v) {
     case BlockState::active_allocated:
@@ -336,14 +344,19 @@ inline std::int64_t event_value(schema::time, std::uint64_t monotonic_ns, std::i
 template <schema::Absent A, class Int>
 bool event_written(Int v, std::uint64_t r) noexcept {
   static_assert(A != schema::Absent::is_true, "is_true is for flags");
-  if constexpr (A == schema::Absent::zero) return v != 0;
-  else if constexpr (A == schema::Absent::equals_r) return v != r;
-  else return true;
+  if constexpr (A == schema::Absent::zero)
+    return v != 0;
+  else if constexpr (A == schema::Absent::equals_r)
+    return v != r;
+  else
+    return true;
 }
 template <schema::Absent A>
 bool text_written(std::string_view text) noexcept {
-  if constexpr (A == schema::Absent::zero) return !text.empty();
-  else return true;
+  if constexpr (A == schema::Absent::zero)
+    return !text.empty();
+  else
+    return true;
 }
 
 void write_text(TextBuffer& out, schema::string, std::string_view text) { append_json_string(out, text); }
@@ -399,21 +412,20 @@ void encode_event(TextBuffer& out, const Event& e, std::int64_t origin_ns, std::
   // The value's test comes first: it varies least from event to event (a "k" is 0 whatever the
   // action), so the branches stay predictable in any mix of actions.
   const std::uint32_t action_bit = schema::bit(e.action);
-#define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent)                                 \
-  {                                                                                               \
-    const auto v = event_value(schema::type{}, e.member, origin_ns);                              \
-    if (event_written<schema::Absent::absent>(v, e.size_bytes) &&                                 \
-        (schema::carried_by::actions & action_bit) != 0) {                                        \
-      p = put_lit(p, ",\"" #key "\":");                                                             \
-      p = put_int(p, v);                                                                            \
-    }                                                                                               \
+#define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent)                                                    \
+  {                                                                                                                  \
+    const auto v = event_value(schema::type{}, e.member, origin_ns);                                                 \
+    if (event_written<schema::Absent::absent>(v, e.size_bytes) && (schema::carried_by::actions & action_bit) != 0) { \
+      p = put_lit(p, ",\"" #key "\":");                                                                              \
+      p = put_int(p, v);                                                                                             \
+    }                                                                                                                \
   }
 #include "vramtrace/trace/schema.def"
   out.advance(static_cast<std::size_t>(p - start));
-#define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent)                                          \
+#define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent)                                                \
   if (schema::carries(schema::carried_by::actions, e.action) && text_written<schema::Absent::absent>(text)) { \
-    out.append(",\"" #key "\":");                                                                       \
-    write_text(out, schema::type{}, text);                                                              \
+    out.append(",\"" #key "\":");                                                                             \
+    write_text(out, schema::type{}, text);                                                                    \
   }
 #include "vramtrace/trace/schema.def"
   out.append("}\n");
@@ -422,7 +434,8 @@ void encode_event(TextBuffer& out, const Event& e, std::int64_t origin_ns, std::
 void encode_snapshot(TextBuffer& out, const Snapshot& s) {
   out.push_back('{');
   ObjectWriter w(out, true);
-#define VRAMTRACE_SNAPSHOT_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, s.member);
+#define VRAMTRACE_SNAPSHOT_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, s.member);
 #include "vramtrace/trace/schema.def"
   out.push_back('}');
 }
@@ -437,7 +450,8 @@ void encode_device(TextBuffer& out, const DeviceInfo& d) {
 void encode_header(TextBuffer& out, const HeaderFields& h) {
   out.append("{\"a\":\"header\"");
   ObjectWriter w(out, false);
-#define VRAMTRACE_HEADER_FIELD(key, type, writes, reads, absent) field<schema::Absent::absent>(w, #key, schema::type{}, writes);
+#define VRAMTRACE_HEADER_FIELD(key, type, writes, reads, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, writes);
 #include "vramtrace/trace/schema.def"
   out.append("}\n");
 }
@@ -445,7 +459,8 @@ void encode_header(TextBuffer& out, const HeaderFields& h) {
 void encode_trailer(TextBuffer& out, const TrailerFields& t) {
   out.append("{\"a\":\"trailer\"");
   ObjectWriter w(out, false);
-#define VRAMTRACE_TRAILER_FIELD(key, type, member, absent) field<schema::Absent::absent>(w, #key, schema::type{}, t.member);
+#define VRAMTRACE_TRAILER_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, t.member);
 #include "vramtrace/trace/schema.def"
   out.append("}\n");
 }

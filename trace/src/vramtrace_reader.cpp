@@ -57,14 +57,17 @@ std::string json_string(const json& j, const char* key) {
 void read_device_fields(const json& j, VramtraceHeaderDetails::Device& d);
 void read_segment_fields(const json& j, SegmentSnapshot& s);
 void read_block_fields(const json& j, BlockSnapshot& b);
-void read_trailer_device_fields(const json& j, std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>& e);
+void read_trailer_device_fields(const json& j,
+                                std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>& e);
 void read_writer_setting_fields(const json& j, VramtraceHeaderDetails& d);
 
 template <schema::Absent A, class Int>
 void read_value(const json& j, const char* key, schema::integer, Int& m) {
   static_assert(std::is_integral_v<Int>);
-  if constexpr (std::is_signed_v<Int>) m = static_cast<Int>(json_int(j, key));
-  else m = static_cast<Int>(json_uint(j, key));
+  if constexpr (std::is_signed_v<Int>)
+    m = static_cast<Int>(json_int(j, key));
+  else
+    m = static_cast<Int>(json_uint(j, key));
 }
 template <schema::Absent A>
 void read_value(const json& j, const char* key, schema::string, std::string& m) {
@@ -93,7 +96,8 @@ void read_value(const json& j, const char* key, schema::id_names, std::vector<st
   }
 }
 template <schema::Absent A>
-void read_value(const json& j, const char* key, schema::string_map, std::vector<std::pair<std::string, std::string>>& m) {
+void read_value(const json& j, const char* key, schema::string_map,
+                std::vector<std::pair<std::string, std::string>>& m) {
   if (auto s = j.find(key); s != j.end() && s->is_object()) {
     for (auto it = s->begin(); it != s->end(); ++it) {
       m.emplace_back(it.key(), it->is_string() ? it->get<std::string>() : it->dump());
@@ -150,7 +154,8 @@ void read_value(const json& j, const char* key, schema::block_state, BlockState&
                                     : BlockState::inactive;
 }
 template <schema::Absent A>
-void read_value(const json& j, const char* key, schema::action_counts, std::vector<std::pair<std::string, std::uint64_t>>& m) {
+void read_value(const json& j, const char* key, schema::action_counts,
+                std::vector<std::pair<std::string, std::uint64_t>>& m) {
   m.clear();
   if (auto c = j.find(key); c != j.end() && c->is_object()) {
     for (auto it = c->begin(); it != c->end(); ++it) {
@@ -171,7 +176,8 @@ void read_value(const json& j, const char* key, schema::device_stats,
   }
 }
 template <schema::Absent A>
-void read_value(const json& j, const char* key, schema::flat_stats, std::vector<std::pair<std::string, std::int64_t>>& m) {
+void read_value(const json& j, const char* key, schema::flat_stats,
+                std::vector<std::pair<std::string, std::int64_t>>& m) {
   if (auto st = j.find(key); st != j.end() && st->is_object()) {
     for (auto it = st->begin(); it != st->end(); ++it) {
       if (it->is_number_integer()) m.emplace_back(it.key(), it->get<std::int64_t>());
@@ -180,18 +186,22 @@ void read_value(const json& j, const char* key, schema::flat_stats, std::vector<
 }
 
 void read_device_fields(const json& j, VramtraceHeaderDetails::Device& d) {
-#define VRAMTRACE_DEVICE_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, d.member);
+#define VRAMTRACE_DEVICE_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, d.member);
 #include "vramtrace/trace/schema.def"
 }
 void read_segment_fields(const json& j, SegmentSnapshot& s) {
-#define VRAMTRACE_SEGMENT_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, s.member);
+#define VRAMTRACE_SEGMENT_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, s.member);
 #include "vramtrace/trace/schema.def"
 }
 void read_block_fields(const json& j, BlockSnapshot& b) {
-#define VRAMTRACE_BLOCK_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, b.member);
+#define VRAMTRACE_BLOCK_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, b.member);
 #include "vramtrace/trace/schema.def"
 }
-void read_trailer_device_fields(const json& j, std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>& e) {
+void read_trailer_device_fields(const json& j,
+                                std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>& e) {
 #define VRAMTRACE_TRAILER_DEVICE_FIELD(key, type, member, absent) \
   read_value<schema::Absent::absent>(j, #key, schema::type{}, e.member);
 #include "vramtrace/trace/schema.def"
@@ -209,14 +219,16 @@ void read_header_fields(const json& j, VramtraceHeaderDetails& d) {
 
 Snapshot parse_snapshot(const json& j) {
   Snapshot s;
-#define VRAMTRACE_SNAPSHOT_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, s.member);
+#define VRAMTRACE_SNAPSHOT_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, s.member);
 #include "vramtrace/trace/schema.def"
   return s;
 }
 
 void parse_trailer(const json& j, VramtraceTrailer& t) {
   t.present = true;
-#define VRAMTRACE_TRAILER_FIELD(key, type, member, absent) read_value<schema::Absent::absent>(j, #key, schema::type{}, t.member);
+#define VRAMTRACE_TRAILER_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, t.member);
 #include "vramtrace/trace/schema.def"
 }
 
@@ -271,7 +283,8 @@ EventKey event_key(std::string_view key) noexcept {
 template <class Tag, class Member, schema::Absent A>
 struct IntegerSlot {
   using Wide = std::conditional_t<signed_field<Tag, Member>(), std::int64_t, std::uint64_t>;
-  using type = std::conditional_t<A == schema::Absent::equals_r || A == schema::Absent::unknown, std::optional<Wide>, Wide>;
+  using type =
+      std::conditional_t<A == schema::Absent::equals_r || A == schema::Absent::unknown, std::optional<Wide>, Wide>;
 };
 // Text fields: a mark's name (a view into the parser's buffer, valid until the next line); the
 // oom's snapshot is read separately (Reader::read_event_text), so nothing is kept for it here.
@@ -456,8 +469,9 @@ class Reader final : public VramtraceTraceReader {
     }
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() && source_->truncated() && line.rfind("{\"a\":\"header\",\"format\":\"vramtrace\"", 0) == 0) {
-      throw TraceError(header_.path + ":1: the header line is cut (the process was killed while the file was "
-                                      "being created?); nothing to read");
+      throw TraceError(header_.path +
+                       ":1: the header line is cut (the process was killed while the file was "
+                       "being created?); nothing to read");
     }
     if (!j.is_discarded() && j.is_object()) read_header_fields(j, details_);
     if (j.is_discarded() || !j.is_object() || details_.format != "vramtrace") {
@@ -674,10 +688,12 @@ class Reader final : public VramtraceTraceReader {
       out.time_ns = f.t < 0 ? INT64_MIN : INT64_MAX;
     out.device = static_cast<std::int32_t>(f.d);
     out.device_free = f.free;
-    out.block_size = (*action == Action::alloc || *action == Action::free_requested || *action == Action::free_completed)
-                         ? (f.b ? *f.b : f.r)
-                         : 0;
-    out.oom_retries = f.retries && *f.retries <= static_cast<std::uint64_t>(INT64_MAX) ? static_cast<std::int64_t>(*f.retries) : -1;
+    out.block_size =
+        (*action == Action::alloc || *action == Action::free_requested || *action == Action::free_completed)
+            ? (f.b ? *f.b : f.r)
+            : 0;
+    out.oom_retries =
+        f.retries && *f.retries <= static_cast<std::uint64_t>(INT64_MAX) ? static_cast<std::int64_t>(*f.retries) : -1;
     block_bytes_ = f.b ? *f.b : f.r;
     thread_id_ = static_cast<std::uint32_t>(f.th);
     entry_point_ = static_cast<std::uint32_t>(f.e);

@@ -37,7 +37,7 @@ struct OomInfo {
   std::uint64_t device_total_bytes = 0;
   std::uint64_t allocated_bytes = 0;
   std::uint64_t reserved_bytes = 0;
-  std::uint64_t allowed_bytes = 0;    ///< fraction or limit in force; total when none
+  std::uint64_t allowed_bytes = 0;  ///< fraction or limit in force; total when none
 };
 
 class CachingAllocator {

@@ -27,12 +27,14 @@ struct CudaDriverApi {
   CUresult (*cuMemGetInfo_v2)(size_t*, size_t*) = nullptr;
   CUresult (*cuMemAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
   CUresult (*cuMemAddressFree)(CUdeviceptr, size_t) = nullptr;
-  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long) = nullptr;
+  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                          unsigned long long) = nullptr;
   CUresult (*cuMemRelease)(CUmemGenericAllocationHandle) = nullptr;
   CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
   CUresult (*cuMemUnmap)(CUdeviceptr, size_t) = nullptr;
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
-  CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) = nullptr;
+  CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
+                                            CUmemAllocationGranularity_flags) = nullptr;
   CUresult (*cuEventCreate)(CUevent*, unsigned int) = nullptr;
   CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
   CUresult (*cuEventQuery)(CUevent) = nullptr;
@@ -97,8 +99,8 @@ class CudaDriverDevice final : public DeviceBackend {
   std::atomic<bool> abandoned_{false};
   std::atomic<CUresult> last_error_{CUDA_SUCCESS};
   mutable std::mutex mu_;
-  std::map<DevicePtr, std::uint64_t> ranges_;                       // segments and reservations
-  std::map<DevicePtr, CUmemGenericAllocationHandle> pages_;          // mapped page -> handle
+  std::map<DevicePtr, std::uint64_t> ranges_;                // segments and reservations
+  std::map<DevicePtr, CUmemGenericAllocationHandle> pages_;  // mapped page -> handle
   std::uint64_t held_bytes_ = 0;
 };
 

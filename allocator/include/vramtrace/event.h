@@ -78,17 +78,17 @@ std::uint64_t event_time_ns() noexcept;
 ///    num_alloc_retries at the failure (its own retry included; there is no address).
 ///  - mark: `aux` the id of the mark's name in the sink's string table.
 struct Event {
-  std::uint64_t time_ns = 0;     ///< event_time_ns(): CLOCK_MONOTONIC in nanoseconds
+  std::uint64_t time_ns = 0;  ///< event_time_ns(): CLOCK_MONOTONIC in nanoseconds
   DevicePtr addr = 0;
   std::uint64_t size_bytes = 0;
   std::uint64_t block_bytes = 0;
-  std::uint64_t stream = 0;      ///< StreamId::value
+  std::uint64_t stream = 0;  ///< StreamId::value
   std::uint64_t aux = 0;
   std::int32_t device = 0;
-  std::uint32_t thread_id = 0;   ///< kernel thread id (gettid) of the caller, 0 in replay
+  std::uint32_t thread_id = 0;  ///< kernel thread id (gettid) of the caller, 0 in replay
   Action action = Action::alloc;
   PoolKind pool = PoolKind::large;
-  std::uint16_t entry_point = 0; ///< shim's hook id (shim/src/base/hooks.def), 0 = not from the shim
+  std::uint16_t entry_point = 0;  ///< shim's hook id (shim/src/base/hooks.def), 0 = not from the shim
   std::uint32_t reserved = 0;
 };
 static_assert(sizeof(Event) == 64, "Event must stay 64 bytes: it is copied into the trace ring buffer");

@@ -31,10 +31,10 @@ const char* reuse_policy_name(ReusePolicy p) noexcept;
 
 /// An item of a settings string that AllocatorSettings::parse_recorded left out.
 struct RejectedSetting {
-  std::string key;         ///< as written (the whole item when it has no ':')
-  std::string value;       ///< as written, whitespace removed
-  bool has_value = true;   ///< false for an item without ':' (a key alone)
-  std::string error;       ///< AllocatorSettings::parse's message for it
+  std::string key;        ///< as written (the whole item when it has no ':')
+  std::string value;      ///< as written, whitespace removed
+  bool has_value = true;  ///< false for an item without ':' (a key alone)
+  std::string error;      ///< AllocatorSettings::parse's message for it
 };
 
 /// The allocator's policy knobs. Defaults follow PyTorch's native caching allocator.

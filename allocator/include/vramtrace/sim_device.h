@@ -83,7 +83,7 @@ class SimulatedDevice final : public DeviceBackend {
   DevicePtr next_address_ = 0;
   std::map<DevicePtr, std::uint64_t> allocations_;  // address -> charged bytes
   std::map<DevicePtr, std::uint64_t> reservations_;
-  std::map<DevicePtr, std::uint64_t> mapped_;       // page address -> bytes
+  std::map<DevicePtr, std::uint64_t> mapped_;  // page address -> bytes
   std::set<EventHandle> pending_events_;
   EventHandle next_event_ = 1;
 

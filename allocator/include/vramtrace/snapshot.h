@@ -21,7 +21,7 @@ struct BlockSnapshot {
   std::uint64_t size = 0;            ///< block bytes (rounded)
   std::uint64_t requested_size = 0;  ///< bytes the program asked for (0 when inactive)
   BlockState state = BlockState::inactive;
-  bool mapped = true;                ///< false for unmapped address space of an expandable segment
+  bool mapped = true;  ///< false for unmapped address space of an expandable segment
 };
 
 /// One device allocation (or, for an expandable segment, one contiguous mapped range), its
@@ -34,7 +34,7 @@ struct SegmentSnapshot {
   std::uint64_t active_size = 0;
   std::uint64_t requested_size = 0;
   std::uint64_t stream = 0;
-  bool is_large = true;       ///< segment_type "large" or "small"
+  bool is_large = true;  ///< segment_type "large" or "small"
   bool is_expandable = false;
   std::vector<BlockSnapshot> blocks;
 };

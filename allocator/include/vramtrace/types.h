@@ -33,10 +33,10 @@ struct StreamId {
 /// Result of a device or allocator operation; mirrors the CUDA error classes we must reproduce.
 enum class Status : std::uint8_t {
   ok = 0,
-  out_of_memory,   ///< cudaErrorMemoryAllocation / CUDA_ERROR_OUT_OF_MEMORY
-  invalid_value,   ///< cudaErrorInvalidValue / CUDA_ERROR_INVALID_VALUE (size 0, unknown pointer...)
-  not_supported,   ///< the backend cannot do this (e.g. virtual memory on a plain backend)
-  device_error,    ///< any other failure reported by the device backend
+  out_of_memory,  ///< cudaErrorMemoryAllocation / CUDA_ERROR_OUT_OF_MEMORY
+  invalid_value,  ///< cudaErrorInvalidValue / CUDA_ERROR_INVALID_VALUE (size 0, unknown pointer...)
+  not_supported,  ///< the backend cannot do this (e.g. virtual memory on a plain backend)
+  device_error,   ///< any other failure reported by the device backend
 };
 
 /// Human-readable name of a Status ("ok", "out_of_memory", ...). Never null.

@@ -39,13 +39,13 @@ enum {
 typedef struct nvmlMemory_st {
   unsigned long long total;  ///< bytes
   unsigned long long free;
-  unsigned long long used;   ///< total - free (includes the driver's reserved memory)
+  unsigned long long used;  ///< total - free (includes the driver's reserved memory)
 } nvmlMemory_t;
 typedef struct nvmlMemory_v2_st {
-  unsigned int version;      ///< nvmlMemory_v2 = sizeof | (2 << 24)
+  unsigned int version;  ///< nvmlMemory_v2 = sizeof | (2 << 24)
   unsigned long long total;
   unsigned long long reserved;  ///< reserved by the driver and firmware
   unsigned long long free;
-  unsigned long long used;      ///< total - reserved - free
+  unsigned long long used;  ///< total - reserved - free
 } nvmlMemory_v2_t;
 }

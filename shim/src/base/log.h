@@ -173,7 +173,7 @@ enum class Decision : std::uint8_t {
 #define VT_DECISION_ENUM(name, text) name,
   VT_LOG_DECISIONS(VT_DECISION_ENUM)
 #undef VT_DECISION_ENUM
-  count
+      count
 };
 
 /// How a pointer to one of our wrappers was handed to the program, for the road of its first call.

@@ -177,7 +177,8 @@ void* real_runtime(Hook h) noexcept {
   if (f)
     g_runtime[i].store(f, std::memory_order_release);
   else
-    log_decision(Decision::no_real_function, h, " (not after us in the search order, nor in a loaded libcudart.so*): "
+    log_decision(Decision::no_real_function, h,
+                 " (not after us in the search order, nor in a loaded libcudart.so*): "
                  "cudaErrorSharedObjectSymbolNotFound");
   return f;
 }

@@ -24,9 +24,9 @@ DlsymFn real_dlsym() noexcept;
 
 /// The real driver, resolved once.
 struct DriverTable {
-  void* handle = nullptr;               ///< libcuda handle (never closed)
-  void* real[kHookCount] = {};          ///< real function per driver hook, null if absent
-  CudaDriverApi api;                    ///< what CudaDriverDevice needs
+  void* handle = nullptr;       ///< libcuda handle (never closed)
+  void* real[kHookCount] = {};  ///< real function per driver hook, null if absent
+  CudaDriverApi api;            ///< what CudaDriverDevice needs
   CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
   CUresult (*cuCtxGetDevice)(CUdevice*) = nullptr;
   CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;

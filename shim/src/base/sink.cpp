@@ -168,8 +168,8 @@ void sink_after_fork_child() noexcept {
   if (g_writer) g_writer->after_fork_child();  // the child writes its own file, started lazily
 }
 
-void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream,
-          std::uint16_t entry, MemoryKind kind, int device) noexcept {
+void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream, std::uint16_t entry,
+          MemoryKind kind, int device) noexcept {
   EventSink* s = sink();
   if (!s) return;
   Event e;

@@ -45,9 +45,10 @@ struct EventCounts {
 extern EventCounts g_event_counts;
 
 /// Emits one event the shim makes itself (pass-through memory, marks): Event::aux = `kind`
-/// (MemoryKind, vramtrace/event.h). Fills time_ns (event_time_ns) and thread_id. No-op when tracing is disabled or there is no sink.
-void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream,
-          std::uint16_t entry, MemoryKind kind, int device) noexcept;
+/// (MemoryKind, vramtrace/event.h). Fills time_ns (event_time_ns) and thread_id. No-op when tracing is disabled or
+/// there is no sink.
+void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream, std::uint16_t entry,
+          MemoryKind kind, int device) noexcept;
 
 /// Emits a `mark` event (Event::aux = `name_id`, device 0: a mark belongs to no device).
 void emit_mark(std::uint32_t name_id) noexcept;

@@ -128,8 +128,9 @@ extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda
 extern "C" cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                                enum cudaDriverEntryPointQueryResult* status) {
   count_resolver_call(Hook::cudaGetDriverEntryPoint);
-  auto real = reinterpret_cast<cudaError_t (*)(const char*, void**, unsigned long long, cudaDriverEntryPointQueryResult*)>(
-      real_runtime(Hook::cudaGetDriverEntryPoint));
+  auto real =
+      reinterpret_cast<cudaError_t (*)(const char*, void**, unsigned long long, cudaDriverEntryPointQueryResult*)>(
+          real_runtime(Hook::cudaGetDriverEntryPoint));
   if (!real) return cudaErrorSharedObjectSymbolNotFound;
   cudaError_t r = real(symbol, funcPtr, flags, status);
   if (r == cudaSuccess) substitute(Hook::cudaGetDriverEntryPoint, symbol, funcPtr);

@@ -11,14 +11,14 @@
 #include <mutex>
 #include <string>
 
-#include "policies/capture.h"
-#include "policies/context_pool.h"
 #include "base/counters.h"
 #include "base/entry.h"
 #include "base/log.h"
-#include "policies/passthrough.h"
 #include "base/real.h"
 #include "base/sink.h"
+#include "policies/capture.h"
+#include "policies/context_pool.h"
+#include "policies/passthrough.h"
 
 namespace vramtrace::shim {
 

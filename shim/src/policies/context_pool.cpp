@@ -7,15 +7,19 @@
 #include "base/entry.h"
 #include "base/log.h"
 #include "base/process.h"
-#include "policies/memory_cap.h"
 #include "base/real.h"
 #include "base/sink.h"
+#include "policies/memory_cap.h"
 
 namespace vramtrace::shim {
 
 ContextPool::ContextPool(CUcontext c, int dev, bool is_primary, const CudaDriverApi& api,
                          const AllocatorSettings& settings, EventSink* s)
-    : ctx(c), device(dev), primary(is_primary), backend(api, dev), capped(backend, dev),
+    : ctx(c),
+      device(dev),
+      primary(is_primary),
+      backend(api, dev),
+      capped(backend, dev),
       allocator(capped, settings, DeviceId{dev}, s) {}
 
 void ContextPool::note_freed(DevicePtr addr, std::uint64_t bytes) noexcept {
@@ -160,7 +164,8 @@ ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
   if (d->cuDevicePrimaryCtxGetState && d->cuDevicePrimaryCtxRetain &&
       d->cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active) {
     CUcontext pctx = nullptr;
-    auto release = reinterpret_cast<CUresult (*)(CUdevice)>(d->real[static_cast<std::size_t>(Hook::cuDevicePrimaryCtxRelease_v2)]);
+    auto release =
+        reinterpret_cast<CUresult (*)(CUdevice)>(d->real[static_cast<std::size_t>(Hook::cuDevicePrimaryCtxRelease_v2)]);
     if (release && d->cuDevicePrimaryCtxRetain(&pctx, dev) == CUDA_SUCCESS) {
       primary = pctx == ctx;
       release(dev);

@@ -5,12 +5,12 @@
 // context: Note [context reset drops the cache].
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <atomic>
 #include <vector>
 
 #include "base/cuda_api.h"
@@ -22,8 +22,8 @@ namespace vramtrace::shim {
 
 class ContextPool {
  public:
-  ContextPool(CUcontext ctx, int device, bool primary, const CudaDriverApi& api,
-              const AllocatorSettings& settings, EventSink* sink);
+  ContextPool(CUcontext ctx, int device, bool primary, const CudaDriverApi& api, const AllocatorSettings& settings,
+              EventSink* sink);
 
   const CUcontext ctx;
   const int device;
@@ -83,8 +83,8 @@ class ContextPool {
   std::mutex mu_;
   std::uint64_t epoch_ = 0;
   std::map<DevicePtr, std::pair<DevicePtr, std::uint64_t>> unsynced_;  // start -> (end, epoch)
-  bool all_unsynced_ = false;            // mark_all_unsynced since the last sync
-  std::uint64_t all_unsynced_epoch_ = 0;  // the epoch it was marked in
+  bool all_unsynced_ = false;                                          // mark_all_unsynced since the last sync
+  std::uint64_t all_unsynced_epoch_ = 0;                               // the epoch it was marked in
   std::set<DevicePtr> exported_;
   std::atomic<bool> any_exported_{false};  // lets take_exported skip the lock when nothing was
 };

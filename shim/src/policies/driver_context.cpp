@@ -2,10 +2,10 @@
 // device synchronisation (policy SYNC: a program's own cuCtxSynchronize also ends a lazy-sync
 // epoch, Note [lazy sync before reuse] in context_pool.h).
 #include "base/config.h"
-#include "policies/context_pool.h"
 #include "base/counters.h"
 #include "base/entry.h"
 #include "base/real.h"
+#include "policies/context_pool.h"
 
 using namespace vramtrace;
 using namespace vramtrace::shim;

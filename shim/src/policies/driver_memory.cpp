@@ -2,17 +2,17 @@
 // memory_queries.cpp. See Note [count once] (entry.h), Note [lazy sync before reuse] (context_pool.h),
 // Note [per-thread default stream] (streams.h), Note [capture passes through] (capture.h),
 // Note [no CUDA call at exit] (base/process.h).
-#include "policies/capture.h"
 #include "base/config.h"
-#include "policies/context_pool.h"
 #include "base/counters.h"
 #include "base/entry.h"
 #include "base/log.h"
 #include "base/process.h"
-#include "policies/memory_cap.h"
-#include "policies/passthrough.h"
 #include "base/real.h"
 #include "base/streams.h"
+#include "policies/capture.h"
+#include "policies/context_pool.h"
+#include "policies/memory_cap.h"
+#include "policies/passthrough.h"
 
 using namespace vramtrace;
 using namespace vramtrace::shim;
@@ -21,20 +21,23 @@ namespace {
 
 CUresult to_cuda(Status s, const ContextPool& pool) noexcept {
   switch (s) {
-    case Status::ok: return CUDA_SUCCESS;
-    case Status::out_of_memory: return CUDA_ERROR_OUT_OF_MEMORY;
-    case Status::invalid_value: return CUDA_ERROR_INVALID_VALUE;
-    case Status::not_supported: return CUDA_ERROR_NOT_SUPPORTED;
-    case Status::device_error: break;
+    case Status::ok:
+      return CUDA_SUCCESS;
+    case Status::out_of_memory:
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    case Status::invalid_value:
+      return CUDA_ERROR_INVALID_VALUE;
+    case Status::not_supported:
+      return CUDA_ERROR_NOT_SUPPORTED;
+    case Status::device_error:
+      break;
   }
   CUresult r = pool.backend.last_error();
   return r != CUDA_SUCCESS ? r : CUDA_ERROR_UNKNOWN;
 }
 
 /// Whether this call must bypass the cache (and be forwarded, traced).
-bool bypass_cache() noexcept {
-  return EntryScope::internal() || !config().caching || exiting() || capture_active();
-}
+bool bypass_cache() noexcept { return EntryScope::internal() || !config().caching || exiting() || capture_active(); }
 
 /// Why an allocation was forwarded instead of served from the cache, for the debug log: the
 /// conditions of the callers in the order they test them. An explicit pool (alloc_async) is

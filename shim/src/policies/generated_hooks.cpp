@@ -10,12 +10,12 @@ using namespace vramtrace::shim;
 
 // Runtime: note the entry point, call the cudart the program would have called. The allocation
 // itself is handled by the driver hook that cudart reaches (Note [count once] in entry.h).
-#define VT_GEN_runtime_ENTER(name, ret, params, args)                                  \
-  extern "C" ret name params {                                                         \
-    EntryScope e_(Hook::name);                                                         \
-    auto real_ = reinterpret_cast<ret(*) params>(real_runtime(Hook::name));            \
-    if (!real_) return cudaErrorSharedObjectSymbolNotFound;                            \
-    return real_ args;                                                                 \
+#define VT_GEN_runtime_ENTER(name, ret, params, args)                       \
+  extern "C" ret name params {                                              \
+    EntryScope e_(Hook::name);                                              \
+    auto real_ = reinterpret_cast<ret(*) params>(real_runtime(Hook::name)); \
+    if (!real_) return cudaErrorSharedObjectSymbolNotFound;                 \
+    return real_ args;                                                      \
   }
 #define VT_GEN_runtime_WRAP(name, ret, params, args)
 #define VT_GEN_runtime_REPORT(name, ret, params, args)
@@ -23,15 +23,14 @@ using namespace vramtrace::shim;
 #define VT_GEN_runtime_FAST(name, ret, params, args)
 
 // Driver: forward to the real function, then trace (Tracer<Hook::name>, tracers.h).
-#define VT_GEN_DRIVER_FORWARD(name, ret, params, args)                                 \
-  extern "C" ret name params {                                                         \
-    EntryScope e_(Hook::name);                                                         \
-    auto real_ = real_driver<ret(*) params>(Hook::name);                               \
-    if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                     \
-    ret r_ = real_ args;                                                               \
-    if (!EntryScope::internal() && enabled())                                          \
-      Tracer<Hook::name>::after(e_.entry(), r_, VT_UNPAREN args);                      \
-    return r_;                                                                         \
+#define VT_GEN_DRIVER_FORWARD(name, ret, params, args)                                                    \
+  extern "C" ret name params {                                                                            \
+    EntryScope e_(Hook::name);                                                                            \
+    auto real_ = real_driver<ret(*) params>(Hook::name);                                                  \
+    if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                                        \
+    ret r_ = real_ args;                                                                                  \
+    if (!EntryScope::internal() && enabled()) Tracer<Hook::name>::after(e_.entry(), r_, VT_UNPAREN args); \
+    return r_;                                                                                            \
   }
 #define VT_GEN_driver_TRACE VT_GEN_DRIVER_FORWARD
 #define VT_GEN_driver_PASS VT_GEN_DRIVER_FORWARD

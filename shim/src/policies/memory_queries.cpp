@@ -11,11 +11,11 @@
 #include <limits>
 
 #include "base/config.h"
-#include "policies/context_pool.h"
 #include "base/entry.h"
+#include "base/real.h"
+#include "policies/context_pool.h"
 #include "policies/memory_cap.h"
 #include "policies/passthrough.h"
-#include "base/real.h"
 
 using namespace vramtrace;
 using namespace vramtrace::shim;

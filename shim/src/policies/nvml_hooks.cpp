@@ -23,10 +23,10 @@
 #include <cstring>
 
 #include "base/config.h"
-#include "policies/context_pool.h"
 #include "base/entry.h"
-#include "policies/memory_cap.h"
 #include "base/real.h"
+#include "policies/context_pool.h"
+#include "policies/memory_cap.h"
 
 using namespace vramtrace;
 using namespace vramtrace::shim;

@@ -6,8 +6,8 @@
 
 #include "base/counters.h"
 #include "base/log.h"
-#include "policies/memory_cap.h"
 #include "base/real.h"
+#include "policies/memory_cap.h"
 
 namespace vramtrace::shim {
 namespace {
@@ -22,14 +22,27 @@ bool device_resident(MemoryKind k) noexcept {
 // a reason of its caller (capture, reuse:none, ...), which the caller logs (driver_memory.cpp).
 void log_kind(MemoryKind k, std::uint16_t entry) noexcept {
   switch (k) {
-    case MemoryKind::managed: log_decision(Decision::pass_managed, entry); break;
-    case MemoryKind::pitched: log_decision(Decision::pass_pitched, entry); break;
-    case MemoryKind::pool: log_decision(Decision::pass_pool, entry); break;
-    case MemoryKind::pinned_host: log_decision(Decision::pass_host, entry); break;
-    case MemoryKind::array: log_decision(Decision::pass_array, entry); break;
-    case MemoryKind::vmm: log_decision(Decision::pass_vmm, entry); break;
+    case MemoryKind::managed:
+      log_decision(Decision::pass_managed, entry);
+      break;
+    case MemoryKind::pitched:
+      log_decision(Decision::pass_pitched, entry);
+      break;
+    case MemoryKind::pool:
+      log_decision(Decision::pass_pool, entry);
+      break;
+    case MemoryKind::pinned_host:
+      log_decision(Decision::pass_host, entry);
+      break;
+    case MemoryKind::array:
+      log_decision(Decision::pass_array, entry);
+      break;
+    case MemoryKind::vmm:
+      log_decision(Decision::pass_vmm, entry);
+      break;
     case MemoryKind::allocator:
-    case MemoryKind::device: break;
+    case MemoryKind::device:
+      break;
   }
 }
 

@@ -3,13 +3,13 @@
 // Event::aux = MemoryKind (vramtrace/event.h), so that reports count all of the program's device memory.
 #include "policies/tracers.h"
 
-#include "policies/capture.h"
-#include "policies/context_pool.h"
 #include "base/counters.h"
 #include "base/log.h"
-#include "policies/passthrough.h"
 #include "base/sink.h"
 #include "base/streams.h"
+#include "policies/capture.h"
+#include "policies/context_pool.h"
+#include "policies/passthrough.h"
 
 namespace vramtrace::shim {
 
@@ -24,7 +24,7 @@ void Tracer<Hook::cuStreamBeginCapture_v2>::after(std::uint16_t, CUresult r, CUs
   if (r == CUDA_SUCCESS) capture_begin(stream_key(s, false));
 }
 void Tracer<Hook::cuStreamBeginCapture_v2_ptsz>::after(std::uint16_t, CUresult r, CUstream s,
-                                                        CUstreamCaptureMode) noexcept {
+                                                       CUstreamCaptureMode) noexcept {
   if (r == CUDA_SUCCESS) capture_begin(stream_key(s, true));
 }
 void Tracer<Hook::cuStreamEndCapture>::after(std::uint16_t, CUresult, CUstream s, CUgraph*) noexcept {
@@ -80,7 +80,8 @@ void Tracer<Hook::cuDeviceSetMemPool>::after(std::uint16_t, CUresult r, CUdevice
   if (r == CUDA_SUCCESS) note_custom_mem_pool();
 }
 
-void Tracer<Hook::cuMemHostAlloc>::after(std::uint16_t entry, CUresult r, void** p, size_t bytes, unsigned int) noexcept {
+void Tracer<Hook::cuMemHostAlloc>::after(std::uint16_t entry, CUresult r, void** p, size_t bytes,
+                                         unsigned int) noexcept {
   if (r == CUDA_SUCCESS && p) passthrough_alloc(handle_value(*p), bytes, MemoryKind::pinned_host, entry);
 }
 void Tracer<Hook::cuMemAllocHost_v2>::after(std::uint16_t entry, CUresult r, void** p, size_t bytes) noexcept {

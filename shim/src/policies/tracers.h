@@ -15,10 +15,10 @@ struct Tracer {
   static void after(std::uint16_t, CUresult, A...) noexcept {}
 };
 
-#define VT_TRACER(name, ...)                                                   \
-  template <>                                                                  \
-  struct Tracer<Hook::name> {                                                  \
-    static void after(std::uint16_t entry, CUresult r, __VA_ARGS__) noexcept;  \
+#define VT_TRACER(name, ...)                                                  \
+  template <>                                                                 \
+  struct Tracer<Hook::name> {                                                 \
+    static void after(std::uint16_t entry, CUresult r, __VA_ARGS__) noexcept; \
   };
 
 VT_TRACER(cuStreamBeginCapture_v2, CUstream, CUstreamCaptureMode)

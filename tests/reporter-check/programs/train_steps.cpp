@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
   int steps = 20;
   std::size_t leak = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--leak")) leak = std::strtoull(argv[i + 1], nullptr, 10);
+    if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--leak"))
+      leak = std::strtoull(argv[i + 1], nullptr, 10);
   }
   using MarkFn = void (*)(const char*);
   auto mark = reinterpret_cast<MarkFn>(dlsym(RTLD_DEFAULT, "vramtrace_mark"));

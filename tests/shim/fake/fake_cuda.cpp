@@ -131,10 +131,10 @@ void count(const char* name, long* slot) {
   if (s.finished) fprintf(stderr, "FAKECUDA: call after exit began: %s\n", name);
   ++*slot;
 }
-#define COUNT()                                   \
-  static long* slot_ = counter_slot(__func__);    \
-  slow_down();                                    \
-  std::lock_guard<std::mutex> lock_(st().mu);     \
+#define COUNT()                                \
+  static long* slot_ = counter_slot(__func__); \
+  slow_down();                                 \
+  std::lock_guard<std::mutex> lock_(st().mu);  \
   count(__func__, slot_)
 
 // FAKECUDA_DELAY_US: outside the lock, so that slow calls of several threads overlap as on a GPU.
@@ -258,8 +258,16 @@ FAKE_EXPORT CUresult cuInit(unsigned int flags) {
   }
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuDriverGetVersion(int* v) { COUNT(); *v = 13000; return CUDA_SUCCESS; }
-FAKE_EXPORT CUresult cuDeviceGetCount(int* n) { COUNT(); *n = st().devices; return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuDriverGetVersion(int* v) {
+  COUNT();
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGetCount(int* n) {
+  COUNT();
+  *n = st().devices;
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice* d, int ordinal) {
   COUNT();
   if (ordinal < 0 || ordinal >= st().devices) return CUDA_ERROR_INVALID_DEVICE;
@@ -282,16 +290,28 @@ static CUresult primary_release(CUdevice dev) {
   if (--c.retains == 0) destroy_context(&c);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { COUNT(); return primary_release(dev); }
-FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { COUNT(); return primary_release(dev); }
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  COUNT();
+  return primary_release(dev);
+}
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  COUNT();
+  return primary_release(dev);
+}
 static CUresult primary_reset(CUdevice dev) {
   if (dev < 0 || dev >= st().devices) return CUDA_ERROR_INVALID_DEVICE;
   Context& c = st().primary[dev];
   destroy_context(&c);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { COUNT(); return primary_reset(dev); }
-FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { COUNT(); return primary_reset(dev); }
+FAKE_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  COUNT();
+  return primary_reset(dev);
+}
+FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  COUNT();
+  return primary_reset(dev);
+}
 FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   COUNT();
   if (dev < 0 || dev >= st().devices) return CUDA_ERROR_INVALID_DEVICE;
@@ -318,8 +338,16 @@ FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   if (tl_current == ctx) tl_current = nullptr;
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) { COUNT(); tl_current = ctx; return CUDA_SUCCESS; }
-FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) { COUNT(); *ctx = tl_current; return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  COUNT();
+  tl_current = ctx;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
+  COUNT();
+  *ctx = tl_current;
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* dev) {
   COUNT();
   Context* c = nullptr;
@@ -349,13 +377,19 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
   return do_alloc(p, bytes, Kind::device);
 }
 // The 32-bit ABI: a distinct function so that a wrong-ABI substitution is detectable.
-FAKE_EXPORT CUresult cuMemAlloc(unsigned int* p, unsigned int bytes) { COUNT(); return CUDA_ERROR_NOT_SUPPORTED; }
+FAKE_EXPORT CUresult cuMemAlloc(unsigned int* p, unsigned int bytes) {
+  COUNT();
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   COUNT();
   if (any_global_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   return do_free(p, false);
 }
-FAKE_EXPORT CUresult cuMemFree(unsigned int p) { COUNT(); return CUDA_ERROR_NOT_SUPPORTED; }
+FAKE_EXPORT CUresult cuMemFree(unsigned int p) {
+  COUNT();
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free_b, size_t* total_b) {
   COUNT();
   Context* c = nullptr;
@@ -441,10 +475,22 @@ static CUresult alloc_async(CUdeviceptr* p, size_t bytes, CUstream s) {
   if (inject_alloc_fault()) return CUDA_ERROR_OUT_OF_MEMORY;
   return do_alloc(p, bytes, Kind::async);
 }
-FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t b, CUstream s) { COUNT(); return alloc_async(p, b, s); }
-FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t b, CUstream s) { COUNT(); return alloc_async(p, b, s); }
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { COUNT(); return do_free(p, true); }
-FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { COUNT(); return do_free(p, true); }
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t b, CUstream s) {
+  COUNT();
+  return alloc_async(p, b, s);
+}
+FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t b, CUstream s) {
+  COUNT();
+  return alloc_async(p, b, s);
+}
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  COUNT();
+  return do_free(p, true);
+}
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+  COUNT();
+  return do_free(p, true);
+}
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t b, CUmemoryPool pool, CUstream s) {
   COUNT();
   return alloc_async(p, b, s);
@@ -453,7 +499,10 @@ FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* p, size_t b, CUme
   COUNT();
   return alloc_async(p, b, s);
 }
-FAKE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) { COUNT(); return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
 
 // ---------------------------------------------------------------- host memory
 FAKE_EXPORT CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int flags) {
@@ -477,7 +526,7 @@ FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
 
 // ---------------------------------------------------------------- virtual memory management
 FAKE_EXPORT CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp* prop,
-                                                    CUmemAllocationGranularity_flags flags) {
+                                                   CUmemAllocationGranularity_flags flags) {
   COUNT();
   *g = 2u << 20;
   return CUDA_SUCCESS;
@@ -527,8 +576,14 @@ FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
-                              unsigned long long flags) { COUNT(); return CUDA_SUCCESS; }
-FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) { COUNT(); return CUDA_SUCCESS; }
+                              unsigned long long flags) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc* d, size_t n) {
   COUNT();
   return CUDA_SUCCESS;
@@ -540,7 +595,10 @@ FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d
   *a = reinterpret_cast<CUarray>(st().next_handle++ << 4);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) { COUNT(); return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* h, CUdeviceptr p) {
   COUNT();
   memset(h, 0, sizeof(*h));
@@ -554,7 +612,10 @@ FAKE_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
   *s = reinterpret_cast<CUstream>(st().next_handle++ << 4);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream s) { COUNT(); return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
   COUNT();
   return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
@@ -591,7 +652,10 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int flags) {
   *e = reinterpret_cast<CUevent>(st().next_handle++ << 4);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { COUNT(); return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
   COUNT();
   return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
@@ -600,7 +664,10 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
   COUNT();
   return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) { COUNT(); return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
 
 // ---------------------------------------------------------------- entry-point resolver
 FAKE_EXPORT CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
@@ -677,7 +744,10 @@ const ProcEntry kProcs[] = {
     {"cuGetProcAddress", 12000, "cuGetProcAddress_v2", nullptr},
 };
 
-const struct { const char* name; void* fn; } kOwn[] = {
+const struct {
+  const char* name;
+  void* fn;
+} kOwn[] = {
     {"cuArrayCreate_v2", reinterpret_cast<void*>(&cuArrayCreate_v2)},
     {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
     {"cuCtxDestroy_v2", reinterpret_cast<void*>(&cuCtxDestroy_v2)},
@@ -785,7 +855,10 @@ FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int versio
   { COUNT(); }
   return resolve(symbol, pfn, version, flags, nullptr);
 }
-FAKE_EXPORT CUresult cuGetExportTable(const void** table, const CUuuid* id) { COUNT(); return CUDA_ERROR_NOT_SUPPORTED; }
+FAKE_EXPORT CUresult cuGetExportTable(const void** table, const CUuuid* id) {
+  COUNT();
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 
 // ---------------------------------------------------------------- test-only queries
 FAKE_EXPORT long fakecuda_calls(const char* name) {

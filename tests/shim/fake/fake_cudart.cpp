@@ -55,7 +55,10 @@ void resolve(const char* name, int version, cuuint64_t flags, T* out) {
 
 void init_once() {
   void* h = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!h) { fprintf(stderr, "fake cudart: %s\n", dlerror()); return; }
+  if (!h) {
+    fprintf(stderr, "fake cudart: %s\n", dlerror());
+    return;
+  }
   auto first = reinterpret_cast<GetProc12>(dlsym(h, "cuGetProcAddress_v2"));
   if (!first) return;
   void* p = nullptr;
@@ -66,9 +69,10 @@ void init_once() {
   p = nullptr;
   if (g.get_proc("cuGetProcAddress", &p, 11030, 0, &status) == CUDA_SUCCESS)
     g.get_proc_11030 = reinterpret_cast<GetProc11>(p);
-  // The entry points, resolved through the self-looked-up pointer.
+    // The entry points, resolved through the self-looked-up pointer.
 #define LEGACY(field, name, version) resolve(#name, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &g.field);
-#define PERTHREAD(field, name, version) resolve(#name, version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &g.field);
+#define PERTHREAD(field, name, version) \
+  resolve(#name, version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &g.field);
 #include "fake_cudart_entries.inc"
 #undef LEGACY
 #undef PERTHREAD
@@ -99,9 +103,9 @@ cudaError_t ready() {
 
 cudaError_t ret(CUresult r) { return static_cast<cudaError_t>(r); }
 
-#define READY()                   \
-  do {                            \
-    cudaError_t e_ = ready();     \
+#define READY()                       \
+  do {                                \
+    cudaError_t e_ = ready();         \
     if (e_ != cudaSuccess) return e_; \
   } while (0)
 
@@ -109,11 +113,18 @@ CUstream cu(cudaStream_t s) { return reinterpret_cast<CUstream>(s); }
 
 }  // namespace
 
-RT_EXPORT cudaError_t cudaSetDevice(int device) { tl_device = device; READY(); return cudaSuccess; }
+RT_EXPORT cudaError_t cudaSetDevice(int device) {
+  tl_device = device;
+  READY();
+  return cudaSuccess;
+}
 RT_EXPORT cudaError_t cudaMalloc(void** p, size_t size) {
   READY();
   if (!p) return cudaErrorInvalidValue;
-  if (size == 0) { *p = nullptr; return cudaSuccess; }
+  if (size == 0) {
+    *p = nullptr;
+    return cudaSuccess;
+  }
   CUdeviceptr d = 0;
   CUresult r = g.cuMemAlloc_v2(&d, size);
   if (r == CUDA_SUCCESS) *p = reinterpret_cast<void*>(d);
@@ -124,7 +135,10 @@ RT_EXPORT cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
   return ret(g.cuMemFree_v2(reinterpret_cast<CUdeviceptr>(p)));
 }
-RT_EXPORT cudaError_t cudaMemGetInfo(size_t* f, size_t* t) { READY(); return ret(g.cuMemGetInfo_v2(f, t)); }
+RT_EXPORT cudaError_t cudaMemGetInfo(size_t* f, size_t* t) {
+  READY();
+  return ret(g.cuMemGetInfo_v2(f, t));
+}
 static cudaError_t malloc_async(CUresult (*fn)(CUdeviceptr*, size_t, CUstream), void** p, size_t size, cudaStream_t s) {
   READY();
   CUdeviceptr d = 0;
@@ -132,10 +146,20 @@ static cudaError_t malloc_async(CUresult (*fn)(CUdeviceptr*, size_t, CUstream), 
   if (r == CUDA_SUCCESS) *p = reinterpret_cast<void*>(d);
   return ret(r);
 }
-RT_EXPORT cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) { return malloc_async(g.cuMemAllocAsync, p, size, s); }
-RT_EXPORT cudaError_t cudaMallocAsync_ptsz(void** p, size_t size, cudaStream_t s) { return malloc_async(g.cuMemAllocAsync_ptsz, p, size, s); }
-RT_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) { READY(); return ret(g.cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(p), cu(s))); }
-RT_EXPORT cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) { READY(); return ret(g.cuMemFreeAsync_ptsz(reinterpret_cast<CUdeviceptr>(p), cu(s))); }
+RT_EXPORT cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) {
+  return malloc_async(g.cuMemAllocAsync, p, size, s);
+}
+RT_EXPORT cudaError_t cudaMallocAsync_ptsz(void** p, size_t size, cudaStream_t s) {
+  return malloc_async(g.cuMemAllocAsync_ptsz, p, size, s);
+}
+RT_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  READY();
+  return ret(g.cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(p), cu(s)));
+}
+RT_EXPORT cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) {
+  READY();
+  return ret(g.cuMemFreeAsync_ptsz(reinterpret_cast<CUdeviceptr>(p), cu(s)));
+}
 RT_EXPORT cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int flags) {
   READY();
   CUdeviceptr d = 0;
@@ -150,17 +174,32 @@ RT_EXPORT cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t width, siz
   if (r == CUDA_SUCCESS) *p = reinterpret_cast<void*>(d);
   return ret(r);
 }
-RT_EXPORT cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int flags) { READY(); return ret(g.cuMemHostAlloc(p, size, flags)); }
-RT_EXPORT cudaError_t cudaMallocHost(void** p, size_t size) { READY(); return ret(g.cuMemHostAlloc(p, size, 0)); }
-RT_EXPORT cudaError_t cudaFreeHost(void* p) { READY(); return ret(g.cuMemFreeHost(p)); }
+RT_EXPORT cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int flags) {
+  READY();
+  return ret(g.cuMemHostAlloc(p, size, flags));
+}
+RT_EXPORT cudaError_t cudaMallocHost(void** p, size_t size) {
+  READY();
+  return ret(g.cuMemHostAlloc(p, size, 0));
+}
+RT_EXPORT cudaError_t cudaFreeHost(void* p) {
+  READY();
+  return ret(g.cuMemFreeHost(p));
+}
 RT_EXPORT cudaError_t cudaDeviceReset() {
   READY();
   CUresult r = g.cuDevicePrimaryCtxReset(tl_device);
   g_primary[tl_device] = nullptr;
   return ret(r);
 }
-RT_EXPORT cudaError_t cudaDeviceSynchronize() { READY(); return ret(g.cuCtxSynchronize()); }
-RT_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { READY(); return ret(g.cuStreamSynchronize(cu(s))); }
+RT_EXPORT cudaError_t cudaDeviceSynchronize() {
+  READY();
+  return ret(g.cuCtxSynchronize());
+}
+RT_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  READY();
+  return ret(g.cuStreamSynchronize(cu(s)));
+}
 RT_EXPORT cudaError_t cudaEventCreate(cudaEvent_t* e) {
   READY();
   return ret(g.cuEventCreate(reinterpret_cast<CUevent*>(e), 0));
@@ -169,17 +208,26 @@ RT_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   READY();
   return ret(g.cuEventRecord(reinterpret_cast<CUevent>(e), cu(s)));
 }
-RT_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) { READY(); return ret(g.cuEventQuery(reinterpret_cast<CUevent>(e))); }
+RT_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) {
+  READY();
+  return ret(g.cuEventQuery(reinterpret_cast<CUevent>(e)));
+}
 RT_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   READY();
   return ret(g.cuEventSynchronize(reinterpret_cast<CUevent>(e)));
 }
-RT_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) { READY(); return ret(g.cuEventDestroy_v2(reinterpret_cast<CUevent>(e))); }
+RT_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  READY();
+  return ret(g.cuEventDestroy_v2(reinterpret_cast<CUevent>(e)));
+}
 RT_EXPORT cudaError_t cudaStreamCreate(cudaStream_t* s) {
   READY();
   return ret(g.cuStreamCreate(reinterpret_cast<CUstream*>(s), 0));
 }
-RT_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) { READY(); return ret(g.cuStreamDestroy_v2(cu(s))); }
+RT_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  READY();
+  return ret(g.cuStreamDestroy_v2(cu(s)));
+}
 RT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode m) {
   READY();
   return ret(g.cuStreamBeginCapture_v2(cu(s), static_cast<CUstreamCaptureMode>(m)));
@@ -199,11 +247,12 @@ RT_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* h, void* p) {
   return ret(g.cuIpcGetMemHandle(reinterpret_cast<CUipcMemHandle*>(h), reinterpret_cast<CUdeviceptr>(p)));
 }
 RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int version,
-                                                      unsigned long long flags,
-                                                      cudaDriverEntryPointQueryResult* status) {
+                                                       unsigned long long flags,
+                                                       cudaDriverEntryPointQueryResult* status) {
   READY();
   CUdriverProcAddressQueryResult s{};
-  CUresult r = g.get_proc(symbol, fn, static_cast<int>(version), flags ? flags : static_cast<unsigned long long>(CU_GET_PROC_ADDRESS_DEFAULT), &s);
+  CUresult r = g.get_proc(symbol, fn, static_cast<int>(version),
+                          flags ? flags : static_cast<unsigned long long>(CU_GET_PROC_ADDRESS_DEFAULT), &s);
   if (status) *status = static_cast<cudaDriverEntryPointQueryResult>(s);
   return ret(r);
 }

@@ -9,22 +9,21 @@
 #include <map>
 #include <string>
 
-#define CHECK(cond)                                                               \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::exit(1);                                                               \
-    }                                                                             \
+      std::exit(1);                                                                 \
+    }                                                                               \
   } while (0)
 
-#define CHECK_EQ(a, b)                                                                           \
-  do {                                                                                           \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                          \
-    if (a_ != b_) {                                                                              \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n", __FILE__, __LINE__, \
-                   #a, #b, a_, b_);                                                              \
-      std::exit(1);                                                                              \
-    }                                                                                            \
+#define CHECK_EQ(a, b)                                                                                            \
+  do {                                                                                                            \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                                           \
+    if (a_ != b_) {                                                                                               \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n", __FILE__, __LINE__, #a, #b, a_, b_); \
+      std::exit(1);                                                                                               \
+    }                                                                                                             \
   } while (0)
 
 /// True when libvramtrace.so is loaded (its C API is visible).

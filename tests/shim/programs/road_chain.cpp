@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
   CHECK(argc == 2);
   void* next = chain_next_foo();
   CHECK(next != nullptr);
-  CHECK_EQ(reinterpret_cast<int (*)()>(next)(), 2);  // B's chain_foo, not A's own
+  CHECK_EQ(reinterpret_cast<int (*)()>(next)(), 2);             // B's chain_foo, not A's own
   for (int i = 0; i < 3; ++i) CHECK(chain_next_foo() == next);  // repeated lookups keep working
   void* c = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   CHECK(c != nullptr);

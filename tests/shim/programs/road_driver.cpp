@@ -30,7 +30,7 @@ int main() {
   if (shim) {
     CHECK(b == a);
     CHECK_EQ(fake_calls("cuCtxSynchronize"), syncs);  // no lazy sync needed
-    CHECK_EQ(fake_calls("cuMemAlloc_v2"), 2);  // one segment, plus the zero-byte call forwarded
+    CHECK_EQ(fake_calls("cuMemAlloc_v2"), 2);         // one segment, plus the zero-byte call forwarded
   }
   size_t f = 0, t = 0;
   tally.add("cuMemGetInfo_v2");

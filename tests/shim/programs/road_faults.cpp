@@ -96,8 +96,13 @@ struct Worker {
   void sync_once(unsigned how) {
     ++g_counts.syncs;
     switch (how % 4) {
-      case 0: retry([] { return cudaDeviceSynchronize(); }, cudaErrorLaunchFailure, g_counts.sync_errors); break;
-      case 1: retry([&] { return cudaStreamSynchronize(streams[how / 4 % 2]); }, cudaErrorLaunchFailure, g_counts.sync_errors); break;
+      case 0:
+        retry([] { return cudaDeviceSynchronize(); }, cudaErrorLaunchFailure, g_counts.sync_errors);
+        break;
+      case 1:
+        retry([&] { return cudaStreamSynchronize(streams[how / 4 % 2]); }, cudaErrorLaunchFailure,
+              g_counts.sync_errors);
+        break;
       case 2:
         CHECK_EQ(cudaEventRecord(event, streams[0]), cudaSuccess);
         retry([&] { return cudaEventQuery(event); }, cudaErrorLaunchFailure, g_counts.sync_errors);

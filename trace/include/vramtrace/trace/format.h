@@ -71,8 +71,8 @@ struct HeaderFields {
   std::int64_t pid = 0;
   std::int64_t ppid = 0;
   std::string host;
-  std::string rank;                       ///< from the launcher variables, "" if none
-  std::string local_rank;                 ///< rank within the host (LOCAL_RANK, ...), "" if none
+  std::string rank;        ///< from the launcher variables, "" if none
+  std::string local_rank;  ///< rank within the host (LOCAL_RANK, ...), "" if none
   /// CUDA_VISIBLE_DEVICES as the process saw it at the start; written only when set, so that a
   /// report can tell which physical GPU each device ordinal names.
   std::optional<std::string> cuda_visible_devices;

@@ -25,9 +25,9 @@ class TraceError : public std::runtime_error {
 struct TraceRecord {
   Action action = Action::alloc;
   DevicePtr addr = 0;
-  std::uint64_t size = 0;       ///< requested bytes for alloc/free_*; segment or range bytes for segment_*
+  std::uint64_t size = 0;  ///< requested bytes for alloc/free_*; segment or range bytes for segment_*
   std::uint64_t stream = 0;
-  std::int64_t time_ns = 0;     ///< as recorded (PyTorch: time_us * 1000, Unix epoch); 0 if absent
+  std::int64_t time_ns = 0;  ///< as recorded (PyTorch: time_us * 1000, Unix epoch); 0 if absent
   std::int32_t device = 0;
   std::uint64_t device_free = 0;  ///< oom only
   /// alloc and free_*: the block bytes handed out, when the trace records them (vramtrace traces:
@@ -40,16 +40,17 @@ struct TraceRecord {
   /// For segment_* records of vramtrace traces: 0 when the segment is the caching allocator's
   /// own, otherwise the kind of memory the shim passed through untouched (MemoryKind in
   /// vramtrace/event.h, "k" in docs/trace-format.md: 1 device, 2 managed, 3 pitched, 4 pool,
-  /// 5 pinned host, 6 array, 7 VMM; compare with is_memory_kind). Passed-through memory is outside the allocator: replay never drives the allocator
-  /// with it, and pinned host memory (5) is not device memory. Always 0 for PyTorch's traces.
+  /// 5 pinned host, 6 array, 7 VMM; compare with is_memory_kind). Passed-through memory is outside the allocator:
+  /// replay never drives the allocator with it, and pinned host memory (5) is not device memory. Always 0 for PyTorch's
+  /// traces.
   std::uint8_t memory_kind = 0;
 };
 
 /// What a trace says about itself before its events.
 struct TraceHeader {
   std::string path;
-  std::string format;            ///< "torchtrace", "snapshot" or "vramtrace"
-  std::string workload;          ///< free text (torchtrace header "workload", command line, ...)
+  std::string format;    ///< "torchtrace", "snapshot" or "vramtrace"
+  std::string workload;  ///< free text (torchtrace header "workload", command line, ...)
   /// Allocator settings string in force (PYTORCH_CUDA_ALLOC_CONF). For snapshots it is known
   /// only once next() returned false (`allocator_settings` follows `device_traces` in the pickle).
   std::string settings;

@@ -25,7 +25,7 @@ struct VramtraceHeaderDetails {
   std::int64_t ppid = 0;
   std::string host;
   std::string rank;
-  std::string local_rank;  ///< "" when absent (traces before it was added, or no launcher)
+  std::string local_rank;                           ///< "" when absent (traces before it was added, or no launcher)
   std::optional<std::string> cuda_visible_devices;  ///< absent when not set
   std::vector<std::string> command_line;
   std::int64_t start_unix_ns = 0;

@@ -31,11 +31,11 @@
 #include <utility>
 #include <vector>
 
-#include "vramtrace/trace/ring_buffer.h"
-#include "vramtrace/trace/format.h"
-#include "vramtrace/trace/output.h"
 #include "vramtrace/event.h"
 #include "vramtrace/snapshot.h"
+#include "vramtrace/trace/format.h"
+#include "vramtrace/trace/output.h"
+#include "vramtrace/trace/ring_buffer.h"
 
 namespace vramtrace::trace {
 
