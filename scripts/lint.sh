@@ -17,17 +17,29 @@ if [[ $mode == --fix ]]; then
   clang-format -i "${files[@]}"
 else
   if ! clang-format --dry-run --Werror "${files[@]}" 2>/tmp/vramtrace-format.$$; then
-    n=$(grep -c 'warning:' /tmp/vramtrace-format.$$ || true)
+    # --Werror turns clang-format's findings into "error: code should be clang-formatted".
+    n=$(grep -cE '(warning|error):' /tmp/vramtrace-format.$$ || true)
     echo "lint: clang-format would change $n places (scripts/lint.sh --fix):"
-    grep 'warning:' /tmp/vramtrace-format.$$ | cut -d: -f1 | sort | uniq -c | head -40
+    { grep -E '(warning|error):' /tmp/vramtrace-format.$$ || true; } | cut -d: -f1 | sort | uniq -c | head -40
     status=1
   fi
   rm -f /tmp/vramtrace-format.$$
 fi
 
 [[ -f build/compile_commands.json ]] || cmake --preset default >/dev/null
+# clang-tidy cannot read gcc's precompiled headers: a copy of the compile database without them
+# (every source includes what the precompiled header holds itself).
+tidy_db=$(mktemp -d /tmp/vramtrace-tidy-db.XXXXXX)
+trap 'rm -rf "$tidy_db"' EXIT
+python3 - build/compile_commands.json "$tidy_db/compile_commands.json" <<'PY'
+import json, re, sys
+entries = json.load(open(sys.argv[1]))
+for e in entries:
+    e["command"] = re.sub(r" -Winvalid-pch| -include \S*cmake_pch\.hxx", "", e["command"])
+json.dump(entries, open(sys.argv[2], "w"))
+PY
 mapfile -t sources < <(git ls-files 'allocator/*.cpp' 'trace/*.cpp' 'shim/*.cpp' 'reporter/*.cpp')
-if ! run-clang-tidy-14 -quiet -p build -j "$(nproc)" "${sources[@]/#/$PWD/}" >/tmp/vramtrace-tidy.$$ 2>&1; then
+if ! run-clang-tidy-14 -quiet -p "$tidy_db" -j "$(nproc)" "${sources[@]/#/$PWD/}" >/tmp/vramtrace-tidy.$$ 2>&1; then
   grep -E 'warning:|error:' /tmp/vramtrace-tidy.$$ | sort -u | head -60
   echo "lint: clang-tidy reported findings"
   status=1

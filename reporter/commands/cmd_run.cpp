@@ -38,6 +38,7 @@ struct RunOptions {
   std::string conf;
   std::string limit;
   bool tensors = false;
+  bool no_torch = false;
   std::vector<std::string> command;
 };
 
@@ -77,6 +78,39 @@ std::string find_library(std::string& looked) {
     if (access(p.c_str(), R_OK) == 0) return p.string();
   }
   return {};
+}
+
+// The directory holding vramtrace's Python start-up hook (vramtrace/_boot/sitecustomize.py):
+// VRAMTRACE_PYTHON_DIR, else ../share/vramtrace/python beside the command (the install layout,
+// which the build tree copies). Empty with `looked` filled when not found.
+std::string find_python_boot(std::string& looked) {
+  std::string dir;
+  if (const char* v = std::getenv("VRAMTRACE_PYTHON_DIR"); v != nullptr && *v != '\0') {
+    dir = v;
+    looked = dir + " (VRAMTRACE_PYTHON_DIR)";
+  } else {
+    dir = (fs::path(self_dir()) / "../share/vramtrace/python").lexically_normal().string();
+    looked = dir;
+  }
+  fs::path boot = fs::absolute(fs::path(dir) / "vramtrace" / "_boot");
+  return access((boot / "sitecustomize.py").c_str(), R_OK) == 0 ? boot.lexically_normal().string() : std::string();
+}
+
+// The name of PyTorch's tensor-level snapshot beside a trace: the trace's name without
+// .jsonl[.zst], then ".torch.pickle" (its JSON sidecar adds ".json"). A pattern without %p gets
+// ".%p" so that every process of the run writes its own file.
+std::string torch_pattern(const std::string& pattern) {
+  std::string stem = pattern;
+  for (const char* ext : {".zst", ".jsonl"})
+    if (stem.size() > std::strlen(ext) && stem.compare(stem.size() - std::strlen(ext), std::string::npos, ext) == 0)
+      stem.resize(stem.size() - std::strlen(ext));
+  bool has_p = false;
+  for (std::size_t i = 0; i + 1 < stem.size(); ++i) {
+    if (stem[i] != '%') continue;
+    if (stem[i + 1] == 'p') has_p = true;
+    ++i;
+  }
+  return stem + (has_p ? "" : ".%p") + ".torch.pickle";
 }
 
 std::string utc_stamp(std::time_t t) {
@@ -390,8 +424,12 @@ bool check_output_dir(const std::string& pattern) {
 // --- the environment and the launch ----------------------------------------------------------
 
 // The variables the command starts with, in the order they are set.
+// `boot` (may be empty: no tensor level) is the Python start-up hook's directory, put first on
+// PYTHONPATH; `torch_out` the tensor-level snapshot's name pattern.
 std::vector<std::pair<std::string, std::string>> child_environment(const std::string& lib, const std::string& pattern,
-                                                                   const std::string& conf, bool tensors) {
+                                                                   const std::string& conf, bool tensors,
+                                                                   const std::string& boot,
+                                                                   const std::string& torch_out) {
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
   std::vector<std::pair<std::string, std::string>> env;
@@ -399,6 +437,12 @@ std::vector<std::pair<std::string, std::string>> child_environment(const std::st
   env.emplace_back("VRAMTRACE_OUTPUT", pattern);
   if (!conf.empty()) env.emplace_back("VRAMTRACE_CONF", conf);
   if (tensors) env.emplace_back("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
+  if (!boot.empty()) {
+    std::string path = boot;
+    if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') path += std::string(":") + old;
+    env.emplace_back("PYTHONPATH", path);
+    env.emplace_back("VRAMTRACE_TORCH_OUT", torch_out);
+  }
   return env;
 }
 
@@ -507,12 +551,24 @@ std::string trace_arguments(const std::vector<std::string>& traces, const std::s
   return args;
 }
 
+// The tensor-level snapshots the run left (Python programs that used PyTorch), and the command
+// that reads them.
+void show_torch_files(const std::vector<std::string>& files, const std::string& torch_out) {
+  if (files.empty()) return;
+  std::fprintf(stderr, "\nPyTorch's tensor level (its own allocator history with Python stacks, PyTorch in charge):\n");
+  for (const std::string& t : files) std::fprintf(stderr, "  %s\n", t.c_str());
+  std::fprintf(stderr, "  vramtrace summary %s\n", trace_arguments(files, torch_out).c_str());
+}
+
 // Each trace the run left, then the commands to paste next.
-void show_traces(const RunOptions& o, const std::string& pattern, std::time_t start,
+void show_traces(const RunOptions& o, const std::string& pattern, const std::string& torch_out, std::time_t start,
                  const std::set<std::pair<dev_t, ino_t>>& existing, std::size_t existing_count) {
+  std::vector<std::string> torch_files;
+  if (!torch_out.empty()) torch_files = find_traces(torch_out, start, existing);
   std::vector<std::string> traces = find_traces(pattern, start, existing);
   if (traces.empty()) {
     explain_no_trace(o, pattern, existing_count);
+    show_torch_files(torch_files, torch_out);
     return;
   }
   {
@@ -532,6 +588,7 @@ void show_traces(const RunOptions& o, const std::string& pattern, std::time_t st
   std::string args = trace_arguments(traces, pattern);
   std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",
                args.c_str(), args.c_str(), args.c_str());
+  show_torch_files(torch_files, torch_out);
 }
 
 // The option checks, the launch, the end screen. The exit code is the command's as a shell gives
@@ -551,15 +608,29 @@ int run_command(const RunOptions& o) {
   std::set<std::pair<dev_t, ino_t>> existing;
   const std::size_t existing_count = find_traces(pattern, 0, {}, &existing).size();
 
+  // PyTorch's tensor level, recorded from inside Python programs (docs/tensor-level.md); not with
+  // --tensors, where PyTorch's allocator is off and the shim sees every tensor itself.
+  std::string boot, torch_out;
+  if (!o.tensors && !o.no_torch) {
+    std::string looked;
+    boot = find_python_boot(looked);
+    if (boot.empty()) {
+      logger().warn("vramtrace run: no Python start-up hook at {}; PyTorch programs get the device level only", looked);
+    } else {
+      torch_out = torch_pattern(pattern);
+      find_traces(torch_out, 0, {}, &existing);
+    }
+  }
+
   int status = 0;
   double seconds = 0;
-  if (!launch(o.command, child_environment(lib, pattern, conf, o.tensors), status, seconds)) return 2;
+  if (!launch(o.command, child_environment(lib, pattern, conf, o.tensors, boot, torch_out), status, seconds)) return 2;
   std::string how;
   const int rc = exit_code(status, how);
   if (rc == 127 && WIFEXITED(status)) return rc;  // exec failed: the message is printed already
 
   std::fprintf(stderr, "\nvramtrace: '%s' %s after %.1f s\n", o.command.front().c_str(), how.c_str(), seconds);
-  show_traces(o, pattern, start, existing, existing_count);
+  show_traces(o, pattern, torch_out, start, existing, existing_count);
   return rc;
 }
 
@@ -575,6 +646,8 @@ void register_run(CLI::App& app) {
   cmd->add_flag(
       "--tensors", opts->tensors,
       "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that every PyTorch tensor reaches vramtrace (docs/tensor-mode.md)");
+  cmd->add_flag("--no-torch", opts->no_torch,
+                "Do not record PyTorch's tensor level (its allocator history, from inside Python programs)");
   cmd->add_option("--limit", opts->limit,
                   "Cap on the GPU memory the program can use, every device: a size (14.58GiB) or a card name (T4, "
                   "V100-16GB, A10G, L4, A100-40GB, A100-80GB, H100-80GB, RTX4090, ...; docs/configuration.md). Adds "

@@ -375,3 +375,49 @@ TEST_CASE("the Python helper's marks reach the trace", "[run][python]") {
                     "'); import vramtrace_mark as vt; vt.mark('x'); sys.exit(0 if not vt.enabled() else 1)\"";
   CHECK(std::system(off.c_str()) == 0);
 }
+
+TEST_CASE("run records PyTorch's tensor level beside the trace and leaves its allocator in charge", "[run][python]") {
+  const std::string python = python3_executable();
+  if (python.empty()) {
+    WARN("python3 not found: the tensor level is not tested");
+    return;
+  }
+  const std::string fake_torch = std::string(VRAMTRACE_TEST_DATA_DIR) + "/../python/fake_torch";
+  // The program checks what it was started with: the hook first on PYTHONPATH, the user's
+  // entries kept after it, and its own allocator left on; then it allocates through the fake.
+  const std::string code =
+      "import os, sys; p = os.environ['PYTHONPATH'].split(':'); "
+      "assert p[0].endswith('/share/vramtrace/python/vramtrace/_boot'), p; assert p[1] == '" +
+      fake_torch +
+      "', p; "
+      "assert 'PYTORCH_NO_CUDA_MEMORY_CACHING' not in os.environ; "
+      "import torch; x = torch.empty(1 << 20, device='cuda'); print(os.getpid())";
+  ScratchDir dir;
+  RunResult r =
+      run_vramtrace({"run", "-o", dir.file("tl.jsonl"), "--", python, "-c", code}, dir, {{"PYTHONPATH", fake_torch}});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string pid = r.out.substr(0, r.out.find('\n'));
+  // The trace's name has no %p: the snapshot's gets the pid, so that processes never share one.
+  const std::string pickle = dir.file("tl." + pid + ".torch.pickle");
+  CHECK(std::filesystem::exists(pickle));
+  std::ifstream sidecar(pickle + ".json");
+  REQUIRE(sidecar.good());
+  nlohmann::json j = nlohmann::json::parse(sidecar);
+  CHECK(j["format"] == "vramtrace-torch-sidecar");
+  CHECK(std::to_string(j["pid"].get<long long>()) == pid);
+  CHECK(r.err.find("PyTorch's tensor level") != std::string::npos);
+  CHECK(r.err.find("vramtrace summary " + pickle) != std::string::npos);
+
+  // --no-torch and --tensors (PyTorch's allocator off: the shim sees each tensor) record none.
+  for (const char* flag : {"--no-torch", "--tensors"}) {
+    ScratchDir off;
+    RunResult q = run_vramtrace({"run", flag, "-o", off.file("n.%p.jsonl"), "--", python, "-c",
+                                 "import os; assert 'VRAMTRACE_TORCH_OUT' not in os.environ; import torch; "
+                                 "torch.empty(8, device='cuda')"},
+                                off, {{"PYTHONPATH", fake_torch}});
+    INFO(flag << ": " << q.err);
+    CHECK(q.exit_code == 0);
+    for (const auto& f : test::files_in(off.path())) CHECK(f.find(".torch.pickle") == std::string::npos);
+  }
+}
