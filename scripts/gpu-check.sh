@@ -20,7 +20,7 @@
 #
 # Environment:
 #   VRAMTRACE_BUILD_DIR  the binaries: a carry directory (bin/vramtrace, shim/libvramtrace.so,
-#                        gpu/alloc_check_{static,shared}, gpu/count_probe.so, lib/) or a build
+#                        gpu/alloc_check_{static,shared}, gpu/count_probe.so, lib/, share/) or a build
 #                        directory (default: .carry/gpu if it holds the shim, else build/, then
 #                        build-release/)
 #   OUT                  where results go (default ./gpu-check-out)
@@ -89,6 +89,12 @@ carry() {
   mkdir -p "$dest/bin" "$dest/shim" "$dest/gpu" "$dest/lib"
   cp "$build/bin/vramtrace" "$dest/bin/"
   cp "$build/shim/libvramtrace.so" "$dest/shim/"
+  # Debug information stays here: the carried copies must fit the device tool's 64 MiB.
+  strip --strip-debug "$dest/bin/vramtrace" "$dest/shim/libvramtrace.so"
+  # The Python start-up hook `vramtrace run` finds at ../share/vramtrace/python (tensor level).
+  mkdir -p "$dest/share/vramtrace/python/vramtrace/_boot"
+  cp python/vramtrace/torch_level.py "$dest/share/vramtrace/python/vramtrace/"
+  cp python/vramtrace/_boot/sitecustomize.py "$dest/share/vramtrace/python/vramtrace/_boot/"
   for p in alloc_check_static alloc_check_shared; do
     [[ -x $build/gpu/$p ]] && cp "$build/gpu/$p" "$dest/gpu/"
   done

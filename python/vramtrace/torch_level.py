@@ -31,6 +31,9 @@ Environment:
                                  a rank is set, `%t` start time (UTC, YYYYMMDD-HHMMSS), `%%` a `%`
                                  (the placeholders of VRAMTRACE_OUTPUT). Unset or empty: off.
     VRAMTRACE_TORCH_MAX_ENTRIES  history ring size per device (default 1,000,000 entries).
+    VRAMTRACE_TORCH_CONTEXT      whose Python stacks are kept: "alloc" (default: every allocation's,
+                                 which is what call sites need) or "all" (frees' too, about 5 %
+                                 more step time for GPT-2 training on the H200).
     VRAMTRACE_TORCH_SIGNALS      "0" leaves SIGTERM/SIGINT alone (default: handle them when the
                                  program's handler is the default one).
 
@@ -44,6 +47,11 @@ import sys
 ENV_OUT = "VRAMTRACE_TORCH_OUT"
 ENV_MAX_ENTRIES = "VRAMTRACE_TORCH_MAX_ENTRIES"
 ENV_SIGNALS = "VRAMTRACE_TORCH_SIGNALS"
+ENV_CONTEXT = "VRAMTRACE_TORCH_CONTEXT"
+# Stacks of allocations only: a stack per free as well doubles the stack captures, which cost
+# about 5 % of a GPT-2 124M training step on the H200 (tests/gpu/history_cost.py,
+# docs/benchmarks.md), for a figure no report of ours needs.
+DEFAULT_CONTEXT = "alloc"
 
 # What one history entry costs (PyTorch 2.11, H200 machine, one run each, docs/tensor-level.md):
 # 328 bytes of host memory with 7 Python frames on the stack, 925 bytes with 42 (a TraceEntry plus
@@ -215,6 +223,7 @@ class _Recorder:
         self.reason = None
         self.template = None
         self.max_entries = DEFAULT_MAX_ENTRIES
+        self.context = DEFAULT_CONTEXT
         self.handle_signals = True
         self.pid = os.getpid()
         self.start_time = 0.0
@@ -270,6 +279,11 @@ class _Recorder:
             except ValueError:
                 _say("%s=%r is not a positive whole number; using %d"
                      % (ENV_MAX_ENTRIES, raw, DEFAULT_MAX_ENTRIES))
+        raw = environ.get(ENV_CONTEXT, "").strip()
+        if raw in ("alloc", "all"):
+            self.context = raw
+        elif raw:
+            _say("%s=%r is not alloc or all; using %s" % (ENV_CONTEXT, raw, DEFAULT_CONTEXT))
         self.handle_signals = environ.get(ENV_SIGNALS, "1").strip() != "0"
         self.mode = "waiting_for_torch"
         torch = sys.modules.get("torch")
@@ -411,7 +425,8 @@ class _Recorder:
     def _enable_history(self, record):
         """Turns the history on with whichever signature this torch has; returns "new" or "legacy".
 
-        PyTorch >= 2.1: record(enabled="all", context="all", stacks="python", max_entries=N)
+        PyTorch >= 2.1: record(enabled="all", context=C, stacks="python", max_entries=N), C being
+        self.context ("alloc" or "all")
         (a dispatcher that sends a bool `enabled` to the legacy form). PyTorch 2.0:
         record(enabled: bool, record_context=True, trace_alloc_max_entries=1,
         trace_alloc_record_context=False, ...), which has no free-side stacks.
@@ -429,7 +444,7 @@ class _Recorder:
             pass
         if form != "legacy":
             try:
-                record(enabled="all", context="all", stacks="python", max_entries=self.max_entries)
+                record(enabled="all", context=self.context, stacks="python", max_entries=self.max_entries)
                 return "new"
             except TypeError:
                 if form == "new":
@@ -741,7 +756,7 @@ class _Recorder:
             "started_at": self.started_at,
             "api": self.api,
             "enabled": "all" if self.api else None,
-            "context": {"new": "all", "legacy": "alloc"}.get(self.api),
+            "context": {"new": self.context, "legacy": "alloc"}.get(self.api),
             "stacks": "python" if self.api else None,
             "max_entries": self.max_entries,
             "oom_observer": self.oom_observer,

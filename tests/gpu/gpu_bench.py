@@ -19,6 +19,12 @@ Variants (torch_train.py, GPT-2 124M and Llama-style 1.1B training steps):
                   tensor_ordered with the full trace written: the tracing cost without the lazy
                   synchronisations, whose run-to-run spread (5-20 %) hides a 3 % effect
                   (target <= 1.03x tensor_ordered)
+  torch_level     PyTorch's own allocator history with Python stacks of allocations
+                  (python/vramtrace/_boot on PYTHONPATH, VRAMTRACE_TORCH_OUT), no shim
+  torch_level_all the same with the stacks of frees too (VRAMTRACE_TORCH_CONTEXT=all)
+  run             what `vramtrace run` does by default: the shim in front of PyTorch's allocator
+                  with its trace written, plus the tensor level (target <= 1.02x native); the
+                  snapshot's alloc count and peaks are checked against the sidecar's memory_stats
 Peak reserved: PyTorch's max_memory_reserved for native; for the shim runs the allocator's peak,
 which also holds what libraries allocate with cudaMalloc outside PyTorch's allocator (so the
 front run's shim peak is the like-for-like native figure for the tensor runs).
@@ -40,8 +46,62 @@ import gpu_compat as gc  # noqa: E402
 NOCACHE = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 
 
+BOOT = os.path.join(gc.ROOT, "python", "vramtrace", "_boot")
+
+
+def torch_level_env(trace_dir, model, tag):
+    pythonpath = BOOT + (":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    return {"PYTHONPATH": pythonpath, "VRAMTRACE_TORCH_OUT": os.path.join(trace_dir, f"{model}-{tag}-%p.torch.pickle")}
+
+
+# The figures the tensor level must give exactly as PyTorch counts them (torch.cuda.memory_stats()).
+EXACT_STATS = ("allocation.all.allocated", "allocated_bytes.all.peak", "reserved_bytes.all.peak",
+               "active_bytes.all.peak", "requested_bytes.all.peak")
+
+
+def flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, prefix + k + "."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def check_snapshot(build, trace_dir, model, tag):
+    """The newest snapshot of a variant, read by `vramtrace summary --json`, against its sidecar's
+    memory_stats of device 0 (written by PyTorch at exit): EXACT_STATS, each equal or not. None
+    when there is no snapshot."""
+    import subprocess
+    names = sorted((f for f in os.listdir(trace_dir) if f.startswith(f"{model}-{tag}-") and f.endswith(".torch.pickle")),
+                   key=lambda f: os.path.getmtime(os.path.join(trace_dir, f)))
+    if not names:
+        return None
+    path = os.path.join(trace_dir, names[-1])
+    with open(path + ".json") as f:
+        side = json.load(f)
+    native = side["devices"][0]["memory_stats"] if side.get("devices") else {}
+    p = subprocess.run([os.path.join(build, "bin", "vramtrace"), "summary", "--json", path], capture_output=True,
+                       text=True, timeout=120)
+    ours = {}
+    if p.returncode == 0:
+        ours = flat(json.loads(p.stdout)["traces"][0]["devices"][0].get("stats", {}))
+    out = {"reason": side.get("reason"), "snapshot_bytes": os.path.getsize(path), "summary_rc": p.returncode,
+           "summary_err": p.stderr[-300:] if p.returncode else ""}
+    for k in EXACT_STATS:
+        out[k] = [ours.get(k), native.get(k)]
+    out["equal"] = p.returncode == 0 and all(ours.get(k) == native.get(k) and native.get(k) is not None
+                                             for k in EXACT_STATS)
+    return out
+
+
 def variants(model, trace_dir):
     v = [("native", False, {}),
+         ("torch_level", False, torch_level_env(trace_dir, model, "tl")),
+         ("torch_level_all", False, dict(torch_level_env(trace_dir, model, "tla"), VRAMTRACE_TORCH_CONTEXT="all")),
+         ("run", True, dict(torch_level_env(trace_dir, model, "run"),
+                            VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-run-%p.jsonl"))),
          ("front", True, {}),
          ("tensor", True, dict(NOCACHE)),
          ("tensor_ordered", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered")),
@@ -80,7 +140,8 @@ def main():
                     continue  # slow and not a target: one run is enough
                 if name.endswith("_traced"):  # this variant's earlier trace: keep the disk small
                     for f in os.listdir(trace_dir):
-                        if f.startswith(model) and ("-ordered-" in f) == (name == "tensor_ordered_traced"):
+                        if f.startswith(model) and ("-ordered-" in f) == (name == "tensor_ordered_traced") \
+                                and ".torch." not in f and "-run-" not in f:
                             os.remove(os.path.join(trace_dir, f))
                 r = R.run(f"{model}_{name}_r{rnd}", [sys.executable, script, "--model", model] + plans[model],
                           shim, env, timeout=240)
@@ -89,6 +150,10 @@ def main():
                       f"lazy_syncs={r['stats'].get('shim.lazy_syncs')} "
                       f"other_streams={r['stats'].get('shim.other_streams_seen')} "
                       f"fast={r['stats'].get('shim.runtime_fast_allocs')}" + gc.why(r), flush=True)
+                if name in ("run", "torch_level", "torch_level_all"):
+                    tag = {"run": "run", "torch_level": "tl", "torch_level_all": "tla"}[name]
+                    r["snapshot"] = check_snapshot(build, trace_dir, model, tag)
+                    print(f"    snapshot: {r['snapshot']}", flush=True)
                 runs.setdefault((model, name), []).append(r)
 
     rows = []
@@ -113,7 +178,7 @@ def main():
             rs = runs.get((model, name), [])
             st = rs[-1]["stats"] if rs else {}
             losses = {json.dumps((r["result"] or {}).get("losses")) for r in rs + nat if r["result"]}
-            target = {"front": 1.01, "tensor": 1.03}.get(name)
+            target = {"front": 1.01, "tensor": 1.03, "run": 1.02}.get(name)
             ratio = m / base if m and base else None
             row = {"model": model, "variant": name, "step_ms": round(m, 2) if m else None,
                    "runs_ms": [round(x, 2) for x in allm], "ratio": round(ratio, 4) if ratio else None,
@@ -129,13 +194,17 @@ def main():
                                          if f.startswith(model) and ("-ordered-" in f) == (name == "tensor_ordered_traced"))
             if name.startswith("tensor"):
                 row["front_shim_peak_reserved"] = front_peak
+            snaps = [r.get("snapshot") for r in rs if r.get("snapshot")]
+            if snaps:
+                row["snapshot_matches_stats"] = all(sn["equal"] for sn in snaps)
+                row["snapshot"] = snaps[-1]
             rows.append(row)
 
     head = (f"GPU benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.rounds} rounds, "
             f"{round(time.time() - gc.T0)} s; command: tests/gpu/gpu_bench.py {' '.join(sys.argv[1:])}")
     keys = ["model", "variant", "step_ms", "ratio", "target", "runs_ms", "peak_reserved", "front_shim_peak_reserved",
             "ratio_vs_untraced", "trace_bytes", "lazy_syncs", "other_streams_seen", "runtime_fast_allocs",
-            "calls_cudaMalloc", "losses_identical_to_native", "ok"]
+            "calls_cudaMalloc", "losses_identical_to_native", "snapshot_matches_stats", "ok"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:
         lines.append("| " + " | ".join("" if r.get(k) is None else str(r.get(k)) for k in keys) + " |")

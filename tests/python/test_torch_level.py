@@ -517,7 +517,7 @@ class Files(TorchLevelTest):
         self.assertEqual(side["torch_cuda"], "13.0")
         rec = side["recording"]
         self.assertEqual((rec["state"], rec["api"], rec["context"], rec["stacks"], rec["max_entries"]),
-                         ("on", "new", "all", "python", 1000000))
+                         ("on", "new", "alloc", "python", 1000000))
         self.assertTrue(rec["oom_observer"])
         self.assertIsInstance(rec["started_at"], float)
         alloc = side["allocator"]
@@ -550,6 +550,16 @@ class Files(TorchLevelTest):
         self.assertEqual(res.vramtrace_lines(), [
             "vramtrace: VRAMTRACE_TORCH_MAX_ENTRIES='lots' is not a positive whole number; using 1000000"])
         self.assertEqual(res.sidecar()["recording"]["max_entries"], 1000000)
+
+    def test_context_all_keeps_free_stacks_and_a_bad_value_is_one_line(self):
+        res = self.run_both(ALLOCATE, env={"VRAMTRACE_TORCH_CONTEXT": "all"})
+        self.assertEqual(res.sidecar()["recording"]["context"], "all")
+        self.assertIn("context=all ", " ".join(res.event_names()))
+        res = self.run_both(ALLOCATE, env={"VRAMTRACE_TORCH_CONTEXT": "everything"})
+        self.assertEqual(res.vramtrace_lines(), [
+            "vramtrace: VRAMTRACE_TORCH_CONTEXT='everything' is not alloc or all; using alloc"])
+        self.assertEqual(res.sidecar()["recording"]["context"], "alloc")
+        self.assertIn("context=alloc ", " ".join(res.event_names()))
 
     def test_name_placeholders(self):
         res = self.run_both(ALLOCATE, out="t.%R%p.%%.pickle", env={"RANK": "2"})
