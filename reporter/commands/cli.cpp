@@ -3,6 +3,8 @@
 #include <string>
 
 #include "commands/commands.h"
+#include "commands/log.h"
+#include "readers/trace_paths.h"
 #include "vramtrace/units.h"
 
 namespace vramtrace::cli {
@@ -53,6 +55,25 @@ CLI::Validator size_check(bool allow_zero) {
         return {};
       },
       "SIZE", "Size");
+}
+
+void add_level_option(CLI::App* cmd, std::string& level) {
+  cmd->add_option("--level", level,
+                  "For PyTorch runs of `vramtrace run`: auto (default: PyTorch's tensor level where a trace has "
+                  "one beside it), tensors, or device (the shim's trace: PyTorch's segments and every other "
+                  "allocation)")
+      ->check(CLI::IsMember({"auto", "tensors", "device"}));
+}
+
+std::vector<std::string> traces_to_read(const std::vector<std::string>& args, const std::string& level,
+                                        const char* command, bool include_summary_json) {
+  TracePathOptions po;
+  po.include_summary_json = include_summary_json;
+  std::vector<std::string> paths = expand_trace_paths(args, po);
+  std::vector<std::string> notes;
+  paths = choose_trace_level(paths, parse_trace_level(level).value_or(TraceLevel::automatic), notes);
+  for (const std::string& n : notes) logger().info("vramtrace {}: {}", command, n);
+  return paths;
 }
 
 }  // namespace vramtrace::cli

@@ -25,6 +25,7 @@ struct CheckOptions {
   bool no_leaks = false;
   std::string format = "text";
   std::string output;
+  std::string level = "auto";
 };
 
 std::uint64_t size_option(const std::string& name, const std::string& value) {
@@ -69,9 +70,7 @@ int run_check(const CheckOptions& o) {
     throw BudgetError("no budget given: set one (e.g. --max-peak-reserved 20GiB, --no-leaks) or --budget FILE");
 
   std::vector<DeviceMeasures> measures;
-  TracePathOptions po;
-  po.include_summary_json = true;
-  const std::vector<std::string> traces = expand_trace_paths(o.traces, po);
+  const std::vector<std::string> traces = traces_to_read(o.traces, o.level, "check", true);
   // Traces that end abruptly: their figures stop at the last event, so a budget that passes may
   // not hold for the whole run. Said in every format; the verdict is unchanged.
   std::vector<std::pair<std::string, std::string>> incomplete;  // path, reason
@@ -133,6 +132,7 @@ void register_check(CLI::App& app) {
   cmd->add_option("traces", o->traces,
                   "Traces (any format) or `vramtrace summary --json` documents; globs; directories (all of them in it)")
       ->required();
+  add_level_option(cmd, o->level);
   cmd->add_option("--budget", o->budget_file, "Budget file: `key = value` lines (docs/ci.md); options override it");
   cmd->add_option("--max-peak-reserved", o->max_peak_reserved, "Limit on reserved_bytes.all.peak, e.g. 20GiB");
   cmd->add_option("--max-peak-allocated", o->max_peak_allocated, "Limit on allocated_bytes.all.peak, e.g. 18GiB");

@@ -20,11 +20,9 @@ struct Side {
   std::vector<std::string> ranks;  // "" where the trace names no rank
 };
 
-Side load_side(const std::string& arg) {
-  TracePathOptions po;
-  po.include_summary_json = true;
+Side load_side(const std::string& arg, const std::string& level) {
   Side s;
-  s.paths = expand_trace_paths({arg}, po);
+  s.paths = traces_to_read({arg}, level, "diff", true);
   for (const auto& p : s.paths) {
     s.inputs.push_back(load_check_input(p, 0));
     const auto& traces = s.inputs.back().traces;
@@ -75,6 +73,7 @@ void register_diff(CLI::App& app) {
   struct Opts {
     std::string base, now, margin;
     bool json = false;
+    std::string level = "auto";
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("base", o->base,
@@ -83,6 +82,7 @@ void register_diff(CLI::App& app) {
       ->required();
   cmd->add_option("new", o->now, "The run to compare with it (the same kind of argument)")->required();
   cmd->add_flag("--json", o->json, "Print JSON");
+  add_level_option(cmd, o->level);
   cmd->add_option("--noise-margin", o->margin, "Changes below this count as none (default 2MiB)");
   cmd->callback([o]() {
     try {
@@ -92,8 +92,8 @@ void register_diff(CLI::App& app) {
         if (!m) throw BudgetError("--noise-margin: \"" + o->margin + "\" is not a size");
         margin = *m;
       }
-      const Side base = load_side(o->base);
-      const Side now = load_side(o->now);
+      const Side base = load_side(o->base, o->level);
+      const Side now = load_side(o->now, o->level);
       if (base.paths.size() != now.paths.size()) {
         throw BudgetError("BASE has " + std::to_string(base.paths.size()) + " trace(s) (processes) and NEW has " +
                           std::to_string(now.paths.size()) +

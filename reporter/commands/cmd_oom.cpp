@@ -21,17 +21,19 @@ void register_oom(CLI::App& app) {
     bool json = false;
     bool no_replay = false;
     std::string capacity;
+    std::string level = "auto";
   };
   auto opts = std::make_shared<Opts>();
   cmd->add_option("traces", opts->traces, "Trace file(s), globs, or directories (one trace per process)")->required();
   cmd->add_flag("--json", opts->json, "Print JSON");
   cmd->add_flag("--no-replay", opts->no_replay, "Skip the replays under other settings");
+  add_level_option(cmd, opts->level);
   cmd->add_option("--capacity", opts->capacity,
                   "Simulated device capacity for the replays (e.g. 80GiB); default: the trace's device")
       ->check(size_check());
   cmd->callback([opts]() {
     try {
-      const auto paths = expand_trace_paths(opts->traces);
+      const auto paths = traces_to_read(opts->traces, opts->level, "oom");
       auto models = load_models(paths);
       std::string text;
       nlohmann::json traces = nlohmann::json::array();

@@ -17,6 +17,7 @@ void register_report(CLI::App& app) {
     std::vector<std::string> traces;
     std::string output = "report.html";
     std::string title;
+    std::string level = "auto";
   };
   auto opts = std::make_shared<Opts>();
   cmd->add_option(
@@ -25,9 +26,10 @@ void register_report(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", opts->output, "Output HTML file (default report.html)");
   cmd->add_option("--title", opts->title, "Page title");
+  add_level_option(cmd, opts->level);
   cmd->callback([opts]() {
     try {
-      auto models = load_models(expand_trace_paths(opts->traces));
+      auto models = load_models(traces_to_read(opts->traces, opts->level, "report"));
       ReportOptions ro;
       ro.title = opts->title;
       std::string page = render_report_html(models, ro);

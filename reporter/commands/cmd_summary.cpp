@@ -17,6 +17,7 @@ void register_summary(CLI::App& app) {
   struct Opts {
     std::vector<std::string> traces;
     bool json = false;
+    std::string level = "auto";
   };
   auto opts = std::make_shared<Opts>();
   cmd->add_option("traces", opts->traces,
@@ -24,9 +25,10 @@ void register_summary(CLI::App& app) {
                   "traces in them)")
       ->required();
   cmd->add_flag("--json", opts->json, "Print JSON with PyTorch's flat statistic names");
+  add_level_option(cmd, opts->level);
   cmd->callback([opts]() {
     try {
-      auto models = load_models(expand_trace_paths(opts->traces));
+      auto models = load_models(traces_to_read(opts->traces, opts->level, "summary"));
       if (opts->json) {
         nlohmann::json j = summary_json(models);
         if (models.size() > 1) j["processes"] = process_device_json(process_device_view(models));

@@ -36,6 +36,16 @@ CLI::Validator size_check(bool allow_zero = false);
 /// CLI11 check: a whole number >= 0 (a count), in plain words when it is not.
 CLI::Validator count_check();
 
+/// Adds `--level auto|tensors|device` to `cmd` (readers/trace_paths.h, TraceLevel), stored in
+/// `level` (default "auto").
+void add_level_option(CLI::App* cmd, std::string& level);
+
+/// The trace files a report command reads: its arguments expanded (expand_trace_paths), then the
+/// level chosen (choose_trace_level), each decision logged as "vramtrace <command>: <note>" on
+/// stderr. Throws TraceError as expand_trace_paths does; `level` is one add_level_option allows.
+std::vector<std::string> traces_to_read(const std::vector<std::string>& args, const std::string& level,
+                                        const char* command, bool include_summary_json = false);
+
 /// Exit code conventions: 0 success, 1 a check failed / OOM found where asked, 2 unusable input
 /// or usage.
 void set_exit_code(int code);

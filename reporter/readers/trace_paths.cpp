@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <set>
 
@@ -79,6 +80,84 @@ std::vector<std::string> expand_trace_paths(const std::vector<std::string>& args
       if (fs::is_directory(m, ec)) continue;  // a pattern names files; `dir/*` skips subdirectories
       add(m);
     }
+  }
+  return out;
+}
+
+std::optional<TraceLevel> parse_trace_level(const std::string& text) {
+  if (text == "auto") return TraceLevel::automatic;
+  if (text == "tensors") return TraceLevel::tensors;
+  if (text == "device") return TraceLevel::device;
+  return std::nullopt;
+}
+
+std::string tensor_level_companion(const std::string& trace) {
+  std::string stem = trace;
+  for (const char* c : {".gz", ".zst"})
+    if (ends_with(stem, c)) {
+      stem.resize(stem.size() - std::char_traits<char>::length(c));
+      break;
+    }
+  if (!ends_with(stem, ".jsonl")) return {};
+  stem.resize(stem.size() - 6);
+  std::int64_t pid = 0;
+  try {
+    auto reader = open_trace(trace);
+    if (reader->header().format != "vramtrace") return {};
+    pid = reader->header().pid;
+  } catch (const TraceError&) {
+    return {};
+  }
+  std::error_code ec;
+  for (const std::string& name :
+       {stem + ".torch.pickle", pid > 0 ? stem + "." + std::to_string(pid) + ".torch.pickle" : std::string()}) {
+    if (!name.empty() && fs::is_regular_file(name, ec)) return name;
+  }
+  return {};
+}
+
+std::vector<std::string> choose_trace_level(const std::vector<std::string>& paths, TraceLevel level,
+                                            std::vector<std::string>& notes) {
+  auto key = [](const std::string& p) {
+    std::error_code ec;
+    fs::path canon = fs::weakly_canonical(fs::path(p), ec);
+    return ec ? p : canon.string();
+  };
+  std::vector<std::string> companion(paths.size());
+  std::set<std::string> companions;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i] == "-") continue;
+    companion[i] = tensor_level_companion(paths[i]);
+    if (!companion[i].empty()) companions.insert(key(companion[i]));
+  }
+  std::vector<std::string> out;
+  std::set<std::string> taken;
+  auto add = [&](const std::string& p) {
+    if (taken.insert(key(p)).second) out.push_back(p);
+  };
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const std::string& p = paths[i];
+    const bool is_companion = p != "-" && companions.count(key(p)) > 0;
+    if (level == TraceLevel::device) {
+      if (is_companion) continue;  // its trace is listed: the device level of the same process
+      if (!companion[i].empty())
+        notes.push_back(p + ": device level (the shim's trace); PyTorch's tensor level is in " + companion[i]);
+      add(p);
+      continue;
+    }
+    if (is_companion) {
+      add(p);  // read in its trace's place; listed itself too, it is read once
+      continue;
+    }
+    if (!companion[i].empty()) {
+      notes.push_back(p + ": tensor level from " + companion[i] + " (PyTorch's own allocator history); --level " +
+                      "device for the shim's trace");
+      add(companion[i]);
+      continue;
+    }
+    if (level == TraceLevel::tensors && ends_with(p, ".jsonl"))
+      notes.push_back(p + ": no tensor level beside it; read as it is");
+    add(p);
   }
   return out;
 }

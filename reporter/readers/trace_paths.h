@@ -2,6 +2,7 @@
 // the list of trace files to read (one per process, for jobs with several processes).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,32 @@ bool is_trace_file_name(const std::string& name, const TracePathOptions& options
 /// A path given twice (directly or through a pattern) is read once. Throws TraceError when a
 /// directory holds no trace file or a pattern matches nothing. Not thread-safe (glob(3)).
 std::vector<std::string> expand_trace_paths(const std::vector<std::string>& args, const TracePathOptions& options = {});
+
+/// Which level of a PyTorch process to read when `vramtrace run` left both its shim trace
+/// (device level: PyTorch's segments and every other device allocation) and its tensor-level
+/// snapshot (`<trace name>.torch.pickle`, PyTorch's own allocator history: docs/tensor-level.md).
+enum class TraceLevel {
+  automatic,  ///< the tensor level where a trace has one, else the trace as given
+  tensors,    ///< the same, with a note for each trace that has no tensor level
+  device,     ///< the shim's traces; a snapshot that is the companion of a listed trace is left out
+};
+
+/// Parses "auto", "tensors" or "device"; nullopt otherwise. Pure.
+std::optional<TraceLevel> parse_trace_level(const std::string& text);
+
+/// The tensor-level snapshot `vramtrace run` wrote beside a vramtrace trace: the trace's name
+/// without `.jsonl` (and `.zst`/`.gz`) plus `.torch.pickle`, or plus `.<pid>.torch.pickle`
+/// (names without `%p` get the pid), the pid read from the trace's header. Empty when there is
+/// none, when `trace` is not a vramtrace trace, or when it cannot be read (the caller's open then
+/// reports why). Reads the trace's header only.
+std::string tensor_level_companion(const std::string& trace);
+
+/// Applies `level` to expanded trace paths: each vramtrace trace with a companion snapshot is
+/// replaced by it (automatic, tensors) or keeps it out of the list (device); a companion that is
+/// also listed is read once. One line per decision is appended to `notes` ("<trace>: tensor
+/// level from <snapshot>; --level device for the shim's trace"), for the command to print on
+/// stderr. Order is kept. Not thread-safe (reads files).
+std::vector<std::string> choose_trace_level(const std::vector<std::string>& paths, TraceLevel level,
+                                            std::vector<std::string>& notes);
 
 }  // namespace vramtrace

@@ -232,7 +232,7 @@ class RecordingStart(TorchLevelTest):
         self.assertEqual(events[:first_cuda], ["import torch"])
         after = events[first_cuda + 1:]
         self.assertEqual(after[0], "cuda_init")
-        self.assertEqual(after[1], "record_history new enabled=all context=all stacks=python "
+        self.assertEqual(after[1], "record_history new enabled=all context=alloc stacks=python "
                                    "max_entries=1000000 allocators=1")
         self.assertEqual(after[2], "attach_oom_observer")
         # after initialisation vramtrace asks the device count once (it never does before)

@@ -324,3 +324,60 @@ TEST_CASE("a device reached after the header: its device record gives its own ca
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("trace level: a run's tensor-level snapshot is read in place of its shim trace", "[processes][paths]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("vt-level-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto vt_trace = [&](const std::string& name, int pid) {
+    std::ofstream(dir / name) << R"({"a":"header","format":"vramtrace","version":"1.1","pid":)" << pid
+                              << R"(,"devices":[],"allocator_settings":"","settings":{},"entry_points":[""]})"
+                              << "\n";
+  };
+  const fs::path snapshot = fs::path(VRAMTRACE_TEST_DATA_DIR) / "torch-h200" / "encoder_varlen.snapshot.pickle";
+  vt_trace("t.jsonl", 77);
+  fs::copy_file(snapshot, dir / "t.77.torch.pickle");  // the name `vramtrace run -o t.jsonl` gives it
+  vt_trace("u.5.jsonl", 5);
+  fs::copy_file(snapshot, dir / "u.5.torch.pickle");  // -o u.%p.jsonl
+  vt_trace("other.jsonl", 8);
+  fs::copy_file(snapshot, dir / "other.9.torch.pickle");  // another process's: not other.jsonl's
+  std::ofstream(dir / "h.jsonl") << R"({"workload":"a PyTorch history, not a shim trace"})"
+                                 << "\n";
+  fs::copy_file(snapshot, dir / "h.torch.pickle");
+  auto names = [](const std::vector<std::string>& v) {
+    std::vector<std::string> out;
+    for (const auto& p : v) out.push_back(fs::path(p).filename().string());
+    return out;
+  };
+  const auto all = expand_trace_paths({dir.string()});
+  std::vector<std::string> notes;
+  CHECK(names(choose_trace_level(all, TraceLevel::automatic, notes)) ==
+        std::vector<std::string>{"h.jsonl", "h.torch.pickle", "other.9.torch.pickle", "other.jsonl",
+                                 "t.77.torch.pickle", "u.5.torch.pickle"});
+  REQUIRE(notes.size() == 2);
+  CHECK_THAT(notes[0], Catch::Contains("t.jsonl: tensor level from") && Catch::Contains("t.77.torch.pickle"));
+  CHECK_THAT(notes[1], Catch::Contains("u.5.jsonl: tensor level from") && Catch::Contains("--level device"));
+
+  notes.clear();
+  CHECK(names(choose_trace_level(all, TraceLevel::device, notes)) ==
+        std::vector<std::string>{"h.jsonl", "h.torch.pickle", "other.9.torch.pickle", "other.jsonl", "t.jsonl",
+                                 "u.5.jsonl"});
+  CHECK(notes.size() == 2);
+
+  // A trace named alone brings its snapshot; named with it, the snapshot is read once.
+  notes.clear();
+  CHECK(names(choose_trace_level({(dir / "t.jsonl").string()}, TraceLevel::automatic, notes)) ==
+        std::vector<std::string>{"t.77.torch.pickle"});
+  notes.clear();
+  CHECK(names(choose_trace_level({(dir / "t.jsonl").string(), (dir / "t.77.torch.pickle").string()},
+                                 TraceLevel::automatic, notes)) == std::vector<std::string>{"t.77.torch.pickle"});
+  notes.clear();
+  CHECK(names(choose_trace_level({(dir / "other.jsonl").string()}, TraceLevel::tensors, notes)) ==
+        std::vector<std::string>{"other.jsonl"});
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("no tensor level"));
+  CHECK(parse_trace_level("device") == TraceLevel::device);
+  CHECK_FALSE(parse_trace_level("segments").has_value());
+  fs::remove_all(dir);
+}
