@@ -53,6 +53,8 @@ std::vector<TraceFigures> figures_from_models(const std::vector<TraceModel>& mod
       f.oom_events = static_cast<std::int64_t>(d.ooms.size());
       if (d.at_peak.captured) f.largest_free_block_at_peak_bytes = d.at_peak.largest_free_block;
       f.largest_free_block_at_end_bytes = d.at_end.largest_free_block;
+      if (d.history == DeviceModel::History::late) f.history = "late";
+      if (d.history == DeviceModel::History::none) f.history = "none";
       t.devices.push_back(f);
     }
     out.push_back(std::move(t));
@@ -98,6 +100,7 @@ std::vector<TraceFigures> figures_from_summary_json(const nlohmann::json& summar
       f.requested_bytes_peak = integer_at<std::int64_t>(stats, "requested_bytes.all.peak");
       f.inactive_split_bytes_peak = integer_at<std::int64_t>(stats, "inactive_split_bytes.all.peak");
       f.segment_peak = integer_at<std::int64_t>(stats, "segment.all.peak");
+      if (auto h = d.find("history"); h != d.end() && h->is_string()) f.history = h->get<std::string>();
       f.allocations = integer_at<std::int64_t>(stats, "allocation.all.allocated");
       if (auto peak = d.find("peak"); peak != d.end())
         f.largest_free_block_at_peak_bytes = integer_at<std::uint64_t>(*peak, "largest_free_block_bytes");

@@ -34,6 +34,9 @@ struct DeviceFigures {
   /// model did not capture that state) and after the last event.
   std::optional<std::uint64_t> largest_free_block_at_peak_bytes;
   std::optional<std::uint64_t> largest_free_block_at_end_bytes;
+  /// "" for a complete history; "late" or "none" when memory existed before the first event
+  /// (summary --json "history"): the peaks are then lower bounds.
+  std::string history;
 
   bool operator==(const DeviceFigures&) const = default;
 };

@@ -86,7 +86,7 @@ std::string live_table(const std::vector<LiveAllocation>& v, const DeviceModel& 
     out += fmt::format("    {:>3}  {:>12}  {:>12}  {:>8}  {:>12}  {}{}\n", i++,
                        format_bytes(static_cast<i64>(a.size), ByteStyle::pytorch),
                        format_bytes(static_cast<i64>(a.requested_size), ByteStyle::pytorch), a.stream,
-                       rel_time(d, a.alloc_time_ns), hex(a.address),
+                       a.before_trace ? "before" : rel_time(d, a.alloc_time_ns), hex(a.address),
                        a.pending_free ? "  (freed, pending on a stream)" : "");
   }
   return out;
@@ -175,6 +175,15 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       out += fmt::format(
           "OOMs {}, cudaMalloc retries {}\n", d.stats.num_ooms,
           retries ? std::to_string(*retries) + " (as PyTorch recorded them)" : "not recorded in this trace");
+      if (d.history == DeviceModel::History::none)
+        out +=
+            "No allocator history: the figures are the end state recorded in the snapshot's segments; "
+            "each peak is at least its end value.\n";
+      else if (d.history == DeviceModel::History::late)
+        out += fmt::format(
+            "The history starts late: memory alive before its first event is counted from the start; figures "
+            "before {} and every peak are lower bounds (at least the values shown).\n",
+            rel_time(d, d.lower_bound_until_ns));
       if (d.at_peak.captured) {
         const auto& p = d.at_peak;
         const auto& st = p.stats;
@@ -251,6 +260,9 @@ nlohmann::json live_json(const std::vector<LiveAllocation>& v) {
                  {"time_ns", l.alloc_time_ns},
                  {"event", l.alloc_event},
                  {"pending_free", l.pending_free}});
+  // Only where it holds, so that documents of complete histories stay as they were.
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i].before_trace) a[i]["before_trace"] = true;
   return a;
 }
 
@@ -296,6 +308,14 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
       j["events"] = d.events;
       j["first_time_ns"] = d.first_time_ns;
       j["duration_ns"] = d.last_time_ns - d.first_time_ns;
+      // Absent for a complete history (documents stay as they were): "late" or "none" says that
+      // every peak is a lower bound (Note [a history that begins late]).
+      if (d.history == DeviceModel::History::late) {
+        j["history"] = "late";
+        j["lower_bound_until_ns"] = d.lower_bound_until_ns;
+      } else if (d.history == DeviceModel::History::none) {
+        j["history"] = "none";
+      }
       if (d.at_peak.captured) {
         const auto& st = d.at_peak.stats;
         j["peak"] = {

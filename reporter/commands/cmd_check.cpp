@@ -1,8 +1,11 @@
 // `vramtrace check TRACE... [budgets] [--format text|json|junit|github]`: memory budgets for CI.
 // Exit 0 when every budget holds, 1 when one is exceeded, 2 for unusable input or usage.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <tuple>
 
 #include "analyses/budgets.h"
 #include "analyses/check_input.h"
@@ -74,11 +77,15 @@ int run_check(const CheckOptions& o) {
   // Traces that end abruptly: their figures stop at the last event, so a budget that passes may
   // not hold for the whole run. Said in every format; the verdict is unchanged.
   std::vector<std::pair<std::string, std::string>> incomplete;  // path, reason
+  // Devices whose history begins late or is absent: their peaks are lower bounds, likewise.
+  std::vector<std::tuple<std::string, std::int32_t, std::string>> partial;  // path, device, history
   for (std::size_t i = 0; i < traces.size(); ++i) {
     auto in = load_check_input(traces[i], i);
     measures.insert(measures.end(), in.measures.begin(), in.measures.end());
     for (const TraceFigures& t : in.traces) {
       if (t.incomplete) incomplete.emplace_back(t.path.value_or(traces[i]), t.incomplete_reason);
+      for (const DeviceFigures& d : t.devices)
+        if (!d.history.empty()) partial.emplace_back(t.path.value_or(traces[i]), d.device, d.history);
     }
   }
   std::string warnings;
@@ -86,6 +93,14 @@ int run_check(const CheckOptions& o) {
     const std::string what = path + " ends abruptly (" + reason +
                              "): its figures stop at its last event, so a budget that passes here may not hold for "
                              "the whole run";
+    warnings += o.format == "github" ? "::warning::" + what + "\n" : "warning: " + what + "\n";
+  }
+  for (const auto& [path, device, history] : partial) {
+    const std::string what = fmt::format(
+        "{} device {} {}: its peaks are lower bounds (at least the figures shown), so a budget that "
+        "passes here may not hold for the whole run",
+        path, device,
+        history == "none" ? "has no allocator history (only its end state)" : "has a history that starts late");
     warnings += o.format == "github" ? "::warning::" + what + "\n" : "warning: " + what + "\n";
   }
   std::vector<DeviceMeasures> base;
@@ -98,6 +113,12 @@ int run_check(const CheckOptions& o) {
     nlohmann::json inc = nlohmann::json::array();
     for (const auto& [path, reason] : incomplete) inc.push_back({{"trace", path}, {"reason", reason}});
     j["incomplete_traces"] = inc;
+    if (!partial.empty()) {
+      nlohmann::json p = nlohmann::json::array();
+      for (const auto& [path, device, history] : partial)
+        p.push_back({{"trace", path}, {"device", device}, {"history", history}});
+      j["partial_histories"] = p;
+    }
     text = j.dump(2) + "\n";
   } else if (o.format == "junit") {
     text = render_check_junit(results);

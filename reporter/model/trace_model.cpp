@@ -96,6 +96,13 @@ struct DeviceState {
   i64 bucket_ns = 0;
   i64 t0 = 0;
   bool started = false;
+  // Memory of before the history (Note [a history that begins late]): blocks whose free_requested
+  // came without their alloc (address -> block bytes, requested bytes), and what such memory
+  // released during the pass, counted up.
+  std::unordered_map<u64, std::pair<u64, u64>> pending_before;
+  DeviceStats released_before;
+  i64 last_before_ns = 0;
+  u64 free_events_before = 0;  // free_requested and free_completed events among them
 };
 
 struct TraceModelBuilder::Impl {
@@ -437,8 +444,17 @@ struct TraceModelBuilder::Impl {
     u64 seg_addr = 0;
     Segment* s = segment_of(d, r.addr, &seg_addr);
     if (!s) {
-      conflict(d, fmt::format("{} of 0x{:x}, which is not a live segment", unmap ? "segment_unmap" : "segment_free",
-                              r.addr));
+      // A segment the history never created: it was reserved before the first event.
+      const int pool = !unmap && r.size == kSmallBuffer ? kStatSmall : kStatLarge;
+      if (!unmap) {
+        bump(d.out.stats.segment, pool, -1);
+        bump(d.released_before.segment, pool, 1);
+      }
+      bump(d.out.stats.reserved_bytes, pool, -static_cast<i64>(r.size));
+      bump(d.released_before.reserved_bytes, pool, static_cast<i64>(r.size));
+      ++d.out.stats.num_device_free;
+      ++d.out.segment_frees_before_history;
+      d.last_before_ns = std::max(d.last_before_ns, r.time_ns);
       return;
     }
     if (!unmap || (r.addr == seg_addr && r.size >= s->size)) {
@@ -592,11 +608,49 @@ struct TraceModelBuilder::Impl {
     auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
     if (!s || it == s->blocks.end() || it->second.state != BlockState::active_allocated) {
       ++d.out.unknown_frees;
+      if (!s) free_before_history(d, r, false);
       return;
     }
     release_live_stats(d, *s, it->second, false);
     if (it->second.size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.decrease(1);
     it->second.state = BlockState::active_pending_free;
+  }
+
+  // A free of a block in no segment of the history: allocated before the history began (Note [a
+  // history that begins late]). The trace records the requested size only, so the block counts
+  // at its smallest possible size (the rounding without a split remainder).
+  void free_before_history(DeviceState& d, const TraceRecord& r, bool completed) {
+    u64 block = r.block_size != 0 ? r.block_size : rules.round_size(r.size);
+    u64 requested = r.size;
+    ++d.free_events_before;
+    bool allocated = true;  // still counted as allocated: no free_requested came first
+    if (completed) {
+      if (auto p = d.pending_before.find(r.addr); p != d.pending_before.end()) {
+        std::tie(block, requested) = p->second;
+        d.pending_before.erase(p);
+        allocated = false;
+      } else {
+        ++d.out.frees_before_history;
+      }
+    } else {
+      if (!d.pending_before.emplace(r.addr, std::pair{block, requested}).second) return;  // freed twice
+      ++d.out.frees_before_history;
+    }
+    const int pool = in_small_pool(block) ? kStatSmall : kStatLarge;
+    auto lower = [&](StatArray DeviceStats::*field, i64 amount) {
+      bump(d.out.stats.*field, pool, -amount);
+      bump(d.released_before.*field, pool, amount);
+    };
+    if (allocated) {
+      lower(&DeviceStats::allocation, 1);
+      lower(&DeviceStats::allocated_bytes, static_cast<i64>(block));
+    }
+    if (completed) {
+      lower(&DeviceStats::active, 1);
+      lower(&DeviceStats::active_bytes, static_cast<i64>(block));
+      lower(&DeviceStats::requested_bytes, static_cast<i64>(requested));
+    }
+    d.last_before_ns = std::max(d.last_before_ns, r.time_ns);
   }
 
   void on_free_completed(DeviceState& d, const TraceRecord& r) {
@@ -618,6 +672,7 @@ struct TraceModelBuilder::Impl {
     auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
     if (!s || it == s->blocks.end() || it->second.state == BlockState::inactive) {
       ++d.out.unknown_frees;
+      if (!s) free_before_history(d, r, true);
       return;
     }
     if (it->second.state == BlockState::active_allocated) {  // free_completed without free_requested
@@ -720,7 +775,153 @@ struct TraceModelBuilder::Impl {
     ++events;
   }
 
-  TraceModel finish(bool incomplete) {
+  // Note [a history that begins late] in trace_model.h: the one rule for memory that existed
+  // before the first event. Called once per device at the end, after at_end was captured, with the
+  // trace's end state (null when the trace records none).
+  void place_against_end_state(DeviceState& d, const Snapshot* end) {
+    using Field = StatArray DeviceStats::*;
+    static constexpr Field kPlaced[] = {&DeviceStats::allocation,      &DeviceStats::allocated_bytes,
+                                        &DeviceStats::active,          &DeviceStats::active_bytes,
+                                        &DeviceStats::requested_bytes, &DeviceStats::segment,
+                                        &DeviceStats::reserved_bytes};
+    DeviceModel& o = d.out;
+    std::vector<const SegmentSnapshot*> mine;
+    if (end)
+      for (const auto& s : end->segments)
+        if (s.device == o.device) mine.push_back(&s);
+    DeviceStats e;  // the end state's figures (current only)
+    for (const SegmentSnapshot* s : mine) {
+      const int pool = s->is_large ? kStatLarge : kStatSmall;
+      bump(e.segment, pool, 1);
+      bump(e.reserved_bytes, pool, static_cast<i64>(s->total_size));
+      for (const auto& b : s->blocks) {
+        if (b.state == BlockState::inactive) continue;
+        bump(e.active, pool, 1);
+        bump(e.active_bytes, pool, static_cast<i64>(b.size));
+        bump(e.requested_bytes, pool, static_cast<i64>(b.requested_size));
+        if (b.state != BlockState::active_allocated) continue;
+        bump(e.allocation, pool, 1);
+        bump(e.allocated_bytes, pool, static_cast<i64>(b.size));
+      }
+    }
+    bool unseen_segment = false;  // alive at the end, never created in the history
+    for (const SegmentSnapshot* s : mine) unseen_segment |= d.segments.count(s->address) == 0;
+    if (o.events == 0)
+      o.history = DeviceModel::History::none;
+    else if (o.frees_before_history || o.segment_frees_before_history || (end && (unseen_segment || o.orphan_allocs)))
+      o.history = DeviceModel::History::late;
+    if (o.history == DeviceModel::History::complete) {
+      if (!end) return;
+      // A complete history keeps its own figures; a disagreeing end state is worth saying.
+      const auto& st = o.stats;
+      if (e.allocated_bytes[kStatAll].current != st.allocated_bytes[kStatAll].current ||
+          e.reserved_bytes[kStatAll].current != st.reserved_bytes[kStatAll].current)
+        o.notes.push_back(fmt::format(
+            "the end state in the snapshot's segments ({} B allocated, {} B reserved) differs from the history's "
+            "end ({} B allocated, {} B reserved)",
+            e.allocated_bytes[kStatAll].current, e.reserved_bytes[kStatAll].current,
+            st.allocated_bytes[kStatAll].current, st.reserved_bytes[kStatAll].current));
+      return;
+    }
+    // One constant per series and pool: what existed before the first event.
+    std::array<std::array<i64, 3>, std::size(kPlaced)> add{};
+    for (std::size_t f = 0; f < std::size(kPlaced); ++f)
+      for (int idx = 0; idx < 3; ++idx)
+        add[f][idx] = end ? (e.*kPlaced[f])[idx].current - (o.stats.*kPlaced[f])[idx].current
+                          : (d.released_before.*kPlaced[f])[idx].current;
+    auto place = [&](DeviceStats& st) {
+      for (std::size_t f = 0; f < std::size(kPlaced); ++f)
+        for (int idx = 0; idx < 3; ++idx) {
+          Stat& x = (st.*kPlaced[f])[idx];
+          x.current = std::max<i64>(0, x.current + add[f][idx]);
+          x.peak = std::max<i64>(x.current, x.peak + add[f][idx]);
+          x.base += add[f][idx];
+        }
+    };
+    place(o.stats);
+    if (o.at_peak.captured) place(o.at_peak.stats);
+    place(o.at_end.stats);
+    for (auto& oom : o.ooms) place(oom.state.stats);
+    // Timeline series: allocated, active, reserved, requested bytes (kSeriesNames).
+    const std::array<i64, 4> series_add = {add[1][kStatAll], add[3][kStatAll], add[6][kStatAll], add[4][kStatAll]};
+    for (auto& b : o.timeline)
+      for (int i = 0; i < 4; ++i) {
+        b.min[i] = std::max<i64>(0, b.min[i] + series_add[i]);
+        b.max[i] = std::max<i64>(0, b.max[i] + series_add[i]);
+        b.last[i] = std::max<i64>(0, b.last[i] + series_add[i]);
+      }
+    // The first bucket also spans the start, where the memory of before the history was all there
+    // (the series' peak may be that moment).
+    if (!o.timeline.empty())
+      for (int i = 0; i < 4; ++i) {
+        o.timeline.front().min[i] = std::min(o.timeline.front().min[i], std::max<i64>(0, series_add[i]));
+        o.timeline.front().max[i] = std::max(o.timeline.front().max[i], std::max<i64>(0, series_add[i]));
+      }
+    if (end) {
+      // The end is what the snapshot recorded, layout included; the history gives the times of
+      // the allocations it saw.
+      StateAt& st = o.at_end;
+      st.layout.segments.clear();
+      st.largest_free_block = 0;
+      std::vector<LiveAllocation> live;
+      for (const SegmentSnapshot* s : mine) {
+        st.layout.segments.push_back(*s);
+        u64 seg_addr = 0;
+        Segment* known = segment_of(d, s->address, &seg_addr);
+        for (const auto& b : s->blocks) {
+          if (b.state == BlockState::inactive) {
+            st.largest_free_block = std::max(st.largest_free_block, b.size);
+            continue;
+          }
+          LiveAllocation a{
+              b.address, b.size, b.requested_size, s->stream, 0, 0, b.state == BlockState::active_pending_free, true};
+          const Block* seen = nullptr;
+          if (auto it = d.orphans.find(b.address); it != d.orphans.end()) seen = &it->second;
+          if (known)
+            if (auto it = known->blocks.find(b.address);
+                it != known->blocks.end() && it->second.state != BlockState::inactive)
+              seen = &it->second;
+          if (seen) {
+            a.stream = seen->stream;
+            a.alloc_time_ns = seen->alloc_time;
+            a.alloc_event = seen->alloc_event;
+            a.before_trace = false;
+          }
+          live.push_back(a);
+        }
+      }
+      const std::size_t n = std::min(opt.top_n, live.size());
+      std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
+                        [](const LiveAllocation& a, const LiveAllocation& b) {
+                          return a.size != b.size ? a.size > b.size : a.address < b.address;
+                        });
+      live.resize(n);
+      st.biggest = std::move(live);
+    }
+    const auto bytes = [](i64 v) { return fmt::format("{} B", v); };
+    if (o.history == DeviceModel::History::none) {
+      o.at_end.captured = true;
+      o.at_peak = o.at_end;  // the only state known
+      o.notes.push_back(
+          "the trace has no allocator history (a snapshot taken without _record_memory_history, or the "
+          "segment list alone): every figure is the end state from its segments, and each peak is at least that");
+      return;
+    }
+    o.lower_bound_until_ns = std::max(o.first_time_ns, d.last_before_ns);
+    o.notes.push_back(fmt::format(
+        "history starts late: {} frees and {} segment releases without their allocation{}; the memory "
+        "alive before the first event ({} allocated, {} reserved) is counted as present from the start; "
+        "figures before +{:.3f} ms and every peak are lower bounds",
+        o.frees_before_history, o.segment_frees_before_history,
+        end ? ", placed against the end state in the snapshot's segments" : " (the trace records no end state)",
+        bytes(add[1][kStatAll]), bytes(add[6][kStatAll]),
+        static_cast<double>(o.lower_bound_until_ns - o.first_time_ns) / 1e6));
+  }
+
+  TraceModel finish(bool incomplete, const Snapshot* end = nullptr) {
+    // Devices that hold memory at the end but have no event (no history) exist too.
+    if (end)
+      for (const auto& s : end->segments) dev(s.device);
     TraceModel m;
     m.header = header;
     m.incomplete = incomplete;
@@ -732,15 +933,25 @@ struct TraceModelBuilder::Impl {
       settle_peak(d);
       capture(d, d.out.at_end, d.out.last_time_ns, d.last_event);
       d.out.timeline = std::move(d.buckets);
-      if (d.out.orphan_allocs)
+      place_against_end_state(d, end);
+      const bool placed = end && d.out.history != DeviceModel::History::complete;
+      if (d.out.orphan_allocs && placed)
+        d.out.notes.push_back(fmt::format(
+            "{} allocations at addresses in no segment of the history: counted as allocated; their segments, "
+            "created before it began, are in the reserved memory of the end state",
+            d.out.orphan_allocs));
+      else if (d.out.orphan_allocs)
         d.out.notes.push_back(
             fmt::format("{} allocations at addresses in no segment of the trace: counted as allocated, "
                         "not reserved (the trace began after their segments were created, or has no "
                         "segment events)",
                         d.out.orphan_allocs));
-      if (d.out.unknown_frees)
-        d.out.notes.push_back(fmt::format(
-            "{} frees of addresses not allocated in the trace (allocated before it began)", d.out.unknown_frees));
+      // Frees of memory from before the history are in the note on a late start; the rest (a
+      // block of a known segment that is not allocated) are the trace's own oddities.
+      if (const u64 odd = d.out.unknown_frees - d.free_events_before; odd)
+        d.out.notes.push_back(
+            fmt::format("{} frees of addresses not allocated in the trace{}", odd,
+                        d.free_events_before ? " (in segments it created)" : " (allocated before it began)"));
       if (d.out.ooms.size() > opt.max_oom_states)
         d.out.notes.push_back(
             fmt::format("{} OOMs; the layout is kept for the first {}", d.out.ooms.size(), opt.max_oom_states));
@@ -769,7 +980,7 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.recorded_stats = reader.header().recorded_stats;
   impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
-  TraceModel m = impl_->finish(reader.incomplete());
+  TraceModel m = impl_->finish(reader.incomplete(), reader.final_state());
   if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
   if (reader.nul_bytes() != 0) {
     m.notes.push_back(

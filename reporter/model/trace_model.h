@@ -60,6 +60,8 @@ struct LiveAllocation {
   std::int64_t alloc_time_ns = 0;
   std::uint64_t alloc_event = 0;  ///< 0-based index of its alloc event
   bool pending_free = false;      ///< freed, waiting on another stream
+  /// Alive at the end but never allocated in the history (it began later): time and event unknown.
+  bool before_trace = false;
 };
 
 /// The allocator's state at one moment.
@@ -102,9 +104,20 @@ struct DeviceModel {
   std::vector<OomRecord> ooms;  ///< at most kMaxOomStates keep a layout
   std::vector<TimelineBucket> timeline;
   std::vector<TimelineMarker> markers;
-  std::uint64_t orphan_allocs = 0;     ///< allocs at an address in no known segment
-  std::uint64_t unknown_frees = 0;     ///< frees of an address never allocated in the trace
-  std::uint64_t layout_conflicts = 0;  ///< events the layout could not place (described in notes)
+  std::uint64_t orphan_allocs = 0;  ///< allocs at an address in no known segment
+  std::uint64_t unknown_frees = 0;  ///< frees of an address never allocated in the trace
+  /// Of those, the blocks that lay in no segment of the trace: memory allocated before the history
+  /// began (Note [a history that begins late]).
+  std::uint64_t frees_before_history = 0;
+  /// segment_free/segment_unmap of a segment never created in the trace (created before it began).
+  std::uint64_t segment_frees_before_history = 0;
+  /// How much of the run the history covers (Note [a history that begins late]): `complete`; `late`
+  /// (memory existed before the first event: figures before lower_bound_until_ns and every peak
+  /// are lower bounds); `none` (no events: every figure is the end state the snapshot recorded).
+  enum class History { complete, late, none };
+  History history = History::complete;
+  std::int64_t lower_bound_until_ns = 0;  ///< history `late`: figures before this time are lower bounds
+  std::uint64_t layout_conflicts = 0;     ///< events the layout could not place (described in notes)
   /// The peak's layout and biggest allocations were not copied in the pass (the trace set new
   /// peaks too often to copy the layout each time); load_models fills them by a second pass.
   /// at_peak's statistics, time and largest free block are always exact.
@@ -138,6 +151,21 @@ struct ModelOptions {
   /// Second pass: for these devices, capture at_peak's layout right after this global event index.
   std::map<std::int32_t, std::uint64_t> capture_peak_after_event;
 };
+
+/// Note [a history that begins late]
+/// PyTorch keeps only the last max_entries (100,000 by default) of its allocator history, and a
+/// snapshot taken without _record_memory_history has none: memory may exist before the first
+/// event. What is known of it: blocks freed in the history that lie in no segment of the history
+/// (their alloc came before it), segments released without their segment_alloc, and, when the
+/// trace records its end state (a snapshot's `segments`), what was alive at the end. The model
+/// counts such a free as lowering the figures, so that during the pass each series is the known
+/// part minus what the pre-existing memory has lost so far; at the end one constant per series
+/// and pool (the end state minus the pass's end value; without an end state, what the frees
+/// without their alloc released) is added to every figure, state and timeline point. The end
+/// then equals the end state, no figure is negative (clamped at 0 where the rounding of a freed
+/// block's size, which the trace does not record, leaves it short), and every figure before the
+/// last such free is a lower bound (the freed blocks are counted at their smallest size). A
+/// complete history has nothing to add and keeps its figures exactly.
 
 /// Incremental builder: feed records in trace order, then finish(). Not thread-safe.
 class TraceModelBuilder {

@@ -161,6 +161,25 @@ TEST_CASE("check --max-retries on PyTorch's history: not recorded exit 2", "[cmd
   CHECK(r.out.find("does not record num_alloc_retries") != std::string::npos);
 }
 
+TEST_CASE("check of snapshots without a whole history: the end state's figures, a warning", "[cmd][check][history]") {
+  // The segment list alone (torch.cuda.memory_snapshot()): device 0 reserves 22 MiB at the end.
+  auto r = sh(kVt + " check " + data("pickle/segments_only.pickle") + " --max-peak-reserved 21MiB");
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("measured 22.00 MiB") != std::string::npos);
+  CHECK(r.out.find("device 0 has no allocator history (only its end state): its peaks are lower bounds") !=
+        std::string::npos);
+  // Half of the real snapshot's history: its peak reserved is still found, with a warning.
+  const std::string late = data("pickle/late_start.snapshot.pickle.gz");
+  auto j = sh(kVt + " check " + late + " --max-peak-reserved 2000683008 --format json");
+  CHECK(j.rc == 0);
+  CHECK(j.out.find("has a history that starts late") != std::string::npos);  // on standard error
+  auto doc = nlohmann::json::parse(j.out.substr(j.out.find('{')));
+  REQUIRE(doc["partial_histories"].size() == 1);
+  CHECK(doc["partial_histories"][0]["history"] == "late");
+  CHECK(doc["measures"][0]["reserved_bytes.all.peak"] == 2000683008);
+  CHECK(sh(kVt + " check " + late + " --max-peak-reserved 2000683007").rc == 1);
+}
+
 TEST_CASE("check --baseline --max-increase against an earlier summary --json", "[cmd][check][baseline]") {
   auto base = (dir() / "flat.summary.json").string();
   REQUIRE(sh(kVt + " summary --json " + flat_trace() + " > " + base).rc == 0);

@@ -1,6 +1,7 @@
 // A TraceReader over records held in memory, for tests.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "readers/open_trace.h"
@@ -19,6 +20,9 @@ class VectorReader : public TraceReader {
   }
   std::string position() const override { return "record " + std::to_string(pos_); }
   bool incomplete() const override { return incomplete_; }
+  const Snapshot* final_state() const override { return end_state ? &*end_state : nullptr; }
+  /// The end state the trace records (a snapshot's `segments`), if any.
+  std::optional<Snapshot> end_state;
 
  private:
   std::vector<TraceRecord> records_;
