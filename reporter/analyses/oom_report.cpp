@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "vramtrace/size_rules.h"
 #include "vramtrace/units.h"
@@ -33,6 +34,21 @@ OomFigures figures_for(const TraceModel& m, std::int32_t device, const StateAt& 
 
 std::string fb(i64 v) { return format_bytes(v, ByteStyle::pytorch); }
 
+// The sites alive at a post-mortem's moment: its OOM's state, or the end for the last state.
+// Null when the trace has no stacks or the model kept no layout for that OOM.
+const SitesAt* sites_of_case(const TraceModel& m, const std::vector<DeviceSites>& sites, const OomCase& c) {
+  for (const auto& s : sites) {
+    if (s.device != c.device) continue;
+    if (c.last_state) return s.at_end.empty() ? nullptr : &s.at_end;
+    for (const auto& d : m.devices) {
+      if (d.device != c.device) continue;
+      for (std::size_t i = 0; i < d.ooms.size() && i < s.at_oom.size(); ++i)
+        if (&d.ooms[i].state == c.state) return s.at_oom[i].empty() ? nullptr : &s.at_oom[i];
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::vector<OomCase> oom_cases(const TraceModel& m) {
@@ -45,6 +61,7 @@ std::vector<OomCase> oom_cases(const TraceModel& m) {
       c.time_ns = o.time_ns - d.first_time_ns;
       c.figures = figures_for(m, d.device, o.state, o.request_bytes, o.device_free_bytes);
       c.retries = o.retries;
+      c.request_stack = o.stack;
       c.diagnosis = diagnose(c.figures);
       c.state = &o.state;
       out.push_back(std::move(c));
@@ -76,6 +93,7 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
   } else if (cases.empty()) {
     out += "No OOM in this trace, and it ends normally.\n";
   }
+  const std::vector<DeviceSites> sites = trace_sites(m);  // empty without stacks
   int n = 1;
   for (const auto& c : cases) {
     const auto& f = c.figures;
@@ -91,6 +109,8 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
       if (v) out += fmt::format("  {:<38} {:>12}  ({} B){}\n", name, fb(static_cast<i64>(*v)), *v, extra);
     };
     line("request (rounded)", f.request);
+    if (m.stacks && c.request_stack)
+      out += fmt::format("  {:<38} {}\n", "requested at", stack_site_label(*m.stacks, c.request_stack));
     if (f.device_request && f.request && *f.device_request != *f.request)
       line("new segment it needs", f.device_request);
     if (f.device_total)
@@ -113,6 +133,8 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     out += fmt::format("  Diagnosis: {} - {}\n", diagnosis_code_name(c.diagnosis.code), c.diagnosis.headline);
     for (const auto& r : c.diagnosis.reasons) out += fmt::format("    because {}\n", r);
     if (!c.diagnosis.next_step.empty()) out += fmt::format("  Next step: {}\n", c.diagnosis.next_step);
+    if (const SitesAt* s = sites_of_case(m, sites, c))
+      out += render_sites_text(*s, "Top allocation sites alive at this moment:", "  ");
   }
   if (!whatifs.empty()) {
     out += fmt::format(
@@ -140,6 +162,8 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
   j["path"] = m.header.path;
   j["format"] = m.header.format;
   j["incomplete"] = m.incomplete;
+  const std::vector<DeviceSites> sites = trace_sites(m);
+  if (!m.stacks) j["sites"] = trace_sites_json(m, sites);  // says why the OOMs name no code
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& c : cases) {
     nlohmann::json o;
@@ -174,6 +198,8 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     o["derived"] = derived;
     o["reasons"] = c.diagnosis.reasons;
     o["next_step"] = c.diagnosis.next_step;
+    if (const SitesAt* s = sites_of_case(m, sites, c)) o["sites"] = sites_json(*s);
+    if (m.stacks && c.request_stack) o["request_site"] = stack_site_label(*m.stacks, c.request_stack);
     arr.push_back(o);
   }
   j["ooms"] = arr;

@@ -23,7 +23,8 @@ struct OomCase {
   /// when the trace does not record it (PyTorch's history has no retry event).
   std::optional<std::uint64_t> retries;
   Diagnosis diagnosis;
-  const StateAt* state = nullptr;  ///< points into the model
+  const StateAt* state = nullptr;   ///< points into the model
+  std::uint32_t request_stack = 0;  ///< the refused request's call stack (OomRecord::stack); 0 = none
 };
 
 /// The post-mortems of a model: every OOM event, plus the last state when the trace is

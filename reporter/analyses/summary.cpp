@@ -5,6 +5,7 @@
 #include <map>
 
 #include "analyses/diagnosis.h"
+#include "analyses/sites.h"
 #include "vramtrace/units.h"
 
 namespace vramtrace {
@@ -157,7 +158,15 @@ std::string memory_summary_table(const DeviceStats& s, int device, bool abbrevia
 std::string render_summary_text(const std::vector<TraceModel>& models) {
   std::string out;
   for (const auto& m : models) {
+    // Empty for traces without stacks: their text stays as it was.
+    const std::vector<DeviceSites> sites = trace_sites(m);
+    auto sites_of_device = [&](std::int32_t device) -> const DeviceSites* {
+      for (const auto& s : sites)
+        if (s.device == device) return &s;
+      return nullptr;
+    };
     for (const auto& d : m.devices) {
+      const DeviceSites* ds = sites_of_device(d.device);
       if (!out.empty()) out += "\n";
       out += fmt::format("Trace {} ({}{}{}), device {}\n", m.header.path, m.header.format,
                          m.header.workload.empty() ? "" : ", ", m.header.workload, d.device);
@@ -204,6 +213,9 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
           out += fmt::format("  The {} biggest allocations alive at the peak:\n", p.biggest.size());
           out += live_table(p.biggest, d);
         }
+        if (ds)
+          out += render_sites_text(ds->at_peak, fmt::format("Top allocation sites at the peak (device {}):", d.device),
+                                   "  ");
       }
       const auto& e = d.at_end;
       i64 live_bytes = e.stats.active_bytes[kStatAll].current;
@@ -212,6 +224,9 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
                          format_bytes(live_bytes, ByteStyle::pytorch),
                          format_bytes(e.stats.reserved_bytes[kStatAll].current, ByteStyle::pytorch));
       if (!e.biggest.empty()) out += live_table(e.biggest, d);
+      if (ds)
+        out +=
+            render_sites_text(ds->at_end, fmt::format("Top allocation sites at the end (device {}):", d.device), "  ");
       // Cross-check against the figures PyTorch recorded, when the trace has them.
       std::string check;
       for (const char* key : kCheckedKeys) {
@@ -243,6 +258,10 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       out += fmt::format("; the trace ends abruptly ({})", m.incomplete_reason);
     }
     out += ".\n";
+    // A snapshot with an empty history still records who holds the blocks of its end state.
+    for (const auto& s : trace_sites(m))
+      out += render_sites_text(
+          s.at_end, fmt::format("Top allocation sites in the recorded end state (device {}):", s.device), "  ");
   }
   if (out.empty()) out = "No events in the trace(s).\n";
   return out;
@@ -296,6 +315,7 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
   for (const auto& m : models) {
     nlohmann::json t = trace_identity_json(m);
     t["has_segment_events"] = m.has_segment_events;
+    t["sites"] = trace_sites_json(m, trace_sites(m));
     nlohmann::json devs = nlohmann::json::array();
     for (const auto& d : m.devices) {
       nlohmann::json j;

@@ -31,6 +31,7 @@ std::vector<TraceModel> load_models(const std::vector<std::string>& paths, const
             continue;
           d.at_peak.layout = std::move(d2.at_peak.layout);
           d.at_peak.biggest = std::move(d2.at_peak.biggest);
+          d.at_peak.stacks = std::move(d2.at_peak.stacks);
           d.peak_layout_deferred = false;
         }
       }

@@ -26,6 +26,7 @@ struct Block {
   BlockState state = BlockState::inactive;
   i64 alloc_time = 0;
   u64 alloc_event = 0;
+  std::uint32_t stack = 0;  // TraceRecord::stack_id of the alloc
 };
 
 struct Segment {
@@ -112,6 +113,7 @@ struct TraceModelBuilder::Impl {
   std::map<std::int32_t, DeviceState> devices;
   u64 events = 0;
   bool has_segment_events = false;
+  bool has_stacks = false;  // some alloc recorded a stack: states keep bytes per stack
   std::vector<std::string> notes;
   u64 snapshot_budget_per_event = 32;
 
@@ -251,6 +253,7 @@ struct TraceModelBuilder::Impl {
         bs.size = b.size;
         bs.requested_size = b.requested;
         bs.state = b.state;
+        bs.stack_id = b.stack;
         ss.blocks.push_back(bs);
         if (b.state != BlockState::inactive) {
           ss.active_size += b.size;
@@ -267,6 +270,8 @@ struct TraceModelBuilder::Impl {
       live.push_back({addr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event,
                       b.state == BlockState::active_pending_free});
     d.snapshot_cost += d.orphans.size();  // copied too: counts against the peak-copy budget
+    st.stacks.clear();
+    if (has_stacks) st.stacks = stacks_of(d);
     std::size_t n = std::min(opt.top_n, live.size());
     std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
                       [](const LiveAllocation& a, const LiveAllocation& b) {
@@ -274,6 +279,57 @@ struct TraceModelBuilder::Impl {
                       });
     live.resize(n);
     st.biggest = std::move(live);
+  }
+
+  // Allocated bytes per stack now, by stack id: what a sites table reads at a peak or an OOM.
+  static std::vector<StackBytes> stacks_of(const DeviceState& d) {
+    std::unordered_map<std::uint32_t, StackBytes> by;
+    auto add_block = [&](const Block& b) {
+      if (b.state != BlockState::active_allocated) return;
+      auto& e = by[b.stack];
+      e.stack = b.stack;
+      e.bytes += b.size;
+      e.blocks += 1;
+    };
+    for (const auto& [addr, seg] : d.segments)
+      for (const auto& [baddr, b] : seg.blocks) add_block(b);
+    for (const auto& [addr, b] : d.orphans) add_block(b);
+    std::vector<StackBytes> out;
+    out.reserve(by.size());
+    for (const auto& [id, e] : by) out.push_back(e);
+    std::sort(out.begin(), out.end(), [](const StackBytes& a, const StackBytes& b) { return a.stack < b.stack; });
+    return out;
+  }
+
+  // Is a block allocated at `addr` at the end of the history?
+  bool allocated_at(std::int32_t device, u64 addr) {
+    auto it = devices.find(device);
+    if (it == devices.end()) return false;
+    DeviceState& d = it->second;
+    if (auto o = d.orphans.find(addr); o != d.orphans.end()) return true;
+    u64 seg_addr = 0;
+    Segment* s = segment_of(d, addr, &seg_addr);
+    if (!s) return false;
+    auto b = s->blocks.find(addr);
+    return b != s->blocks.end() && b->second.state != BlockState::inactive;
+  }
+
+  // TraceModel::recorded_end_stacks from the end state a reader recorded.
+  void recorded_end_stacks(const Snapshot& end, TraceModel& m) {
+    std::map<std::int32_t, std::map<std::uint32_t, StackBytes>> by;
+    for (const auto& seg : end.segments)
+      for (const auto& b : seg.blocks) {
+        if (b.stack_id == 0 || b.state != BlockState::active_allocated || allocated_at(seg.device, b.address)) continue;
+        auto& e = by[seg.device][b.stack_id];
+        e.stack = b.stack_id;
+        e.bytes += b.size;
+        e.blocks += 1;
+      }
+    for (auto& [dev, stacks] : by) {
+      std::vector<StackBytes> v;
+      for (auto& [id, e] : stacks) v.push_back(e);
+      m.recorded_end_stacks.emplace_back(dev, std::move(v));
+    }
   }
 
   // Takes the pending peak state before an event that is not a further increase (Note [state at
@@ -294,6 +350,7 @@ struct TraceModelBuilder::Impl {
       st.largest_free_block = d.free_sizes.empty() ? 0 : *d.free_sizes.rbegin();
       st.layout.segments.clear();
       st.biggest.clear();
+      st.stacks.clear();
       d.out.peak_layout_deferred = true;
       return;
     }
@@ -543,6 +600,8 @@ struct TraceModelBuilder::Impl {
     nb.state = BlockState::active_allocated;
     nb.alloc_time = r.time_ns;
     nb.alloc_event = events;
+    nb.stack = r.stack_id;
+    if (r.stack_id != 0) has_stacks = true;
     if (!s) {
       int pool = in_small_pool(rounded) ? kStatSmall : kStatLarge;
       nb.size = rounded;
@@ -745,6 +804,7 @@ struct TraceModelBuilder::Impl {
         o.request_bytes = r.size;
         o.device_free_bytes = r.device_free;
         if (r.oom_retries >= 0) o.retries = static_cast<std::uint64_t>(r.oom_retries);
+        o.stack = r.stack_id;
         if (d.out.ooms.size() < opt.max_oom_states) {
           capture(d, o.state, r.time_ns, events);
         } else {
@@ -982,6 +1042,10 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
   TraceModel m = impl_->finish(reader.incomplete(), reader.final_state());
   if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
+  if (auto stacks = reader.stacks(); stacks && stacks->size() != 0) {
+    m.stacks = std::move(stacks);
+    if (const Snapshot* end = reader.final_state()) impl_->recorded_end_stacks(*end, m);
+  }
   if (reader.nul_bytes() != 0) {
     m.notes.push_back(
         fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "

@@ -64,6 +64,14 @@ struct LiveAllocation {
   bool before_trace = false;
 };
 
+/// Allocated bytes of one call stack at one moment (TraceRecord::stack_id; 0 = blocks whose
+/// allocation recorded no stack).
+struct StackBytes {
+  std::uint32_t stack = 0;
+  std::uint64_t bytes = 0;   ///< block bytes, as allocated_bytes counts them
+  std::uint64_t blocks = 0;  ///< allocated blocks
+};
+
 /// The allocator's state at one moment.
 struct StateAt {
   std::uint64_t event_index = 0;  ///< 0-based index of the last event applied
@@ -72,6 +80,9 @@ struct StateAt {
   Snapshot layout;    ///< segments and blocks (orphan blocks excluded)
   std::uint64_t largest_free_block = 0;
   std::vector<LiveAllocation> biggest;  ///< the largest live allocations, largest first
+  /// Allocated (not pending-free) blocks by the stack that allocated them, by stack id; filled
+  /// only when the trace records stacks (empty otherwise). Sums to allocated_bytes.
+  std::vector<StackBytes> stacks;
   bool captured = false;
 };
 
@@ -82,6 +93,7 @@ struct OomRecord {
   std::uint64_t request_bytes = 0;  ///< size the oom event carries (the allocation asked of the device)
   std::uint64_t device_free_bytes = 0;
   std::optional<std::uint64_t> retries;  ///< num_alloc_retries at the failure, when the trace says
+  std::uint32_t stack = 0;               ///< the failed request's call stack (TraceRecord::stack_id); 0 = none
   StateAt state;
 };
 
@@ -136,6 +148,13 @@ struct TraceModel {
   std::uint64_t events = 0;
   std::vector<DeviceModel> devices;  ///< sorted by device id
   std::vector<std::string> notes;
+  /// The frames behind StateAt::stacks (the reader's table, kept alive here); null when the trace
+  /// records no stacks.
+  std::shared_ptr<const StackTable> stacks;
+  /// Per device, allocated blocks of the end state the trace recorded (a snapshot's segments)
+  /// that the history does not hold allocated at its end (allocated before the history began),
+  /// by stack; only blocks with a stack. Empty when the format records no such state.
+  std::vector<std::pair<std::int32_t, std::vector<StackBytes>>> recorded_end_stacks;
 };
 
 struct ModelOptions {

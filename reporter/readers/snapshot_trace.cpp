@@ -4,6 +4,7 @@
 // as the header's settings.
 #include <algorithm>
 #include <deque>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -41,6 +42,7 @@ class SnapshotReader final : public TraceReader {
       if (done_) return false;
       if (!unpickler_.run()) {
         finish();
+        read_block_stacks();
         done_ = true;
       }
     }
@@ -56,6 +58,7 @@ class SnapshotReader final : public TraceReader {
   std::uint64_t bytes_read() const override { return bytes_->bytes_read(); }
   std::uint64_t bytes_total() const override { return bytes_->bytes_total(); }
   const Snapshot* final_state() const override { return done_ ? &final_ : nullptr; }
+  std::shared_ptr<const StackTable> stacks() const override { return stacks_; }
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
@@ -85,7 +88,58 @@ class SnapshotReader final : public TraceReader {
     if (!has_size) fail(fmt::format("\"{}\" trace entry without an integer \"size\"", action->text));
     if (!has_addr && r.action != Action::oom && r.action != Action::snapshot)
       fail(fmt::format("\"{}\" trace entry without an integer \"addr\"", action->text));
+    r.stack_id = stack_of(e);
     queue_.push_back(r);
+  }
+
+  // The `frames` of an entry or block (innermost first) as a stack id; 0 when absent, empty or
+  // malformed. Frames are an aid, never a reason to lose the trace: a bad one drops the stack only.
+  // An entry whose frames list it shares with an entry already delivered (the alloc and the frees
+  // of one block share one list; the pickle appends entries in batches of 1000) finds the
+  // unpickler's empty placeholder and gets 0. Only allocs need a stack, and they come first.
+  std::uint32_t stack_of(const Value& holder) {
+    const Value* frames = holder.find("frames");
+    if (!frames || frames->kind != Kind::list || frames->items.empty()) return 0;
+    frame_buf_.clear();
+    for (const auto& fp : frames->items) {
+      if (!fp || fp->kind != Kind::dict) return 0;
+      Frame f;
+      if (const Value* v = fp->find("filename"); v && v->kind == Kind::string) f.filename = v->text;
+      if (const Value* v = fp->find("name"); v && v->kind == Kind::string) f.name = v->text;
+      std::uint64_t line = 0;
+      if (const Value* v = fp->find("line"); v && v->to_u64(line))
+        f.line = static_cast<std::uint32_t>(std::min<std::uint64_t>(line, UINT32_MAX));
+      frame_buf_.push_back(f);
+    }
+    return stacks_->intern(frame_buf_);
+  }
+
+  // The stacks of the end state's blocks (PyTorch records `frames` per block), so that the end
+  // state names code even when the history is empty or began after the block was allocated.
+  // Addresses follow finish()'s rule; blocks are matched to final_'s by address.
+  void read_block_stacks() {
+    const ValuePtr& root = unpickler_.result();
+    const Value* segments = root->kind == Kind::dict ? root->find("segments") : root.get();
+    if (!segments || segments->kind != Kind::list) return;
+    std::unordered_map<std::uint64_t, std::uint32_t> by_address;
+    for (const auto& sp : segments->items) {
+      if (!sp || sp->kind != Kind::dict) continue;
+      const Value* blocks = sp->find("blocks");
+      if (!blocks || blocks->kind != Kind::list) continue;
+      std::uint64_t addr = u64_field(*sp, "address");
+      for (const auto& bp : blocks->items) {
+        if (!bp || bp->kind != Kind::dict) continue;
+        bool has_addr = false;
+        std::uint64_t a = u64_field(*bp, "address", &has_addr);
+        if (!has_addr) a = addr;
+        addr = a + u64_field(*bp, "size");
+        if (std::uint32_t id = stack_of(*bp)) by_address[a] = id;
+      }
+    }
+    if (by_address.empty()) return;
+    for (auto& seg : final_.segments)
+      for (auto& b : seg.blocks)
+        if (auto it = by_address.find(b.address); it != by_address.end()) b.stack_id = it->second;
   }
 
   void finish() {
@@ -151,6 +205,8 @@ class SnapshotReader final : public TraceReader {
   pickle::Unpickler unpickler_;
   TraceHeader header_;
   std::deque<TraceRecord> queue_;
+  std::shared_ptr<StackTable> stacks_ = std::make_shared<StackTable>();
+  std::vector<Frame> frame_buf_;  // reused: one stack's frames, views into the pickle's strings
   Snapshot final_;
   std::uint64_t index_ = 0;
   std::uint64_t skipped_unknown_ = 0;

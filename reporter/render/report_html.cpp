@@ -7,6 +7,7 @@
 #include "analyses/diagnosis.h"
 #include "analyses/oom_report.h"
 #include "analyses/processes.h"
+#include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "render/report_page.h"
 
@@ -18,6 +19,22 @@ using i64 = std::int64_t;
 using u64 = std::uint64_t;
 
 double ms(i64 ns) { return static_cast<double>(ns) / 1e6; }
+
+// A sites table for the page: each site with its largest framework line; the full stacks stay in
+// `summary --json`.
+nlohmann::json page_sites_json(const SitesAt& s) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& x : s.sites) {
+    std::string via;
+    for (const auto& v : x.via)
+      if (!v.label.empty()) {
+        via = v.label;
+        break;
+      }
+    a.push_back({{"site", x.label}, {"bytes", x.bytes}, {"blocks", x.blocks}, {"via", via}});
+  }
+  return a;
+}
 
 nlohmann::json layout_json(const Snapshot& s, const ReportOptions& o) {
   // Keep the largest segments, drawn in address order.
@@ -127,6 +144,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   nlohmann::json traces = nlohmann::json::array();
   for (const auto& m : models) {
     auto cases = oom_cases(m);
+    const std::vector<DeviceSites> sites = trace_sites(m);  // empty without stacks: the page as before
     nlohmann::json t = trace_identity_json(m);
     nlohmann::json devs = nlohmann::json::array();
     for (const auto& d : m.devices) {
@@ -163,7 +181,11 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       for (const auto& mk : d.markers)
         markers.push_back({{"t", ms(mk.time_ns - t0)}, {"kind", mk.kind}, {"value", mk.value}});
       dj["markers"] = markers;
+      const DeviceSites* ds = nullptr;
+      for (const auto& x : sites)
+        if (x.device == d.device) ds = &x;
       if (d.at_peak.captured) dj["peak"] = state_json(d.at_peak, t0, o);
+      if (ds && d.at_peak.captured && !ds->at_peak.empty()) dj["peak"]["sites"] = page_sites_json(ds->at_peak);
       nlohmann::json ooms = nlohmann::json::array();
       for (const auto& c : cases) {
         if (c.device != d.device || !c.state) continue;
@@ -176,6 +198,12 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
         oj["request"] = c.figures.request ? nlohmann::json(*c.figures.request) : nlohmann::json(nullptr);
         oj["device_free"] = c.figures.device_free ? nlohmann::json(*c.figures.device_free) : nlohmann::json(nullptr);
         oj["state"] = state_json(*c.state, t0, o);
+        if (ds) {
+          const SitesAt* cs = c.last_state ? &ds->at_end : nullptr;
+          for (std::size_t i = 0; !cs && i < d.ooms.size() && i < ds->at_oom.size(); ++i)
+            if (&d.ooms[i].state == c.state) cs = &ds->at_oom[i];
+          if (cs && !cs->empty()) oj["sites"] = page_sites_json(*cs);
+        }
         ooms.push_back(oj);
       }
       dj["ooms"] = ooms;
@@ -183,6 +211,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       dj["end"] = {{"live_blocks", d.at_end.stats.active[kStatAll].current},
                    {"live_bytes", d.at_end.stats.active_bytes[kStatAll].current},
                    {"biggest", biggest_json(d.at_end.biggest, t0)}};
+      if (ds && !ds->at_end.empty()) dj["end"]["sites"] = page_sites_json(ds->at_end);
       dj["notes"] = d.notes;
       devs.push_back(dj);
     }

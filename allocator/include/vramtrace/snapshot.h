@@ -22,6 +22,9 @@ struct BlockSnapshot {
   std::uint64_t requested_size = 0;  ///< bytes the program asked for (0 when inactive)
   BlockState state = BlockState::inactive;
   bool mapped = true;  ///< false for unmapped address space of an expandable segment
+  /// The call stack that allocated the block, an id of the trace reader's stack table
+  /// (TraceReader::stacks); 0 = not recorded.
+  std::uint32_t stack_id = 0;
 };
 
 /// One device allocation (or, for an expandable segment, one contiguous mapped range), its

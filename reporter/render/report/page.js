@@ -11,12 +11,13 @@ DATA.traces.forEach(function(tr){
   var h=el('div');main.appendChild(h);timelines.push(new Timeline(dev,h));
   dev.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});
   if(dev.peak){main.appendChild(el('h3',null,'Allocator state at the peak of allocated memory'));stateFigures(main,dev.peak);var sh=el('div');main.appendChild(sh);Segments(dev.peak,sh);
-   main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest);}
+   main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest);sites(main,'Top allocation sites at the peak',dev.peak.sites);}
   dev.ooms.forEach(function(o,i){main.appendChild(el('h3',null,(o.last_state?'Last state (the trace ends abruptly)':'OOM '+(i+1))+' at '+fmtT(o.state.t)));
    main.appendChild(el('div',{'class':'diag'},'Diagnosis: '+o.diagnosis+' \u2014 '+o.headline));o.reasons.forEach(function(r){main.appendChild(el('div',{'class':'sub'},'because '+r));});
    if(o.next_step)main.appendChild(el('div',null,'Next step: '+o.next_step));if(o.request!==null)main.appendChild(el('div',null,'request '+fmtB(o.request)+', free on the device '+fmtB(o.device_free)));
-   stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);Segments(o.state,oh);});
+   stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);Segments(o.state,oh);sites(main,'Top allocation sites alive at this moment',o.sites);});
   main.appendChild(el('h3',null,'Summary (torch.cuda.memory_summary layout)'));main.appendChild(el('pre',null,dev.summary_table));
   main.appendChild(el('h3',null,'Still allocated at the end: '+dev.end.live_blocks+' blocks, '+fmtB(dev.end.live_bytes)));biggest(main,dev.end.biggest);
+  sites(main,'Top allocation sites at the end',dev.end.sites);
  });
 });

@@ -3,10 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "vramtrace/event.h"
@@ -19,6 +23,58 @@ namespace vramtrace {
 class TraceError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+/// One frame of a recorded call stack, as PyTorch's snapshots name it. The strings are views into
+/// the StackTable that holds the frame; they stay valid as long as that table lives.
+struct Frame {
+  std::string_view filename;  ///< as recorded: a path (often relative), "??" or "" for native code, "<string>", ...
+  std::uint32_t line = 0;     ///< 1-based line; 0 when unknown (native frames)
+  std::string_view name;      ///< function name (C++ frames: the demangled signature)
+  bool operator==(const Frame& o) const noexcept { return line == o.line && filename == o.filename && name == o.name; }
+};
+
+/// The distinct call stacks of a trace, each stored once (interned by content), with their
+/// strings stored once too, so that memory grows with the unique stacks and strings, not with
+/// the trace's entries: a training loop repeats a few hundred stacks millions of times.
+/// Ids are dense from 1 in order of first appearance (0 means "no stack"), so that two reads of
+/// the same file give the same ids. Not thread-safe while interning; concurrent const use is.
+class StackTable {
+ public:
+  /// The id of the stack `frames` (innermost first), adding it when new; 0 for an empty stack.
+  /// The frames' strings are copied into the table. O(frames) expected.
+  std::uint32_t intern(const std::vector<Frame>& frames) {
+    if (frames.empty()) return 0;
+    std::size_t h = 0xcbf29ce484222325ull;
+    for (const auto& f : frames) {
+      h = (h ^ std::hash<std::string_view>{}(f.filename)) * 0x100000001b3ull;
+      h = (h ^ f.line) * 0x100000001b3ull;
+      h = (h ^ std::hash<std::string_view>{}(f.name)) * 0x100000001b3ull;
+    }
+    auto [first, last] = by_hash_.equal_range(h);
+    for (auto it = first; it != last; ++it)
+      if (stacks_[it->second - 1] == frames) return it->second;
+    std::vector<Frame> own;
+    own.reserve(frames.size());
+    for (const auto& f : frames) own.push_back({string(f.filename), f.line, string(f.name)});
+    stacks_.push_back(std::move(own));
+    const auto id = static_cast<std::uint32_t>(stacks_.size());
+    by_hash_.emplace(h, id);
+    return id;
+  }
+  /// The frames of stack `id`, innermost first; nullptr for 0 or an id the table never gave.
+  const std::vector<Frame>* get(std::uint32_t id) const noexcept {
+    return id == 0 || id > stacks_.size() ? nullptr : &stacks_[id - 1];
+  }
+  /// Number of distinct stacks (the largest id).
+  std::size_t size() const noexcept { return stacks_.size(); }
+
+ private:
+  std::string_view string(std::string_view s) { return *strings_.emplace(s).first; }
+
+  std::unordered_set<std::string> strings_;  // nodes never move: views into them stay valid
+  std::deque<std::vector<Frame>> stacks_;    // by id - 1; a deque so that get()'s pointers stay valid
+  std::unordered_multimap<std::size_t, std::uint32_t> by_hash_;
 };
 
 /// One allocator action read from a trace, in PyTorch's terms.
@@ -44,6 +100,10 @@ struct TraceRecord {
   /// replay never drives the allocator with it, and pinned host memory (5) is not device memory. Always 0 for PyTorch's
   /// traces.
   std::uint8_t memory_kind = 0;
+  /// The call stack recorded with the action (PyTorch's snapshots: the entry's `frames`), as an
+  /// id of the reader's stacks() table; 0 = none recorded (other formats, entries without frames,
+  /// malformed frames).
+  std::uint32_t stack_id = 0;
 };
 
 /// What a trace says about itself before its events.
@@ -126,6 +186,16 @@ class TraceReader {
   /// unknown), for progress lines.
   virtual std::uint64_t bytes_read() const { return 0; }
   virtual std::uint64_t bytes_total() const { return 0; }
+  /// The table behind TraceRecord::stack_id and BlockSnapshot::stack_id: shared so that a model
+  /// can keep the frames after the reader is gone. Null for formats without stacks (the default).
+  /// It grows while next() runs; a stack, once given, never changes.
+  virtual std::shared_ptr<const StackTable> stacks() const { return nullptr; }
+  /// The frames of stack `id`, innermost first; nullptr for 0, unknown ids, or a format without
+  /// stacks. The pointer stays valid while the reader (or a holder of stacks()) lives.
+  const std::vector<Frame>* stack(std::uint32_t id) const {
+    auto t = stacks();
+    return t ? t->get(id) : nullptr;
+  }
 };
 
 /// vramtrace's own JSON Lines format (docs/trace-format.md); open_trace dispatches here when the

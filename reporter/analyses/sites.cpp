@@ -1,0 +1,320 @@
+#include "analyses/sites.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "vramtrace/units.h"
+
+namespace vramtrace {
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view tail) {
+  return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
+}
+
+// "python3", "python3.12", "python3.13t" (free-threaded builds): the directory of a Python
+// installation's standard library, under lib/.
+bool is_python_dir(std::string_view c) {
+  if (c.substr(0, 6) != "python") return false;
+  c.remove_prefix(6);
+  if (c.empty()) return false;
+  if (c.back() == 't') c.remove_suffix(1);
+  bool digit = false;
+  for (char ch : c) {
+    if (ch >= '0' && ch <= '9')
+      digit = true;
+    else if (ch != '.')
+      return false;
+  }
+  return digit;
+}
+
+}  // namespace
+
+const char* frame_kind_name(FrameKind k) noexcept {
+  switch (k) {
+    case FrameKind::user:
+      return "user";
+    case FrameKind::library:
+      return "library";
+    case FrameKind::torch:
+      return "torch";
+    case FrameKind::runtime:
+      return "runtime";
+    case FrameKind::native:
+      return "native";
+  }
+  return "user";
+}
+
+FrameKind frame_kind(std::string_view f) noexcept {
+  if (f.empty() || f == "??") return FrameKind::native;
+  for (std::string_view ext : {".c", ".cc", ".cpp", ".cxx", ".cu", ".h", ".hh", ".hpp", ".cuh", ".inl"})
+    if (ends_with(f, ext)) return FrameKind::native;
+  if (f.front() == '<') return FrameKind::runtime;  // <frozen runpy>, <string>, <eval_with_key>.3
+  // Path components, in order; the file's own name is not a directory.
+  std::vector<std::string_view> dirs;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= f.size(); ++i) {
+    if (i == f.size() || f[i] == '/' || f[i] == '\\') {
+      if (i > start && i < f.size()) dirs.push_back(f.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  for (auto d : dirs)
+    if (d == "torch") return FrameKind::torch;
+  for (auto d : dirs)
+    if (d == "site-packages" || d == "dist-packages") return FrameKind::library;
+  for (std::size_t i = 0; i < dirs.size(); ++i)
+    if (is_python_dir(dirs[i]) && (i == 0 || dirs[i - 1] == "lib" || dirs[i - 1] == "lib64")) return FrameKind::runtime;
+  return FrameKind::user;
+}
+
+namespace {
+
+// An autograd node's apply() ("torch::autograd::generated::MulBackward0::apply(...)"): what a
+// stack of the backward pass's engine thread, which has no Python frame, is working for.
+bool is_autograd_node(std::string_view name) {
+  return name.find("torch::autograd::generated::") != std::string_view::npos &&
+         name.find("::apply(") != std::string_view::npos;
+}
+
+}  // namespace
+
+SiteFrames site_frames(const std::vector<Frame>& stack) {
+  SiteFrames s;
+  if (stack.empty()) return s;
+  std::size_t first_python = SiteFrames::none, first_node = SiteFrames::none;
+  for (std::size_t i = 0; i < stack.size(); ++i) {
+    FrameKind k = frame_kind(stack[i].filename);
+    if (k == FrameKind::user) {
+      s.user = i;
+      break;
+    }
+    if (k != FrameKind::native && first_python == SiteFrames::none) first_python = i;
+    if (k == FrameKind::native && first_node == SiteFrames::none && is_autograd_node(stack[i].name)) first_node = i;
+  }
+  if (s.user == SiteFrames::none)
+    s.user = first_python != SiteFrames::none ? first_python : first_node != SiteFrames::none ? first_node : 0;
+  std::size_t inner_torch = SiteFrames::none;
+  for (std::size_t i = 0; i < s.user; ++i) {
+    FrameKind k = frame_kind(stack[i].filename);
+    if (k == FrameKind::library) {
+      s.via = i;
+      return s;
+    }
+    if (k == FrameKind::torch && inner_torch == SiteFrames::none) inner_torch = i;
+  }
+  s.via = inner_torch;
+  return s;
+}
+
+std::string frame_label(const Frame& f) {
+  std::string_view file = f.filename.empty() ? std::string_view("??") : f.filename;
+  std::string_view name = f.name;
+  // C++ signatures run to hundreds of characters; the parameter list (the balanced parentheses
+  // at the end, "(anonymous namespace)" kept) says little in a table.
+  if (frame_kind(f.filename) == FrameKind::native && !name.empty() && name.back() == ')') {
+    int depth = 0;
+    for (std::size_t i = name.size(); i-- > 0;) {
+      if (name[i] == ')') ++depth;
+      if (name[i] == '(' && --depth == 0) {
+        if (i > 0) name = name.substr(0, i);
+        break;
+      }
+    }
+  }
+  if (f.line == 0) return fmt::format("{} in {}", file, name);
+  return fmt::format("{}:{} in {}", file, f.line, name);
+}
+
+SitesAt sites_of(const std::vector<StackBytes>& stacks, const StackTable& table, std::size_t top_n) {
+  SitesAt out;
+  struct Acc {
+    Site site;
+    std::map<std::string, SiteVia> via;
+    std::uint64_t best_bytes = 0;
+  };
+  // Keyed by the user frame's content: several stacks (different callers below or above) share it.
+  std::map<std::tuple<std::string_view, std::uint32_t, std::string_view>, Acc> by;
+  for (const auto& sb : stacks) {
+    out.total_bytes += sb.bytes;
+    out.total_blocks += sb.blocks;
+    const std::vector<Frame>* st = table.get(sb.stack);
+    SiteFrames where = st ? site_frames(*st) : SiteFrames{};
+    if (!st || where.user == SiteFrames::none) {
+      out.no_stack_bytes += sb.bytes;
+      out.no_stack_blocks += sb.blocks;
+      continue;
+    }
+    const Frame& u = (*st)[where.user];
+    Acc& a = by[{u.filename, u.line, u.name}];
+    if (a.site.label.empty()) a.site.label = frame_label(u);
+    a.site.bytes += sb.bytes;
+    a.site.blocks += sb.blocks;
+    if (sb.bytes > a.best_bytes || a.site.frames.empty()) {
+      a.best_bytes = sb.bytes;
+      a.site.frames.assign(st->begin(), st->begin() + static_cast<std::ptrdiff_t>(where.user) + 1);
+    }
+    std::string via = where.via == SiteFrames::none ? std::string() : frame_label((*st)[where.via]);
+    SiteVia& v = a.via[via];
+    v.label = via;
+    v.bytes += sb.bytes;
+    v.blocks += sb.blocks;
+  }
+  std::vector<Site> all;
+  all.reserve(by.size());
+  for (auto& [key, a] : by) {
+    for (auto& [label, v] : a.via) a.site.via.push_back(std::move(v));
+    std::sort(a.site.via.begin(), a.site.via.end(), [](const SiteVia& x, const SiteVia& y) {
+      return x.bytes != y.bytes ? x.bytes > y.bytes : x.label < y.label;
+    });
+    all.push_back(std::move(a.site));
+  }
+  std::sort(all.begin(), all.end(),
+            [](const Site& x, const Site& y) { return x.bytes != y.bytes ? x.bytes > y.bytes : x.label < y.label; });
+  for (std::size_t i = top_n; i < all.size(); ++i) {
+    ++out.other_sites;
+    out.other_bytes += all[i].bytes;
+    out.other_blocks += all[i].blocks;
+  }
+  if (all.size() > top_n) all.resize(top_n);
+  out.sites = std::move(all);
+  return out;
+}
+
+std::string stack_site_label(const StackTable& table, std::uint32_t stack) {
+  const std::vector<Frame>* st = table.get(stack);
+  if (!st) return "";
+  SiteFrames where = site_frames(*st);
+  if (where.user == SiteFrames::none) return "";
+  std::string out = frame_label((*st)[where.user]);
+  if (where.via != SiteFrames::none) out += ", via " + frame_label((*st)[where.via]);
+  return out;
+}
+
+std::vector<DeviceSites> trace_sites(const TraceModel& m, std::size_t top_n) {
+  std::vector<DeviceSites> out;
+  if (!m.stacks) return out;
+  const StackTable& t = *m.stacks;
+  auto recorded_end = [&](std::int32_t device) -> const std::vector<StackBytes>* {
+    for (const auto& [d, v] : m.recorded_end_stacks)
+      if (d == device) return &v;
+    return nullptr;
+  };
+  for (const auto& d : m.devices) {
+    DeviceSites s;
+    s.device = d.device;
+    if (d.at_peak.captured) s.at_peak = sites_of(d.at_peak.stacks, t, top_n);
+    for (const auto& o : d.ooms) s.at_oom.push_back(sites_of(o.state.stacks, t, top_n));
+    std::vector<StackBytes> end = d.at_end.stacks;
+    const auto* extra = recorded_end(d.device);
+    if (extra) end.insert(end.end(), extra->begin(), extra->end());
+    s.at_end = sites_of(end, t, top_n);
+    for (const auto& e : extra ? *extra : std::vector<StackBytes>{}) {
+      s.at_end.end_state_only_bytes += e.bytes;
+      s.at_end.end_state_only_blocks += e.blocks;
+    }
+    out.push_back(std::move(s));
+  }
+  // Devices that only the recorded end state knows (a snapshot whose history is empty).
+  for (const auto& [device, v] : m.recorded_end_stacks) {
+    const std::int32_t dev = device;  // a copy: clang 14 cannot capture a structured binding
+    if (std::any_of(out.begin(), out.end(), [&](const DeviceSites& s) { return s.device == dev; })) continue;
+    DeviceSites s;
+    s.device = dev;
+    s.at_end = sites_of(v, t, top_n);
+    s.at_end.end_state_only_bytes = s.at_end.total_bytes;
+    s.at_end.end_state_only_blocks = s.at_end.total_blocks;
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const DeviceSites& a, const DeviceSites& b) { return a.device < b.device; });
+  return out;
+}
+
+std::string render_sites_text(const SitesAt& s, const std::string& title, const std::string& indent) {
+  if (s.empty()) return "";
+  auto fb = [](std::uint64_t v) { return format_bytes(static_cast<double>(v), ByteStyle::pytorch); };
+  std::string out = indent + title + "\n";
+  out += fmt::format("{}  {:>3}  {:>12}  {:>7}  {}\n", indent, "#", "bytes", "blocks",
+                     "site (user's line; below it, the framework line it called)");
+  int i = 1;
+  for (const auto& site : s.sites) {
+    out += fmt::format("{}  {:>3}  {:>12}  {:>7}  {}\n", indent, i++, fb(site.bytes), site.blocks, site.label);
+    const auto named = static_cast<std::size_t>(
+        std::count_if(site.via.begin(), site.via.end(), [](const SiteVia& x) { return !x.label.empty(); }));
+    std::size_t shown = 0;
+    for (const auto& v : site.via) {
+      if (v.label.empty()) continue;
+      if (shown == 3) {
+        out += fmt::format("{}  {:>3}  {:>12}  {:>7}      ... {} more framework lines\n", indent, "", "", "",
+                           named - shown);
+        break;
+      }
+      out += fmt::format("{}  {:>3}  {:>12}  {:>7}      via {}\n", indent, "", fb(v.bytes), v.blocks, v.label);
+      ++shown;
+    }
+  }
+  if (s.other_sites)
+    out +=
+        fmt::format("{}  {} more sites: {} in {} blocks\n", indent, s.other_sites, fb(s.other_bytes), s.other_blocks);
+  if (s.no_stack_blocks)
+    out += fmt::format("{}  no stack recorded: {} in {} blocks\n", indent, fb(s.no_stack_bytes), s.no_stack_blocks);
+  if (s.end_state_only_blocks)
+    out += fmt::format(
+        "{}  of these, {} in {} blocks are in the recorded end state only (allocated before the history began)\n",
+        indent, fb(s.end_state_only_bytes), s.end_state_only_blocks);
+  return out;
+}
+
+nlohmann::json sites_json(const SitesAt& s) {
+  nlohmann::json sites = nlohmann::json::array();
+  for (const auto& site : s.sites) {
+    nlohmann::json via = nlohmann::json::array();
+    for (const auto& v : site.via)
+      via.push_back({{"site", v.label.empty() ? nlohmann::json(nullptr) : nlohmann::json(v.label)},
+                     {"bytes", v.bytes},
+                     {"blocks", v.blocks}});
+    nlohmann::json frames = nlohmann::json::array();
+    for (const auto& f : site.frames)
+      frames.push_back({{"filename", std::string(f.filename)},
+                        {"line", f.line},
+                        {"name", std::string(f.name)},
+                        {"kind", frame_kind_name(frame_kind(f.filename))}});
+    sites.push_back(
+        {{"site", site.label}, {"bytes", site.bytes}, {"blocks", site.blocks}, {"via", via}, {"frames", frames}});
+  }
+  return {{"total_bytes", s.total_bytes},
+          {"total_blocks", s.total_blocks},
+          {"no_stack_bytes", s.no_stack_bytes},
+          {"no_stack_blocks", s.no_stack_blocks},
+          {"other_sites", s.other_sites},
+          {"other_bytes", s.other_bytes},
+          {"other_blocks", s.other_blocks},
+          {"end_state_only_bytes", s.end_state_only_bytes},
+          {"end_state_only_blocks", s.end_state_only_blocks},
+          {"sites", sites}};
+}
+
+nlohmann::json trace_sites_json(const TraceModel& m, const std::vector<DeviceSites>& sites, std::size_t top_n) {
+  nlohmann::json devs = nlohmann::json::array();
+  if (!m.stacks)
+    return {{"devices", devs},
+            {"reason",
+             "the trace records no call stacks (PyTorch snapshots record them as frames; "
+             "torch.cuda.memory._record_memory_history(stacks=\"python\" or \"all\"))"}};
+  for (const auto& s : sites) {
+    nlohmann::json d = {{"device", s.device}, {"at_end", sites_json(s.at_end)}};
+    const bool has_peak = std::any_of(m.devices.begin(), m.devices.end(),
+                                      [&](const DeviceModel& x) { return x.device == s.device && x.at_peak.captured; });
+    d["at_peak"] = has_peak ? sites_json(s.at_peak) : nlohmann::json(nullptr);
+    devs.push_back(d);
+  }
+  return {{"top_n", top_n}, {"devices", devs}};
+}
+
+}  // namespace vramtrace

@@ -1,0 +1,281 @@
+// Allocation sites: the grouping rule, the snapshot reader's stacks, the model's bytes per stack,
+// and the sites tables of summary and oom.
+#include <catch2/catch.hpp>
+
+#include "analyses/oom_report.h"
+#include "analyses/sites.h"
+#include "analyses/summary.h"
+#include "model/load_models.h"
+#include "readers/open_trace.h"
+#include "vector_reader.h"
+
+using namespace vramtrace;
+
+namespace {
+
+const std::string kData = VRAMTRACE_TEST_DATA_DIR;
+const std::string kSites = kData + "/pickle/sites.snapshot.pickle";
+constexpr std::uint64_t MiB = 1 << 20;
+
+Frame fr(std::string_view file, std::uint32_t line, std::string_view name) { return {file, line, name}; }
+
+std::string label(const std::vector<Frame>& st, std::size_t i) {
+  return i == SiteFrames::none ? "none" : frame_label(st[i]);
+}
+
+}  // namespace
+
+TEST_CASE("sites: frame kinds from file names", "[sites]") {
+  CHECK(frame_kind("train.py") == FrameKind::user);
+  CHECK(frame_kind("/home/me/project/model.py") == FrameKind::user);
+  CHECK(frame_kind("/home/me/torch_utils.py") == FrameKind::user);  // whole components only
+  CHECK(frame_kind("/home/me/mytorch/x.py") == FrameKind::user);
+  CHECK(frame_kind("python3.12/site-packages/torch/nn/modules/module.py") == FrameKind::torch);
+  CHECK(frame_kind("/opt/pytorch/torch/nn/functional.py") == FrameKind::torch);
+  CHECK(frame_kind("/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py") ==
+        FrameKind::library);
+  CHECK(frame_kind("/usr/lib/python3/dist-packages/numpy/core/numeric.py") == FrameKind::library);
+  CHECK(frame_kind("/usr/lib/python3.12/contextlib.py") == FrameKind::runtime);
+  CHECK(frame_kind("/usr/lib64/python3.13t/runpy.py") == FrameKind::runtime);
+  CHECK(frame_kind("<frozen runpy>") == FrameKind::runtime);
+  CHECK(frame_kind("<string>") == FrameKind::runtime);
+  CHECK(frame_kind("??") == FrameKind::native);
+  CHECK(frame_kind("") == FrameKind::native);
+  CHECK(frame_kind("CUDACachingAllocator.cpp") == FrameKind::native);
+  CHECK(frame_kind("/src/c10/util/Exception.h") == FrameKind::native);
+  CHECK(frame_kind("kernel.cu") == FrameKind::native);
+}
+
+TEST_CASE("sites: the user's line and the framework line below it", "[sites]") {
+  const std::string sp = "/venv/lib/python3.12/site-packages/";
+  // The frames' views need strings that outlive them.
+  const std::string functional = sp + "torch/nn/functional.py",
+                    gpt2_py = sp + "transformers/models/gpt2/modeling_gpt2.py",
+                    module = sp + "torch/nn/modules/module.py";
+  std::vector<Frame> gpt2 = {fr("??", 0, "torch::unwind::unwind()"),
+                             fr("CUDACachingAllocator.cpp", 0, "c10::cuda::malloc(unsigned long)"),
+                             fr(functional, 2345, "linear"),
+                             fr(gpt2_py, 200, "forward"),
+                             fr(module, 1779, "_wrapped_call_impl"),
+                             fr(gpt2_py, 900, "forward"),
+                             fr("train.py", 42, "step"),
+                             fr("<frozen runpy>", 88, "_run_code")};
+  SiteFrames s = site_frames(gpt2);
+  CHECK(label(gpt2, s.user) == "train.py:42 in step");
+  // The innermost library frame, not torch's and not the outermost transformers frame.
+  CHECK(label(gpt2, s.via) == sp + "transformers/models/gpt2/modeling_gpt2.py:200 in forward");
+
+  std::vector<Frame> plain = {
+      fr("??", 0, "f()"), fr("python3.12/site-packages/torch/nn/modules/linear.py", 125, "forward"),
+      fr("python3.12/site-packages/torch/nn/modules/module.py", 1779, "_call_impl"), fr("snap.py", 10, "<module>")};
+  s = site_frames(plain);
+  CHECK(label(plain, s.user) == "snap.py:10 in <module>");
+  CHECK(label(plain, s.via) == "python3.12/site-packages/torch/nn/modules/linear.py:125 in forward");
+
+  // All framework: the innermost Python frame; nothing below it.
+  std::vector<Frame> framework = {fr("??", 0, "g()"),
+                                  fr("/usr/lib/python3.12/site-packages/torch/_tensor.py", 631, "backward"),
+                                  fr("<string>", 1, "<module>")};
+  s = site_frames(framework);
+  CHECK(label(framework, s.user) == "/usr/lib/python3.12/site-packages/torch/_tensor.py:631 in backward");
+  CHECK(s.via == SiteFrames::none);
+
+  // Native only (the autograd engine's thread): the autograd node, its parameters dropped.
+  std::vector<Frame> backward = {
+      fr("??", 0, "torch::unwind::unwind()"), fr("", 0, "at::detail::empty_cuda(c10::ArrayRef<long>)"),
+      fr("Functions.cpp", 0, "torch::autograd::generated::MulBackward0_apply_functional(std::vector<at::Tensor>&&)"),
+      fr("??", 0,
+         "torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
+      fr("??", 0, "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)")};
+  s = site_frames(backward);
+  CHECK(label(backward, s.user) == "?? in torch::autograd::generated::MulBackward0::apply");
+  CHECK(frame_label(fr("x.cpp", 0, "at::(anonymous namespace)::wrapper(at::Tensor const&)")) ==
+        "x.cpp in at::(anonymous namespace)::wrapper");
+
+  std::vector<Frame> none;
+  CHECK(site_frames(none).user == SiteFrames::none);
+}
+
+TEST_CASE("sites: stacks are interned by content", "[sites]") {
+  StackTable t;
+  std::string a = "train.py", b = "train.py";  // equal content, different storage
+  std::uint32_t id1 = t.intern({fr(a, 1, "f"), fr("??", 0, "g")});
+  std::uint32_t id2 = t.intern({fr(b, 1, "f"), fr("??", 0, "g")});
+  std::uint32_t id3 = t.intern({fr(a, 2, "f")});
+  CHECK(id1 == 1);
+  CHECK(id2 == id1);
+  CHECK(id3 == 2);
+  CHECK(t.size() == 2);
+  CHECK(t.intern({}) == 0);
+  a = "changed";  // the table keeps its own copies
+  REQUIRE(t.get(id1) != nullptr);
+  CHECK((*t.get(id1))[0].filename == "train.py");
+  CHECK(t.get(0) == nullptr);
+  CHECK(t.get(3) == nullptr);
+}
+
+TEST_CASE("sites: the snapshot reader gives each alloc its frames, and tolerates bad ones", "[sites][pickle]") {
+  auto r = open_trace(kSites);
+  std::vector<TraceRecord> recs;
+  TraceRecord rec;
+  while (r->next(rec)) recs.push_back(rec);
+  REQUIRE(recs.size() == 9);
+  auto frames = [&](std::size_t i) { return r->stack(recs[i].stack_id); };
+  REQUIRE(frames(1) != nullptr);
+  CHECK(frames(1)->size() == 11);
+  CHECK(frames(1)->front().filename == "??");
+  CHECK(frame_label(frames(1)->at(8)) == "train.py:42 in step");
+  CHECK(recs[3].stack_id == 0);  // frames that are not dicts: no stack, the entry kept
+  CHECK(recs[4].stack_id == 0);  // no frames at all
+  // The frees share the alloc's list: the same stack, or none once the unpickler has delivered and
+  // dropped the alloc (pickle batches of 1000 entries); never another stack.
+  CHECK((recs[5].stack_id == 0 || recs[5].stack_id == recs[2].stack_id));
+  REQUIRE(frames(8) != nullptr);  // the oom entry: the refused request's stack
+  CHECK(frame_label(frames(8)->back()) == "train.py:70 in step");
+  // The end state's blocks: the preload block (not shared with the history) has its own frames.
+  const Snapshot* end = r->final_state();
+  REQUIRE(end != nullptr);
+  REQUIRE(end->segments.size() == 2);
+  const auto& pre = end->segments[1].blocks[0];
+  REQUIRE(r->stack(pre.stack_id) != nullptr);
+  CHECK(frame_label(r->stack(pre.stack_id)->back()) == "preload.py:3 in <module>");
+  // Ids are stable: a second read of the file gives the same ones.
+  auto r2 = open_trace(kSites);
+  std::size_t i = 0;
+  while (r2->next(rec)) CHECK(rec.stack_id == recs[i++].stack_id);
+}
+
+TEST_CASE("sites: bytes alive per site at the peak, the OOM and the end", "[sites]") {
+  auto models = load_models({kSites});
+  REQUIRE(models.size() == 1);
+  const TraceModel& m = models[0];
+  REQUIRE(m.stacks != nullptr);
+  auto sites = trace_sites(m);
+  REQUIRE(sites.size() == 1);
+  const DeviceSites& d = sites[0];
+
+  // The peak: 4 + 2 + 3 + 2 MiB; the last two have no stack.
+  REQUIRE(d.at_peak.sites.size() == 2);
+  CHECK(d.at_peak.total_bytes == 11 * MiB);
+  CHECK(d.at_peak.sites[0].label == "train.py:42 in step");
+  CHECK(d.at_peak.sites[0].bytes == 4 * MiB);
+  CHECK(d.at_peak.sites[0].blocks == 1);
+  REQUIRE(d.at_peak.sites[0].via.size() == 1);
+  CHECK(d.at_peak.sites[0].via[0].label ==
+        "/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py:200 in forward");
+  // The full stack: from the innermost frame to the user's frame.
+  CHECK(d.at_peak.sites[0].frames.size() == 9);
+  CHECK(d.at_peak.sites[1].label == "train.py:50 in step");
+  CHECK(d.at_peak.sites[1].bytes == 2 * MiB);
+  CHECK(d.at_peak.no_stack_bytes == 5 * MiB);
+  CHECK(d.at_peak.no_stack_blocks == 2);
+
+  // The OOM: the 2 MiB of train.py:50 were freed and train.py:60 took their place.
+  REQUIRE(d.at_oom.size() == 1);
+  REQUIRE(d.at_oom[0].sites.size() == 2);
+  CHECK(d.at_oom[0].sites[1].label == "train.py:60 in step");
+  CHECK(d.at_oom[0].sites[1].via.at(0).label.empty());  // contextlib is the runtime: no framework line
+
+  // The end: the history's blocks, plus the preload block only the end state holds.
+  REQUIRE(d.at_end.sites.size() == 3);
+  CHECK(d.at_end.sites[0].label == "preload.py:3 in <module>");
+  CHECK(d.at_end.sites[0].bytes == 8 * MiB);
+  CHECK(d.at_end.end_state_only_bytes == 8 * MiB);
+  CHECK(d.at_end.total_bytes == 19 * MiB);
+
+  // Top N: the rest is summed.
+  SitesAt top1 = sites_of(m.devices[0].at_peak.stacks, *m.stacks, 1);
+  REQUIRE(top1.sites.size() == 1);
+  CHECK(top1.other_sites == 1);
+  CHECK(top1.other_bytes == 2 * MiB);
+}
+
+TEST_CASE("sites: summary and oom show them; JSON has full stacks", "[sites]") {
+  auto models = load_models({kSites});
+  std::string text = render_summary_text(models);
+  CHECK_THAT(text, Catch::Contains("Top allocation sites at the peak (device 0):"));
+  CHECK_THAT(text, Catch::Contains("train.py:42 in step"));
+  CHECK_THAT(text,
+             Catch::Contains(
+                 "via /venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py:200 in forward"));
+  CHECK_THAT(text, Catch::Contains("Top allocation sites at the end (device 0):"));
+  CHECK_THAT(text, Catch::Contains("no stack recorded: 5.00 MiB in 2 blocks"));
+
+  nlohmann::json j = summary_json(models);
+  const auto& s = j["traces"][0]["sites"];
+  REQUIRE(s["devices"].size() == 1);
+  const auto& peak = s["devices"][0]["at_peak"];
+  CHECK(peak["sites"][0]["site"] == "train.py:42 in step");
+  CHECK(peak["sites"][0]["bytes"] == 4 * MiB);
+  REQUIRE(peak["sites"][0]["frames"].size() == 9);
+  CHECK(peak["sites"][0]["frames"][8]["filename"] == "train.py");
+  CHECK(peak["sites"][0]["frames"][8]["line"] == 42);
+  CHECK(peak["sites"][0]["frames"][8]["kind"] == "user");
+  CHECK(peak["sites"][0]["frames"][4]["kind"] == "library");
+  CHECK(peak["sites"][0]["frames"][0]["kind"] == "native");
+  CHECK(s["devices"][0]["at_end"]["sites"][0]["site"] == "preload.py:3 in <module>");
+
+  auto cases = oom_cases(models[0]);
+  REQUIRE(cases.size() == 1);
+  std::string oom = render_oom_text(models[0], cases, {}, 0);
+  CHECK_THAT(oom, Catch::Contains("requested at                           train.py:70 in step"));
+  CHECK_THAT(oom, Catch::Contains("Top allocation sites alive at this moment:"));
+  CHECK_THAT(oom, Catch::Contains("train.py:60 in step"));
+  nlohmann::json oj = oom_json(models[0], cases, {}, 0);
+  CHECK(oj["ooms"][0]["request_site"] == "train.py:70 in step");
+  CHECK(oj["ooms"][0]["sites"]["sites"][0]["site"] == "train.py:42 in step");
+}
+
+TEST_CASE("sites: a trace without stacks says nothing in text, why in JSON", "[sites]") {
+  testing::RecordList l;
+  l.add(Action::segment_alloc, 0x1000000, 2 * MiB).add(Action::alloc, 0x1000000, 512);
+  testing::VectorReader r(l.records);
+  std::vector<TraceModel> models{build_trace_model(r)};
+  CHECK(models[0].stacks == nullptr);
+  CHECK(trace_sites(models[0]).empty());
+  std::string text = render_summary_text(models);
+  CHECK_THAT(text, !Catch::Contains("allocation sites"));
+  nlohmann::json j = summary_json(models);
+  CHECK(j["traces"][0]["sites"]["devices"].empty());
+  CHECK_THAT(j["traces"][0]["sites"]["reason"].get<std::string>(), Catch::Contains("no call stacks"));
+}
+
+TEST_CASE("sites: the real encoder snapshot names the script's lines", "[sites][real]") {
+  auto models = load_models({kData + "/torch-h200/encoder_varlen.snapshot.pickle"});
+  const TraceModel& m = models.at(0);
+  REQUIRE(m.stacks != nullptr);
+  CHECK(m.stacks->size() < 200);  // 5444 entries, a few dozen unique stacks
+  auto sites = trace_sites(m);
+  REQUIRE(sites.size() == 1);
+  const SitesAt& peak = sites[0].at_peak;
+  REQUIRE(!peak.sites.empty());
+  CHECK(peak.sites[0].label == "snap_dump.py:10 in <module>");
+  CHECK(peak.sites[0].bytes > 1000 * MiB);
+  // Every allocated byte at the peak is in a site, the rest of the table, or the no-stack line.
+  std::uint64_t sum = peak.other_bytes + peak.no_stack_bytes;
+  for (const auto& s : peak.sites) sum += s.bytes;
+  CHECK(sum == static_cast<std::uint64_t>(m.devices[0].at_peak.stats.allocated_bytes[kStatAll].current));
+  bool model_line = false;
+  for (const auto& s : peak.sites)
+    if (s.label == "snap_dump.py:6 in <module>") model_line = true;
+  CHECK(model_line);
+}
+
+TEST_CASE("sites: a snapshot with an empty history names the code of its end state", "[sites]") {
+  auto models = load_models({kData + "/pickle/sites_end_only.snapshot.pickle"});
+  const TraceModel& m = models.at(0);
+  REQUIRE(m.stacks != nullptr);
+  auto sites = trace_sites(m);
+  REQUIRE(sites.size() == 1);
+  const SitesAt& end = sites[0].at_end;
+  REQUIRE(end.sites.size() == 3);
+  CHECK(end.sites[0].label == "preload.py:3 in <module>");
+  CHECK(end.sites[1].label == "train.py:42 in step");
+  CHECK(end.sites[2].label == "train.py:60 in step");
+  CHECK(end.total_bytes == 14 * MiB);  // the blocks without frames are not counted: no stack, no site
+  CHECK(end.end_state_only_bytes == 14 * MiB);
+  CHECK_THAT(render_summary_text(models), Catch::Contains("preload.py:3 in <module>"));
+  nlohmann::json j = summary_json(models);
+  CHECK(j["traces"][0]["sites"]["devices"][0]["at_end"]["sites"][0]["site"] == "preload.py:3 in <module>");
+  CHECK(j["traces"][0]["sites"]["devices"][0]["at_peak"].is_null());
+}
