@@ -219,6 +219,8 @@ std::vector<DeviceSites> trace_sites(const TraceModel& m, std::size_t top_n) {
       s.at_end.end_state_only_bytes += e.bytes;
       s.at_end.end_state_only_blocks += e.blocks;
     }
+    // Without a history the end state is the only state known, and the peak is that state.
+    if (d.history == DeviceModel::History::none) s.at_peak = s.at_end;
     out.push_back(std::move(s));
   }
   // Devices that only the recorded end state knows (a snapshot whose history is empty).

@@ -277,5 +277,7 @@ TEST_CASE("sites: a snapshot with an empty history names the code of its end sta
   CHECK_THAT(render_summary_text(models), Catch::Contains("preload.py:3 in <module>"));
   nlohmann::json j = summary_json(models);
   CHECK(j["traces"][0]["sites"]["devices"][0]["at_end"]["sites"][0]["site"] == "preload.py:3 in <module>");
-  CHECK(j["traces"][0]["sites"]["devices"][0]["at_peak"].is_null());
+  // No history: the peak is the end state (at least), and so are its sites.
+  CHECK(j["traces"][0]["sites"]["devices"][0]["at_peak"]["sites"][0]["site"] == "preload.py:3 in <module>");
+  CHECK(j["traces"][0]["sites"]["devices"][0]["at_peak"]["sites"].size() == 3);
 }
