@@ -105,6 +105,12 @@ SiteFrames site_frames(const std::vector<Frame>& stack) {
     FrameKind k = frame_kind(stack[i].filename);
     if (k == FrameKind::library) {
       s.via = i;
+      for (std::size_t j = i + 1; j < s.user; ++j) {
+        if (frame_kind(stack[j].filename) == FrameKind::library && stack[j].filename != stack[i].filename) {
+          s.caller = j;
+          break;
+        }
+      }
       return s;
     }
     if (k == FrameKind::torch && inner_torch == SiteFrames::none) inner_torch = i;
@@ -115,6 +121,13 @@ SiteFrames site_frames(const std::vector<Frame>& stack) {
 
 std::string frame_label(const Frame& f) {
   std::string_view file = f.filename.empty() ? std::string_view("??") : f.filename;
+  for (std::string_view tree : {"site-packages/", "dist-packages/"}) {
+    const auto at = file.rfind(tree);
+    if (at != std::string_view::npos) {
+      file.remove_prefix(at + tree.size());
+      break;
+    }
+  }
   std::string_view name = f.name;
   // C++ signatures run to hundreds of characters; the parameter list (the balanced parentheses
   // at the end, "(anonymous namespace)" kept) says little in a table.
@@ -161,6 +174,7 @@ SitesAt sites_of(const std::vector<StackBytes>& stacks, const StackTable& table,
       a.site.frames.assign(st->begin(), st->begin() + static_cast<std::ptrdiff_t>(where.user) + 1);
     }
     std::string via = where.via == SiteFrames::none ? std::string() : frame_label((*st)[where.via]);
+    if (where.caller != SiteFrames::none) via += ", from " + frame_label((*st)[where.caller]);
     SiteVia& v = a.via[via];
     v.label = via;
     v.bytes += sb.bytes;

@@ -43,12 +43,17 @@ struct SiteFrames {
   /// Python code nearest to the allocation, e.g. nn/modules/linear.py's `forward`). `none` when
   /// there is no such frame.
   std::size_t via = none;
+  /// When `via` is a library frame: the nearest library frame outward from it (towards the user's
+  /// line) in another file, the model code that called a helper (modeling_gpt2.py's line above
+  /// transformers' activations.py or pytorch_utils.py). `none` otherwise.
+  std::size_t caller = none;
 };
 
 /// The grouping rule of every sites table (docs/reports.md, "Allocation sites").
 SiteFrames site_frames(const std::vector<Frame>& stack);
 
-/// "file:line in name" ("file in name" when the line is 0); C++ names without their parameter list.
+/// "file:line in name" ("file in name" when the line is 0); C++ names without their parameter
+/// list; a file under site-packages/ or dist-packages/ from its package on (transformers/...).
 std::string frame_label(const Frame& f);
 
 /// One framework line below a site's user line, and what was allocated through it.
