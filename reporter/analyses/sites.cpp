@@ -65,10 +65,14 @@ FrameKind frame_kind(std::string_view f) noexcept {
       start = i + 1;
     }
   }
+  // Under an installation tree the package is the component after it: a virtual environment may
+  // itself live in a directory named torch (/opt/torch/.venv/lib/.../site-packages/transformers).
+  for (std::size_t i = dirs.size(); i-- > 0;) {
+    if (dirs[i] == "site-packages" || dirs[i] == "dist-packages")
+      return i + 1 < dirs.size() && dirs[i + 1] == "torch" ? FrameKind::torch : FrameKind::library;
+  }
   for (auto d : dirs)
-    if (d == "torch") return FrameKind::torch;
-  for (auto d : dirs)
-    if (d == "site-packages" || d == "dist-packages") return FrameKind::library;
+    if (d == "torch") return FrameKind::torch;  // a source checkout (pytorch/torch/nn/...)
   for (std::size_t i = 0; i < dirs.size(); ++i)
     if (is_python_dir(dirs[i]) && (i == 0 || dirs[i - 1] == "lib" || dirs[i - 1] == "lib64")) return FrameKind::runtime;
   return FrameKind::user;

@@ -24,8 +24,10 @@ enum class FrameKind : std::uint8_t {
 /// The kind of a frame from its file name alone. Paths may be absolute or relative, as PyTorch
 /// records them ("python3.12/site-packages/torch/nn/modules/module.py"); directories match whole
 /// path components ("torch", "site-packages", "dist-packages", "lib/python3.12"), so that
-/// "torch_utils.py" or "~/mytorch/" stay the user's. The torch test comes first: torch installed
-/// under site-packages is torch, not a library.
+/// "torch_utils.py" or "~/mytorch/" stay the user's. Under site-packages or dist-packages the
+/// package after it decides (torch is torch, any other a library), whatever directories hold the
+/// environment (/opt/torch/.venv/...); elsewhere a "torch" component means torch (a source
+/// checkout).
 FrameKind frame_kind(std::string_view filename) noexcept;
 
 /// Where a stack's site is: indices into the stack (innermost first).

@@ -37,6 +37,11 @@ TEST_CASE("sites: frame kinds from file names", "[sites]") {
   CHECK(frame_kind("/usr/lib/python3/dist-packages/numpy/core/numeric.py") == FrameKind::library);
   CHECK(frame_kind("/usr/lib/python3.12/contextlib.py") == FrameKind::runtime);
   CHECK(frame_kind("/usr/lib64/python3.13t/runpy.py") == FrameKind::runtime);
+  // A virtual environment in a directory named torch: the package decides, not the path.
+  CHECK(frame_kind("/opt/torch/.venv/lib/python3.12/site-packages/transformers/activations.py") == FrameKind::library);
+  CHECK(frame_kind("/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py") == FrameKind::torch);
+  CHECK(frame_kind("/opt/torch/.venv/lib/python3.12/site-packages/torchvision/ops/boxes.py") == FrameKind::library);
+  CHECK(frame_kind("/home/me/pytorch/torch/nn/modules/module.py") == FrameKind::torch);
   CHECK(frame_kind("<frozen runpy>") == FrameKind::runtime);
   CHECK(frame_kind("<string>") == FrameKind::runtime);
   CHECK(frame_kind("??") == FrameKind::native);
