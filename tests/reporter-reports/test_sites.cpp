@@ -1,6 +1,7 @@
 // Allocation sites: the grouping rule, the snapshot reader's stacks, the model's bytes per stack,
 // and the sites tables of summary and oom.
 #include <catch2/catch.hpp>
+#include <fstream>
 
 #include "analyses/oom_report.h"
 #include "analyses/sites.h"
@@ -295,4 +296,32 @@ TEST_CASE("sites: a snapshot with an empty history names the code of its end sta
   // No history: the peak is the end state (at least), and so are its sites.
   CHECK(j["traces"][0]["sites"]["devices"][0]["at_peak"]["sites"][0]["site"] == "preload.py:3 in <module>");
   CHECK(j["traces"][0]["sites"]["devices"][0]["at_peak"]["sites"].size() == 3);
+}
+
+TEST_CASE("sites: GPT-2 training under vramtrace run names the script and modeling_gpt2.py", "[sites][real]") {
+  // The default `vramtrace run` of GPT-2 124M training on the H200 (tests/data/torch-h200/README.md).
+  auto models = load_models({kData + "/torch-h200/gpt2_run.snapshot.pickle.zst"});
+  const TraceModel& m = models.at(0);
+  REQUIRE(m.stacks != nullptr);
+  auto sites = trace_sites(m);
+  REQUIRE(sites.size() == 1);
+  const SitesAt& peak = sites[0].at_peak;
+  REQUIRE(peak.sites.size() >= 3);
+  CHECK_THAT(peak.sites[0].label, Catch::EndsWith("tests/gpu/torch_train.py:71 in main"));
+  bool model_line = false;
+  for (const auto& s : peak.sites)
+    for (const auto& v : s.via)
+      if (v.label.find("transformers/models/gpt2/modeling_gpt2.py:") != std::string::npos) model_line = true;
+  CHECK(model_line);
+
+  // The figures computed from the history equal what PyTorch counted at the same exit.
+  std::ifstream f(kData + "/torch-h200/gpt2_run.memory_stats.json");
+  REQUIRE(f.good());
+  const nlohmann::json recorded = nlohmann::json::parse(f)["memory_stats"];
+  const nlohmann::json stats = summary_json(models)["traces"][0]["devices"][0]["stats"];
+  REQUIRE(recorded.size() == 5);
+  for (const auto& [key, value] : recorded.items()) {
+    INFO(key);
+    CHECK(stats.at(key) == value);
+  }
 }
