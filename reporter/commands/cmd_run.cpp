@@ -580,10 +580,13 @@ void show_traces(const RunOptions& o, const std::string& pattern, const std::str
     traces = std::move(readable);
     if (traces.empty()) return;
   }
-  std::fprintf(
-      stderr, "  level  %s\n",
-      o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see docs/tensor-mode.md"
-                : "device allocations as the program makes them (for PyTorch: its segments; --tensors for tensors)");
+  std::fprintf(stderr, "  level  %s\n",
+               o.tensors ? "tensors (PYTORCH_NO_CUDA_MEMORY_CACHING=1): allocated = PyTorch's tensors; see "
+                           "docs/tensor-mode.md"
+               : torch_files.empty()
+                   ? "device allocations as the program makes them (for PyTorch: its segments)"
+                   : "device allocations (for PyTorch: its segments); the reports read PyTorch's tensor level "
+                     "beside each trace (--level device for the shim's)");
   // Several processes (a launcher's ranks, fork children): the reports merge them when given all.
   std::string args = trace_arguments(traces, pattern);
   std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",
