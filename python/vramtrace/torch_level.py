@@ -14,7 +14,8 @@ sets VRAMTRACE_TORCH_OUT) and does this:
    triggered it. Nothing here initialises CUDA: doing so at import would change the program
    (fork-based workers could no longer use CUDA).
 3. Right after the first successful initialisation, `torch.cuda.memory._record_memory_history`
-   is turned on (alloc and free stacks, Python frames) and an OOM observer is attached
+   is turned on (the stacks of allocations, Python frames; VRAMTRACE_TORCH_CONTEXT=all adds
+   frees') and an OOM observer is attached
    (`torch._C._cuda_attach_out_of_memory_observer`, called inside the allocator before the
    OutOfMemoryError is raised). Both apply to every device: the native allocator creates all its
    per-device allocators at initialisation.
