@@ -10,6 +10,7 @@
 #include "analyses/budgets.h"
 #include "analyses/check_input.h"
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "readers/trace_paths.h"
 #include "render/check_report.h"
 
@@ -173,10 +174,10 @@ void register_check(CLI::App& app) {
     try {
       set_exit_code(run_check(*o));
     } catch (const TraceError& e) {
-      std::fprintf(stderr, "vramtrace check: %s\n", e.what());
+      logger().error("vramtrace check: {}", e.what());
       set_exit_code(2);
     } catch (const BudgetError& e) {
-      std::fprintf(stderr, "vramtrace check: %s\n", e.what());
+      logger().error("vramtrace check: {}", e.what());
       set_exit_code(2);
     }
   });

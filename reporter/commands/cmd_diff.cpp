@@ -9,6 +9,7 @@
 #include "analyses/budgets.h"
 #include "analyses/diff.h"
 #include "commands/commands.h"
+#include "commands/log.h"
 #include "readers/trace_paths.h"
 
 namespace vramtrace::cli {
@@ -124,10 +125,10 @@ void register_diff(CLI::App& app) {
       std::fputs(o->json ? (j.dump(2) + "\n").c_str() : text.c_str(), stdout);
       set_exit_code(0);
     } catch (const TraceError& e) {
-      std::fprintf(stderr, "vramtrace diff: %s\n", e.what());
+      logger().error("vramtrace diff: {}", e.what());
       set_exit_code(2);
     } catch (const BudgetError& e) {
-      std::fprintf(stderr, "vramtrace diff: %s\n", e.what());
+      logger().error("vramtrace diff: {}", e.what());
       set_exit_code(2);
     }
   });

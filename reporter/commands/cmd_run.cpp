@@ -338,8 +338,7 @@ bool find_shim(std::string& lib) {
   std::string looked;
   lib = find_library(looked);
   if (lib.empty()) {
-    std::fprintf(stderr, "vramtrace run: cannot find libvramtrace.so (looked at %s); set VRAMTRACE_LIB to its path\n",
-                 looked.c_str());
+    logger().error("vramtrace run: cannot find libvramtrace.so (looked at {}); set VRAMTRACE_LIB to its path", looked);
     return false;
   }
   return true;
@@ -350,10 +349,10 @@ bool add_limit(const std::string& option, std::string& conf) {
   DeviceLimits in_conf;
   std::string conf_rest, conf_error;
   if (split_device_limits(conf, conf_rest, in_conf, conf_error) && in_conf.any()) {
-    std::fprintf(stderr,
-                 "vramtrace run: --limit %s and a limit in --conf '%s': give the cap once (per device: "
-                 "--conf limit:[0:14GiB,1:20GiB,*:16GiB])\n",
-                 option.c_str(), conf.c_str());
+    logger().error(
+        "vramtrace run: --limit {} and a limit in --conf '{}': give the cap once (per device: "
+        "--conf limit:[0:14GiB,1:20GiB,*:16GiB])",
+        option, conf);
     return false;
   }
   // A size, or the name of a card (units.h, gpu_cards.h): its usable total as CUDA reports it.
@@ -361,18 +360,18 @@ bool add_limit(const std::string& option, std::string& conf) {
   std::string error;
   std::string limit = option;
   if (!parse_size(option, bytes, error)) {
-    std::fprintf(stderr,
-                 "vramtrace run: --limit '%s' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
-                 "known cards: %s\n",
-                 option.c_str(), gpu_card_names().c_str());
+    logger().error(
+        "vramtrace run: --limit '{}' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
+        "known cards: {}",
+        option, gpu_card_names());
     return false;
   }
   if (size_names_card(option)) {
     limit = std::to_string(bytes);
-    std::fprintf(stderr, "vramtrace run: --limit %s = %s (%s bytes, the card's total as CUDA reports it)\n",
-                 option.c_str(), format_size(bytes).c_str(), with_commas(bytes).c_str());
+    logger().info("vramtrace run: --limit {} = {} ({} bytes, the card's total as CUDA reports it)", option,
+                  format_size(bytes), with_commas(bytes));
   } else if (bytes == 0) {
-    std::fprintf(stderr, "vramtrace run: --limit must be greater than 0\n");
+    logger().error("vramtrace run: --limit must be greater than 0");
     return false;
   }
   conf += (conf.empty() ? "" : ",") + std::string("limit:") + limit;
@@ -386,7 +385,7 @@ bool check_conf(const std::string& conf) {
   DeviceLimits limits;
   std::string error;
   if (!parse_settings_with_limits(conf, settings, limits, error)) {
-    std::fprintf(stderr, "vramtrace run: --conf '%s': %s\n", conf.c_str(), error.c_str());
+    logger().error("vramtrace run: --conf '{}': {}", conf, error);
     return false;
   }
   return true;
@@ -397,16 +396,15 @@ bool check_output_name(const std::string& out) {
   if (out.empty()) return true;
   std::error_code ec;
   if (out.back() == '/' || fs::is_directory(out, ec)) {
-    std::fprintf(stderr,
-                 "vramtrace run: -o '%s' is a directory; give a file name in it, e.g. -o %s%svramtrace.%%p.jsonl\n",
-                 out.c_str(), out.c_str(), out.back() == '/' ? "" : "/");
+    logger().error("vramtrace run: -o '{}' is a directory; give a file name in it, e.g. -o {}{}vramtrace.%p.jsonl", out,
+                   out, out.back() == '/' ? "" : "/");
     return false;
   }
   if (out.size() > 3 && out.compare(out.size() - 3, 3, ".gz") == 0) {
-    std::fprintf(stderr,
-                 "vramtrace run: -o '%s': traces are written plain or zstd-compressed; end the name in .jsonl or "
-                 ".jsonl.zst (gzip a finished trace if you need .gz: the reports read it)\n",
-                 out.c_str());
+    logger().error(
+        "vramtrace run: -o '{}': traces are written plain or zstd-compressed; end the name in .jsonl or "
+        ".jsonl.zst (gzip a finished trace if you need .gz: the reports read it)",
+        out);
     return false;
   }
   return true;
@@ -415,7 +413,7 @@ bool check_output_name(const std::string& out) {
 bool check_output_dir(const std::string& pattern) {
   fs::path dir = fs::path(pattern).parent_path();
   if (!dir.empty() && !fs::is_directory(dir)) {
-    std::fprintf(stderr, "vramtrace run: the output directory '%s' does not exist\n", dir.c_str());
+    logger().error("vramtrace run: the output directory '{}' does not exist", dir.string());
     return false;
   }
   return true;
@@ -466,7 +464,8 @@ bool launch(const std::vector<std::string>& command, const std::vector<std::pair
 
   pid_t child = fork();
   if (child < 0) {
-    std::fprintf(stderr, "vramtrace run: cannot start the command: %s\n", std::strerror(errno));
+    const int err = errno;
+    logger().error("vramtrace run: cannot start the command: {}", std::strerror(err));
     return false;
   }
   if (child == 0) {
