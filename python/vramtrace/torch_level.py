@@ -33,8 +33,9 @@ Environment:
                                  (the placeholders of VRAMTRACE_OUTPUT). Unset or empty: off.
     VRAMTRACE_TORCH_MAX_ENTRIES  history ring size per device (default 1,000,000 entries).
     VRAMTRACE_TORCH_CONTEXT      whose Python stacks are kept: "alloc" (default: every allocation's,
-                                 which is what call sites need) or "all" (frees' too, about 5 %
-                                 more step time for GPT-2 training on the H200).
+                                 which is what call sites need), "all" (frees' too, about 5 %
+                                 more step time for GPT-2 training on the H200) or "none" (the
+                                 history without stacks: no call sites, no cost to measure).
     VRAMTRACE_TORCH_SIGNALS      "0" leaves SIGTERM/SIGINT alone (default: handle them when the
                                  program's handler is the default one).
 
@@ -281,10 +282,10 @@ class _Recorder:
                 _say("%s=%r is not a positive whole number; using %d"
                      % (ENV_MAX_ENTRIES, raw, DEFAULT_MAX_ENTRIES))
         raw = environ.get(ENV_CONTEXT, "").strip()
-        if raw in ("alloc", "all"):
+        if raw in ("alloc", "all", "none"):
             self.context = raw
         elif raw:
-            _say("%s=%r is not alloc or all; using %s" % (ENV_CONTEXT, raw, DEFAULT_CONTEXT))
+            _say("%s=%r is not alloc, all or none; using %s" % (ENV_CONTEXT, raw, DEFAULT_CONTEXT))
         self.handle_signals = environ.get(ENV_SIGNALS, "1").strip() != "0"
         self.mode = "waiting_for_torch"
         torch = sys.modules.get("torch")
@@ -445,13 +446,15 @@ class _Recorder:
             pass
         if form != "legacy":
             try:
-                record(enabled="all", context=self.context, stacks="python", max_entries=self.max_entries)
+                context = None if self.context == "none" else self.context
+                record(enabled="all", context=context, stacks="python", max_entries=self.max_entries)
                 return "new"
             except TypeError:
                 if form == "new":
                     raise
-        record(True, record_context=True, trace_alloc_max_entries=self.max_entries,
-               trace_alloc_record_context=True)
+        stacks = self.context != "none"
+        record(True, record_context=stacks, trace_alloc_max_entries=self.max_entries,
+               trace_alloc_record_context=stacks)
         return "legacy"
 
     def _allocator_settings(self):
@@ -757,8 +760,8 @@ class _Recorder:
             "started_at": self.started_at,
             "api": self.api,
             "enabled": "all" if self.api else None,
-            "context": {"new": self.context, "legacy": "alloc"}.get(self.api),
-            "stacks": "python" if self.api else None,
+            "context": {"new": self.context, "legacy": "none" if self.context == "none" else "alloc"}.get(self.api),
+            "stacks": "python" if self.api and self.context != "none" else None,
             "max_entries": self.max_entries,
             "oom_observer": self.oom_observer,
             "signals": list(self.signals),

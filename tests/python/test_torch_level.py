@@ -557,9 +557,15 @@ class Files(TorchLevelTest):
         self.assertIn("context=all ", " ".join(res.event_names()))
         res = self.run_both(ALLOCATE, env={"VRAMTRACE_TORCH_CONTEXT": "everything"})
         self.assertEqual(res.vramtrace_lines(), [
-            "vramtrace: VRAMTRACE_TORCH_CONTEXT='everything' is not alloc or all; using alloc"])
+            "vramtrace: VRAMTRACE_TORCH_CONTEXT='everything' is not alloc, all or none; using alloc"])
         self.assertEqual(res.sidecar()["recording"]["context"], "alloc")
         self.assertIn("context=alloc ", " ".join(res.event_names()))
+
+    def test_context_none_records_the_history_without_stacks(self):
+        res = self.run_both(ALLOCATE, env={"VRAMTRACE_TORCH_CONTEXT": "none"})
+        side = self.assert_written(res, "exit")
+        self.assertEqual((side["recording"]["context"], side["recording"]["stacks"]), ("none", None))
+        self.assertIn("context=None ", " ".join(res.event_names()))
 
     def test_name_placeholders(self):
         res = self.run_both(ALLOCATE, out="t.%R%p.%%.pickle", env={"RANK": "2"})
