@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "vramtrace/units.h"
@@ -155,6 +156,7 @@ SitesAt sites_of(const std::vector<StackBytes>& stacks, const StackTable& table,
     Site site;
     std::map<std::string, SiteVia> via;
     std::uint64_t best_bytes = 0;
+    std::set<std::uint32_t> ids;  // the end lists a stack twice: in the history and in the end state only
   };
   // Keyed by the user frame's content: several stacks (different callers below or above) share it.
   std::map<std::tuple<std::string_view, std::uint32_t, std::string_view>, Acc> by;
@@ -173,9 +175,11 @@ SitesAt sites_of(const std::vector<StackBytes>& stacks, const StackTable& table,
     if (a.site.label.empty()) a.site.label = frame_label(u);
     a.site.bytes += sb.bytes;
     a.site.blocks += sb.blocks;
+    a.ids.insert(sb.stack);
     if (sb.bytes > a.best_bytes || a.site.frames.empty()) {
       a.best_bytes = sb.bytes;
       a.site.frames.assign(st->begin(), st->begin() + static_cast<std::ptrdiff_t>(where.user) + 1);
+      a.site.stack = sb.stack;
     }
     std::string via = where.via == SiteFrames::none ? std::string() : frame_label((*st)[where.via]);
     if (where.caller != SiteFrames::none) via += ", from " + frame_label((*st)[where.caller]);
@@ -188,6 +192,7 @@ SitesAt sites_of(const std::vector<StackBytes>& stacks, const StackTable& table,
   all.reserve(by.size());
   for (auto& [key, a] : by) {
     for (auto& [label, v] : a.via) a.site.via.push_back(std::move(v));
+    a.site.stacks = a.ids.size();
     std::sort(a.site.via.begin(), a.site.via.end(), [](const SiteVia& x, const SiteVia& y) {
       return x.bytes != y.bytes ? x.bytes > y.bytes : x.label < y.label;
     });
@@ -195,6 +200,8 @@ SitesAt sites_of(const std::vector<StackBytes>& stacks, const StackTable& table,
   }
   std::sort(all.begin(), all.end(),
             [](const Site& x, const Site& y) { return x.bytes != y.bytes ? x.bytes > y.bytes : x.label < y.label; });
+  out.all.reserve(all.size());
+  for (const auto& x : all) out.all.push_back({x.label, x.bytes, x.blocks});
   for (std::size_t i = top_n; i < all.size(); ++i) {
     ++out.other_sites;
     out.other_bytes += all[i].bytes;
@@ -292,6 +299,8 @@ std::string render_sites_text(const SitesAt& s, const std::string& title, const 
 }
 
 nlohmann::json sites_json(const SitesAt& s) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& x : s.all) all.push_back({{"site", x.label}, {"bytes", x.bytes}, {"blocks", x.blocks}});
   nlohmann::json sites = nlohmann::json::array();
   for (const auto& site : s.sites) {
     nlohmann::json via = nlohmann::json::array();
@@ -317,7 +326,20 @@ nlohmann::json sites_json(const SitesAt& s) {
           {"other_blocks", s.other_blocks},
           {"end_state_only_bytes", s.end_state_only_bytes},
           {"end_state_only_blocks", s.end_state_only_blocks},
-          {"sites", sites}};
+          {"sites", sites},
+          {"all_sites", all}};
+}
+
+std::optional<std::vector<SiteBytes>> site_bytes_from_json(const nlohmann::json& state) {
+  if (!state.is_object()) return std::nullopt;
+  const auto it = state.find("all_sites");
+  if (it == state.end() || !it->is_array()) return std::nullopt;
+  std::vector<SiteBytes> out;
+  out.reserve(it->size());
+  for (const auto& e : *it)
+    out.push_back(
+        {e.at("site").get<std::string>(), e.at("bytes").get<std::uint64_t>(), e.at("blocks").get<std::uint64_t>()});
+  return out;
 }
 
 nlohmann::json trace_sites_json(const TraceModel& m, const std::vector<DeviceSites>& sites, std::size_t top_n) {

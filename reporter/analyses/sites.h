@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,20 @@ struct Site {
   /// The full stack of the stack that gave the most bytes to this site, from the innermost frame
   /// up to and including the user's frame (views into TraceModel::stacks).
   std::vector<Frame> frames;
+  /// That stack's id in the trace's StackTable (its whole stack, callers of the user's line
+  /// included: what the report shows on hover); of stacks with equal bytes, the first in the
+  /// state's list.
+  std::uint32_t stack = 0;
+  std::uint64_t stacks = 0;  ///< distinct stacks grouped into this site
+};
+
+/// One site's bytes and blocks at one moment, for every site of the state (not only the top N):
+/// what `diff` compares between two runs.
+struct SiteBytes {
+  std::string label;  ///< frame_label of the user's frame, as Site::label
+  std::uint64_t bytes = 0;
+  std::uint64_t blocks = 0;
+  bool operator==(const SiteBytes&) const = default;
 };
 
 /// The sites of one state.
@@ -90,6 +105,9 @@ struct SitesAt {
   /// began; TraceModel::recorded_end_stacks); 0 except at the end.
   std::uint64_t end_state_only_bytes = 0;
   std::uint64_t end_state_only_blocks = 0;
+  /// Every site of the state, the top N included, largest first (ties by label). Its bytes sum
+  /// to total_bytes - no_stack_bytes.
+  std::vector<SiteBytes> all;
   bool empty() const noexcept { return sites.empty(); }
 };
 
@@ -119,9 +137,15 @@ std::string render_sites_text(const SitesAt& s, const std::string& title, const 
 
 /// JSON of one state's sites: {"total_bytes", "total_blocks", "no_stack_bytes", "no_stack_blocks",
 /// "other_sites", "other_bytes", "other_blocks", "end_state_only_bytes", "end_state_only_blocks", "sites": [{"site",
-/// "bytes", "blocks", "via":
-/// [{"site", "bytes", "blocks"}], "frames": [{"filename", "line", "name", "kind"}]}]}.
+/// "bytes", "blocks", "via": [{"site", "bytes", "blocks"}], "frames": [{"filename", "line", "name", "kind"}]}],
+/// "all_sites": [{"site", "bytes", "blocks"}] (SitesAt::all)}.
 nlohmann::json sites_json(const SitesAt& s);
+
+/// Reads SitesAt::all back from a sites_json object's "all_sites" (a `summary --json` document
+/// given to diff). nullopt when `state` is not an object with such an array (a document written
+/// before it existed, or a state that was not captured: null); throws nlohmann::json exceptions
+/// for entries of the wrong type.
+std::optional<std::vector<SiteBytes>> site_bytes_from_json(const nlohmann::json& state);
 
 /// The "sites" object of a trace in `summary --json`: {"top_n", "devices": [{"device", "at_peak",
 /// "at_end"}]}, or {"devices": [], "reason": "..."} when the trace records no stacks.

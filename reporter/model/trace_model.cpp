@@ -260,7 +260,7 @@ struct TraceModelBuilder::Impl {
           ss.requested_size += b.requested;
           if (b.state == BlockState::active_allocated) ss.allocated_size += b.size;
           live.push_back({baddr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event,
-                          b.state == BlockState::active_pending_free});
+                          b.state == BlockState::active_pending_free, false, b.stack});
         }
       }
       d.snapshot_cost += seg.blocks.size();
@@ -268,7 +268,7 @@ struct TraceModelBuilder::Impl {
     }
     for (const auto& [addr, b] : d.orphans)
       live.push_back({addr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event,
-                      b.state == BlockState::active_pending_free});
+                      b.state == BlockState::active_pending_free, false, b.stack});
     d.snapshot_cost += d.orphans.size();  // copied too: counts against the peak-copy budget
     st.stacks.clear();
     if (has_stacks) st.stacks = stacks_of(d);
@@ -934,7 +934,8 @@ struct TraceModelBuilder::Impl {
             continue;
           }
           LiveAllocation a{
-              b.address, b.size, b.requested_size, s->stream, 0, 0, b.state == BlockState::active_pending_free, true};
+              b.address, b.size,    b.requested_size, s->stream, 0, 0, b.state == BlockState::active_pending_free,
+              true,      b.stack_id};
           const Block* seen = nullptr;
           if (auto it = d.orphans.find(b.address); it != d.orphans.end()) seen = &it->second;
           if (known)
@@ -946,6 +947,7 @@ struct TraceModelBuilder::Impl {
             a.alloc_time_ns = seen->alloc_time;
             a.alloc_event = seen->alloc_event;
             a.before_trace = false;
+            if (seen->stack != 0) a.stack = seen->stack;
           }
           live.push_back(a);
         }

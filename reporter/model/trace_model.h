@@ -62,6 +62,9 @@ struct LiveAllocation {
   bool pending_free = false;      ///< freed, waiting on another stream
   /// Alive at the end but never allocated in the history (it began later): time and event unknown.
   bool before_trace = false;
+  /// The call stack of its allocation (TraceRecord::stack_id, or the end state's block frames
+  /// for a block the history never allocated; TraceModel::stacks); 0 when none was recorded.
+  std::uint32_t stack = 0;
 };
 
 /// Allocated bytes of one call stack at one moment (TraceRecord::stack_id; 0 = blocks whose

@@ -201,11 +201,47 @@ TEST_CASE("sites: bytes alive per site at the peak, the OOM and the end", "[site
   CHECK(d.at_end.end_state_only_bytes == 8 * MiB);
   CHECK(d.at_end.total_bytes == 19 * MiB);
 
-  // Top N: the rest is summed.
+  // Top N: the rest is summed; `all` keeps every site.
   SitesAt top1 = sites_of(m.devices[0].at_peak.stacks, *m.stacks, 1);
   REQUIRE(top1.sites.size() == 1);
   CHECK(top1.other_sites == 1);
   CHECK(top1.other_bytes == 2 * MiB);
+  CHECK(top1.all == std::vector<SiteBytes>{{"train.py:42 in step", 4 * MiB, 1}, {"train.py:50 in step", 2 * MiB, 1}});
+}
+
+TEST_CASE("sites: each site names its largest stack by id, and how many stacks it groups", "[sites]") {
+  // Two stacks of one user line (different framework lines), 3 MiB and 1 MiB, and one of another.
+  auto table = std::make_shared<StackTable>();
+  const std::uint32_t big =
+      table->intern({fr("", 0, "malloc"), fr("/v/site-packages/torch/nn/functional.py", 9, "linear"),
+                     fr("train.py", 5, "step"), fr("train.py", 90, "main")});
+  const std::uint32_t small =
+      table->intern({fr("", 0, "malloc"), fr("/v/site-packages/torch/nn/modules/conv.py", 3, "forward"),
+                     fr("train.py", 5, "step"), fr("train.py", 91, "main")});
+  const std::uint32_t other = table->intern({fr("eval.py", 7, "run")});
+  const SitesAt s =
+      sites_of({{small, 1 * MiB, 1}, {big, 3 * MiB, 2}, {other, 2 * MiB, 1}, {0, 5 * MiB, 1}}, *table, 10);
+  REQUIRE(s.sites.size() == 2);
+  CHECK(s.sites[0].label == "train.py:5 in step");
+  CHECK(s.sites[0].bytes == 4 * MiB);
+  CHECK(s.sites[0].stack == big);  // the stack holding the most bytes, whatever the order
+  CHECK(s.sites[0].stacks == 2);
+  CHECK(s.sites[0].frames.size() == 3);  // up to the user's line; `stack` has its callers too
+  CHECK(table->get(s.sites[0].stack)->size() == 4);
+  CHECK(s.sites[1].stack == other);
+  CHECK(s.sites[1].stacks == 1);
+  // Every site's bytes, for diff: they sum to the bytes with a stack.
+  REQUIRE(s.all.size() == 2);
+  CHECK(s.all[0].bytes + s.all[1].bytes == s.total_bytes - s.no_stack_bytes);
+
+  // all_sites round-trips through the JSON that `summary --json` writes.
+  const nlohmann::json j = sites_json(s);
+  REQUIRE(j["all_sites"].size() == 2);
+  CHECK(j["all_sites"][0] == nlohmann::json({{"site", "train.py:5 in step"}, {"bytes", 4 * MiB}, {"blocks", 3}}));
+  CHECK(site_bytes_from_json(j) == s.all);
+  CHECK_FALSE(site_bytes_from_json(nlohmann::json(nullptr)).has_value());   // a state not captured
+  CHECK_FALSE(site_bytes_from_json(nlohmann::json::object()).has_value());  // a document before all_sites
+  CHECK_THROWS(site_bytes_from_json(nlohmann::json::parse(R"({"all_sites": [{"site": 1}]})")));
 }
 
 TEST_CASE("sites: summary and oom show them; JSON has full stacks", "[sites]") {
