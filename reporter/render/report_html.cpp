@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
+#include <unordered_map>
 
 #include "analyses/diagnosis.h"
 #include "analyses/oom_report.h"
@@ -20,9 +22,117 @@ using u64 = std::uint64_t;
 
 double ms(i64 ns) { return static_cast<double>(ns) / 1e6; }
 
-// A sites table for the page: each site with its largest framework line; the full stacks stay in
-// `summary --json`.
-nlohmann::json page_sites_json(const SitesAt& s) {
+// Note [stacks in the page]: the page shows the call stack of every site and of every biggest
+// allocation on hover. Each distinct stack goes into the trace's data once ("stacks": {"frames",
+// "list"}), and sites and allocations refer to it by its index in "list"; each distinct frame
+// label goes into "frames" once, and a stack is a list of frame indices, innermost first, where a
+// negative entry -N stands for N frames left out. Frames are labelled as the sites tables label
+// them (frame_label). Three caps keep the page small whatever the trace:
+//  - the first max_stacks distinct stacks referred to are embedded, in the page's order (at the
+//    peak its biggest allocations, then its sites; each OOM; the end); later references are null
+//    and "stacks_left_out" counts the stacks left out;
+//  - a stack of more than max_stack_frames frames keeps its innermost frames and the frames
+//    around the user's line;
+//  - a label longer than max_frame_chars is cut.
+// The page says where each cap applied.
+class PageStacks {
+ public:
+  PageStacks(const StackTable* table, const ReportOptions& o) : table_(table), o_(o) {}
+
+  // The index of stack `id` in the page's list; null for no stack, an unknown id, or past the cap.
+  nlohmann::json ref(std::uint32_t id) {
+    const std::vector<Frame>* st = table_ ? table_->get(id) : nullptr;
+    if (!st || st->empty()) return nullptr;
+    if (auto it = index_.find(id); it != index_.end()) return it->second;
+    if (list_.size() >= o_.max_stacks) {
+      left_out_.insert(id);
+      return nullptr;
+    }
+    const SiteFrames where = site_frames(*st);
+    nlohmann::json f = nlohmann::json::array();
+    std::size_t user_at = 0, via_at = SiteFrames::none;
+    auto keep = [&](std::size_t from, std::size_t to) {  // frames [from, to)
+      for (std::size_t i = from; i < to; ++i) {
+        if (i == where.user) user_at = f.size();
+        if (i == where.via) via_at = f.size();
+        f.push_back(frame((*st)[i]));
+      }
+    };
+    auto gap = [&](std::size_t n) {
+      if (n) f.push_back(-static_cast<std::int64_t>(n));
+    };
+    const std::size_t n = st->size(), max = std::max<std::size_t>(o_.max_stack_frames, 8);
+    if (n <= max) {
+      keep(0, n);
+    } else if (where.user < max) {
+      keep(0, max);
+      gap(n - max);
+    } else {
+      // The user's line lies deeper than the cap (C++ frames of stacks="all"): the innermost
+      // frames, then the user's line with a few frames inside it and the callers above it.
+      const std::size_t head = max / 4, from = where.user - 3, to = std::min(n, from + (max - head));
+      keep(0, head);
+      gap(from - head);
+      keep(from, to);
+      gap(n - to);
+    }
+    nlohmann::json e = {{"f", std::move(f)}, {"u", user_at}, {"n", n}};
+    if (via_at != SiteFrames::none) e["v"] = via_at;
+    list_.push_back(std::move(e));
+    index_.emplace(id, list_.size() - 1);
+    return list_.size() - 1;
+  }
+
+  // The label of stack `id`'s user frame ("" without one): what a table names as the site.
+  std::string site(std::uint32_t id) const {
+    const std::vector<Frame>* st = table_ ? table_->get(id) : nullptr;
+    if (!st) return "";
+    const SiteFrames where = site_frames(*st);
+    return where.user == SiteFrames::none ? "" : cut(frame_label((*st)[where.user]));
+  }
+
+  // {"frames": [[label, kind]], "list": [{"f", "u", "v", "n"}], "max_stacks", "max_frames",
+  // "stacks_left_out"}; null when the trace records no stacks.
+  nlohmann::json json() const {
+    if (!table_) return nullptr;
+    return {{"frames", frames_},
+            {"list", list_},
+            {"max_stacks", o_.max_stacks},
+            {"max_frames", std::max<std::size_t>(o_.max_stack_frames, 8)},
+            {"stacks_left_out", left_out_.size()}};
+  }
+
+ private:
+  std::string cut(std::string s) const {
+    if (s.size() <= o_.max_frame_chars) return s;
+    std::size_t at = o_.max_frame_chars;
+    while (at > 0 && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) --at;  // not inside a UTF-8 sequence
+    s.resize(at);
+    return s + "...";
+  }
+
+  std::size_t frame(const Frame& f) {
+    std::string label = cut(frame_label(f));
+    const char* kind = frame_kind_name(frame_kind(f.filename));
+    std::string key = label + '\0' + kind;
+    if (auto it = frame_index_.find(key); it != frame_index_.end()) return it->second;
+    frames_.push_back({label, kind});
+    frame_index_.emplace(std::move(key), frames_.size() - 1);
+    return frames_.size() - 1;
+  }
+
+  const StackTable* table_;
+  const ReportOptions& o_;
+  nlohmann::json frames_ = nlohmann::json::array();
+  nlohmann::json list_ = nlohmann::json::array();
+  std::unordered_map<std::uint32_t, std::size_t> index_;
+  std::unordered_map<std::string, std::size_t> frame_index_;
+  std::set<std::uint32_t> left_out_;
+};
+
+// A sites table for the page: each site with its largest framework line and its stack (an index
+// into the trace's "stacks", Note [stacks in the page]).
+nlohmann::json page_sites_json(const SitesAt& s, PageStacks& stacks) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& x : s.sites) {
     std::string via;
@@ -31,7 +141,12 @@ nlohmann::json page_sites_json(const SitesAt& s) {
         via = v.label;
         break;
       }
-    a.push_back({{"site", x.label}, {"bytes", x.bytes}, {"blocks", x.blocks}, {"via", via}});
+    a.push_back({{"site", x.label},
+                 {"bytes", x.bytes},
+                 {"blocks", x.blocks},
+                 {"via", via},
+                 {"stack", stacks.ref(x.stack)},
+                 {"stacks", x.stacks}});
   }
   return a;
 }
@@ -71,19 +186,26 @@ nlohmann::json layout_json(const Snapshot& s, const ReportOptions& o) {
   return arr;
 }
 
-nlohmann::json biggest_json(const std::vector<LiveAllocation>& v, i64 t0) {
+nlohmann::json biggest_json(const std::vector<LiveAllocation>& v, i64 t0, PageStacks& stacks) {
   nlohmann::json a = nlohmann::json::array();
-  for (const auto& l : v)
-    a.push_back({{"addr", fmt::format("0x{:x}", l.address)},
-                 {"size", l.size},
-                 {"requested", l.requested_size},
-                 {"stream", l.stream},
-                 {"t", ms(l.alloc_time_ns - t0)},
-                 {"pending", l.pending_free}});
+  for (const auto& l : v) {
+    nlohmann::json b = {{"addr", fmt::format("0x{:x}", l.address)},
+                        {"size", l.size},
+                        {"requested", l.requested_size},
+                        {"stream", l.stream},
+                        {"t", ms(l.alloc_time_ns - t0)},
+                        {"pending", l.pending_free}};
+    if (l.before_trace) b["before_trace"] = true;
+    if (l.stack != 0) {
+      b["site"] = stacks.site(l.stack);
+      b["stack"] = stacks.ref(l.stack);
+    }
+    a.push_back(std::move(b));
+  }
   return a;
 }
 
-nlohmann::json state_json(const StateAt& st, i64 t0, const ReportOptions& o) {
+nlohmann::json state_json(const StateAt& st, i64 t0, const ReportOptions& o, PageStacks& stacks) {
   const auto& s = st.stats;
   return {{"t", ms(st.time_ns - t0)},
           {"event", st.event_index},
@@ -95,7 +217,7 @@ nlohmann::json state_json(const StateAt& st, i64 t0, const ReportOptions& o) {
           {"largest_free", st.largest_free_block},
           {"segments_total", st.layout.segments.size()},
           {"segments", layout_json(st.layout, o)},
-          {"biggest", biggest_json(st.biggest, t0)}};
+          {"biggest", biggest_json(st.biggest, t0, stacks)}};
 }
 
 }  // namespace
@@ -145,6 +267,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   for (const auto& m : models) {
     auto cases = oom_cases(m);
     const std::vector<DeviceSites> sites = trace_sites(m);  // empty without stacks: the page as before
+    PageStacks stacks(m.stacks.get(), o);
     nlohmann::json t = trace_identity_json(m);
     nlohmann::json devs = nlohmann::json::array();
     for (const auto& d : m.devices) {
@@ -184,8 +307,8 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       const DeviceSites* ds = nullptr;
       for (const auto& x : sites)
         if (x.device == d.device) ds = &x;
-      if (d.at_peak.captured) dj["peak"] = state_json(d.at_peak, t0, o);
-      if (ds && d.at_peak.captured && !ds->at_peak.empty()) dj["peak"]["sites"] = page_sites_json(ds->at_peak);
+      if (d.at_peak.captured) dj["peak"] = state_json(d.at_peak, t0, o, stacks);
+      if (ds && d.at_peak.captured && !ds->at_peak.empty()) dj["peak"]["sites"] = page_sites_json(ds->at_peak, stacks);
       nlohmann::json ooms = nlohmann::json::array();
       for (const auto& c : cases) {
         if (c.device != d.device || !c.state) continue;
@@ -197,12 +320,12 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
         oj["next_step"] = c.diagnosis.next_step;
         oj["request"] = c.figures.request ? nlohmann::json(*c.figures.request) : nlohmann::json(nullptr);
         oj["device_free"] = c.figures.device_free ? nlohmann::json(*c.figures.device_free) : nlohmann::json(nullptr);
-        oj["state"] = state_json(*c.state, t0, o);
+        oj["state"] = state_json(*c.state, t0, o, stacks);
         if (ds) {
           const SitesAt* cs = c.last_state ? &ds->at_end : nullptr;
           for (std::size_t i = 0; !cs && i < d.ooms.size() && i < ds->at_oom.size(); ++i)
             if (&d.ooms[i].state == c.state) cs = &ds->at_oom[i];
-          if (cs && !cs->empty()) oj["sites"] = page_sites_json(*cs);
+          if (cs && !cs->empty()) oj["sites"] = page_sites_json(*cs, stacks);
         }
         ooms.push_back(oj);
       }
@@ -210,12 +333,13 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       dj["summary_table"] = memory_summary_table(d.stats, d.device);
       dj["end"] = {{"live_blocks", d.at_end.stats.active[kStatAll].current},
                    {"live_bytes", d.at_end.stats.active_bytes[kStatAll].current},
-                   {"biggest", biggest_json(d.at_end.biggest, t0)}};
-      if (ds && !ds->at_end.empty()) dj["end"]["sites"] = page_sites_json(ds->at_end);
+                   {"biggest", biggest_json(d.at_end.biggest, t0, stacks)}};
+      if (ds && !ds->at_end.empty()) dj["end"]["sites"] = page_sites_json(ds->at_end, stacks);
       dj["notes"] = d.notes;
       devs.push_back(dj);
     }
     t["devices"] = devs;
+    t["stacks"] = stacks.json();
     traces.push_back(t);
   }
   j["traces"] = traces;

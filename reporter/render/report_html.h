@@ -1,7 +1,8 @@
 // `vramtrace report`: one self-contained HTML page (inline CSS and JS, no network) with, per
 // device, allocated/active/reserved over time against the capacity, OOM and mark markers, hover
 // values and zoom; the allocator's segments and blocks at the peak and at each OOM; the biggest
-// allocations; the summary tables and settings.
+// allocations, with the call stack of each site and allocation on hover when the trace records
+// stacks; the summary tables and settings.
 //
 // Safety: the page's only dynamic content is one JSON document embedded in a
 // <script type="application/json"> element, with '<', '>', '&', U+2028 and U+2029 escaped and
@@ -20,7 +21,13 @@ namespace vramtrace {
 struct ReportOptions {
   std::size_t max_segments_drawn = 400;      ///< per state; the largest are kept
   std::size_t max_blocks_per_segment = 600;  ///< further blocks are merged into one run
-  std::string title;                         ///< default: the trace names
+  /// Call stacks shown on hover (Note [stacks in the page] in report_html.cpp): distinct stacks
+  /// embedded per trace, in the order the page refers to them; later ones are left out and the
+  /// page says how many.
+  std::size_t max_stacks = 300;
+  std::size_t max_stack_frames = 64;  ///< per stack; the rest is one "N frames left out" line
+  std::size_t max_frame_chars = 300;  ///< per frame label (bytes of UTF-8); longer ones end in "..."
+  std::string title;                  ///< default: the trace names
 };
 
 /// The data the page draws, as JSON (also used by tests).

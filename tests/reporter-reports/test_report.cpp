@@ -1,6 +1,10 @@
 // The HTML report: strings from a trace are escaped, the data keeps every peak.
 #include <catch2/catch.hpp>
 
+#include <set>
+
+#include "analyses/sites.h"
+#include "model/load_models.h"
 #include "render/report_html.h"
 #include "vector_reader.h"
 
@@ -82,4 +86,162 @@ TEST_CASE("report data: the timeline's maxima hold the peak; layouts are bounded
   CHECK(dev["peak"]["segments"].size() == 10);
   CHECK(dev["peak"]["segments_total"] == 50);
   CHECK(dev["tl"]["t"].size() < 200);
+}
+
+namespace {
+// The labels of a page stack (Note [stacks in the page]): frames by index, "-N" for a gap.
+std::vector<std::string> page_stack(const nlohmann::json& stacks, const nlohmann::json& ref) {
+  std::vector<std::string> out;
+  for (const auto& x : stacks["list"][ref.get<std::size_t>()]["f"]) {
+    const auto i = x.get<std::int64_t>();
+    out.push_back(i < 0 ? std::to_string(i) : stacks["frames"][static_cast<std::size_t>(i)][0].get<std::string>());
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("report data: each distinct stack once, sites and allocations refer to it", "[report][data][sites]") {
+  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/pickle/sites.snapshot.pickle"});
+  const auto j = report_data(models);
+  const auto& tr = j["traces"][0];
+  const auto& S = tr["stacks"];
+  REQUIRE(S.is_object());
+  CHECK(S["stacks_left_out"] == 0);
+  const auto& peak = tr["devices"][0]["peak"];
+
+  // The site's stack is its whole largest stack, innermost first, labelled as summary labels
+  // frames, the user's line marked.
+  const auto sites = trace_sites(models[0]);
+  const Site& top = sites.at(0).at_peak.sites.at(0);
+  REQUIRE(peak["sites"][0]["site"] == top.label);
+  const auto ref = peak["sites"][0]["stack"];
+  REQUIRE(ref.is_number_unsigned());
+  std::vector<std::string> want;
+  for (const auto& f : *models[0].stacks->get(top.stack)) want.push_back(frame_label(f));
+  CHECK(page_stack(S, ref) == want);
+  CHECK(want.size() == 11);  // callers of the user's line included (runpy)
+  const auto& e = S["list"][ref.get<std::size_t>()];
+  CHECK(e["n"] == 11);
+  CHECK(page_stack(S, ref)[e["u"].get<std::size_t>()] == "train.py:42 in step");
+  CHECK(page_stack(S, ref)[e["v"].get<std::size_t>()] == "transformers/models/gpt2/modeling_gpt2.py:200 in forward");
+  CHECK(S["frames"][e["f"][0].get<std::size_t>()][1] == "native");
+  CHECK(S["frames"][e["f"][e["u"].get<std::size_t>()].get<std::size_t>()][1] == "user");
+  CHECK(peak["sites"][0]["stacks"] == 1);
+
+  // The biggest allocation at the peak (4 MiB, train.py:42) names the same stack entry.
+  REQUIRE(peak["biggest"][0]["size"] == 4 * MiB);
+  CHECK(peak["biggest"][0]["stack"] == ref);
+  CHECK(peak["biggest"][0]["site"] == "train.py:42 in step");
+  // Blocks without a stack have none.
+  bool without = false;
+  for (const auto& b : peak["biggest"])
+    if (!b.contains("stack")) without = true;
+  CHECK(without);
+
+  // Each distinct stack once; each frame label once.
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < S["list"].size(); ++i) {
+    std::string key;
+    for (const auto& l : page_stack(S, nlohmann::json(i))) key += l + "\n";
+    CHECK(seen.insert(key).second);
+  }
+  std::set<std::string> labels;
+  for (const auto& f : S["frames"]) CHECK(labels.insert(f[0].get<std::string>() + f[1].get<std::string>()).second);
+  // The three native frames are shared by every stack: once each in "frames".
+  CHECK(S["list"].size() >= 3);
+  std::size_t native = 0;
+  for (const auto& f : S["frames"]) native += f[1] == "native";
+  CHECK(native == 3);
+  // The OOM and the end refer to the stacks already in the list.
+  CHECK(tr["devices"][0]["ooms"][0]["sites"][0]["stack"] == ref);
+  CHECK(tr["devices"][0]["end"]["sites"][0]["site"] == "preload.py:3 in <module>");
+  CHECK(tr["devices"][0]["end"]["sites"][0]["stack"].is_number_unsigned());
+}
+
+TEST_CASE("report data: a trace without stacks has none, and the page is as before", "[report][data][sites]") {
+  RecordList l;
+  l.add(Action::segment_alloc, 0x10000000, 20 * MiB).add(Action::alloc, 0x10000000, 3 * MiB);
+  VectorReader r(l.records);
+  std::vector<TraceModel> v;
+  v.push_back(build_trace_model(r));
+  const auto j = report_data(v);
+  CHECK(j["traces"][0]["stacks"].is_null());
+  CHECK_FALSE(j["traces"][0]["devices"][0]["peak"]["biggest"][0].contains("stack"));
+  CHECK_FALSE(j["traces"][0]["devices"][0]["peak"].contains("sites"));
+}
+
+TEST_CASE("report data: stacks are capped, and the page data says where", "[report][data][sites]") {
+  // 30 distinct stacks, each 40 frames deep with the user's line at frame 30 (C++ frames inside it,
+  // as with stacks="all"), each allocating one block.
+  auto table = std::make_shared<StackTable>();
+  std::vector<std::string> names;
+  for (int i = 0; i < 40; ++i) names.push_back("at::native::op" + std::to_string(i) + "(int)");
+  RecordList l;
+  l.add(Action::segment_alloc, 0x10000000, 64 * MiB);
+  for (int s = 0; s < 30; ++s) {
+    std::vector<Frame> st;
+    for (int i = 0; i < 30; ++i) st.push_back({"", 0, names[static_cast<std::size_t>(i)]});
+    st.push_back({"train.py", static_cast<std::uint32_t>(100 + s), "step"});
+    for (int i = 31; i < 40; ++i) st.push_back({"train.py", static_cast<std::uint32_t>(i), "main"});
+    l.add(Action::alloc, 0x10000000 + static_cast<std::uint64_t>(s) * MiB, MiB);
+    l.records.back().stack_id = table->intern(st);
+  }
+  VectorReader r(l.records);
+  r.stack_table = table;
+  std::vector<TraceModel> v;
+  v.push_back(build_trace_model(r));
+  ReportOptions o;
+  o.max_stacks = 4;
+  o.max_stack_frames = 16;
+  const auto j = report_data(v, o);
+  const auto& S = j["traces"][0]["stacks"];
+  // The ten biggest allocations at the peak come first (stacks 0 to 9), then the top ten sites
+  // (the same ten stacks): four are embedded, six left out.
+  CHECK(S["list"].size() == 4);
+  CHECK(S["max_stacks"] == 4);
+  CHECK(S["max_frames"] == 16);
+  CHECK(S["stacks_left_out"] == 6);
+  std::size_t with = 0, without = 0;
+  for (const auto& x : j["traces"][0]["devices"][0]["peak"]["sites"]) (x["stack"].is_null() ? without : with)++;
+  CHECK(with == 4);
+  CHECK(without == 6);
+  // A cut stack: the innermost frames (4), a gap, three frames inside the user's line, the line
+  // and eight of its callers, a gap.
+  const auto lines = page_stack(S, nlohmann::json(0));
+  const auto& e = S["list"][0];
+  CHECK(e["n"] == 40);
+  CHECK(lines.size() == 16 + 2);  // 16 frames and two gaps
+  CHECK(lines[0] == "?? in at::native::op0");
+  CHECK(lines[4] == "-23");  // frames 4..26 left out
+  CHECK(lines[5] == "?? in at::native::op27");
+  CHECK_THAT(lines[e["u"].get<std::size_t>()], Catch::StartsWith("train.py:1"));
+  CHECK(lines.back() == "-1");  // the outermost caller
+  std::size_t frames_shown = 0;
+  for (const auto& x : lines) frames_shown += x[0] != '-';
+  CHECK(frames_shown == 16);
+
+  // A long label is cut, at a character boundary.
+  ReportOptions tiny;
+  tiny.max_frame_chars = 12;
+  const auto k = report_data(v, tiny);
+  const auto& f0 = k["traces"][0]["stacks"]["frames"][0][0].get<std::string>();
+  CHECK(f0 == "?? in at::na...");
+}
+
+TEST_CASE("a hostile stack cannot inject markup into the page", "[report][escape][sites]") {
+  auto table = std::make_shared<StackTable>();
+  RecordList l;
+  l.add(Action::segment_alloc, 0x10000000, 20 * MiB).add(Action::alloc, 0x10000000, 3 * MiB);
+  l.records.back().stack_id = table->intern({{kEvil, 7, kEvil}, {"</script>train.py", 3, "<b>x</b>"}});
+  VectorReader r(l.records);
+  r.stack_table = table;
+  std::vector<TraceModel> v;
+  v.push_back(build_trace_model(r));
+  const std::string page = render_report_html(v);
+  CHECK(count(page, "<script") == 2);
+  CHECK(count(page, "</script>") == 2);
+  CHECK(page.find("<img") == std::string::npos);
+  CHECK(page.find("<b>") == std::string::npos);
+  CHECK(page.find("\xff\xfe") == std::string::npos);
+  CHECK(report_data(v)["traces"][0]["stacks"]["list"].size() == 1);
 }

@@ -1,16 +1,26 @@
 // The HTML report in a real browser (Debian's chromium, headless): no console error, the plot is
-// drawn (the screenshot is not blank), the values read at the peak's time equal the summary's, and
-// a hostile trace's strings do not run. Exits with 77 (ctest: skipped) when chromium is absent.
+// drawn (the screenshot is not blank), the values read at the peak's time equal the summary's, a
+// site's call stack appears under the mouse, on keyboard focus and on a click, and a hostile
+// trace's strings do not run. Exits with 77 (ctest: skipped) when chromium is absent.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
+#include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "model/load_models.h"
 #include "render/report_html.h"
@@ -118,7 +128,253 @@ double png_variety(const std::string& png) {
   return 1.0 - static_cast<double>(mode) / static_cast<double>(raw_len);
 }
 
+/// Headless chromium driven through the DevTools protocol over a pipe (--remote-debugging-pipe:
+/// the browser reads commands from fd 3 and writes replies to fd 4, each message JSON ended by a
+/// NUL byte), so that the test moves the mouse, presses keys and clicks as a user does: input
+/// goes through the browser's own event pipeline, not through script in the page.
+class Browser {
+ public:
+  Browser(const fs::path& html, const fs::path& err_file) {
+    ::signal(SIGPIPE, SIG_IGN);  // a browser that died answers with EPIPE, not with a signal
+    profile_ = fs::temp_directory_path() / ("vt-cdp-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+    fs::create_directories(profile_);
+    int to[2], from[2];
+    REQUIRE(::pipe(to) == 0);
+    REQUIRE(::pipe(from) == 0);
+    const std::string exe = chromium_path(), profile_arg = "--user-data-dir=" + profile_.string();
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      const int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int null = ::open("/dev/null", O_RDWR);
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      if (err >= 0) ::dup2(err, 2);
+      // Out of the way of 3 and 4 first: the pipes may be those numbers already.
+      const int r = ::fcntl(to[0], F_DUPFD, 10), w = ::fcntl(from[1], F_DUPFD, 10);
+      ::dup2(r, 3);
+      ::dup2(w, 4);
+      for (int fd = 5; fd < 1024; ++fd) ::close(fd);
+      ::execl(exe.c_str(), exe.c_str(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+              "--window-size=1400,900", "--remote-debugging-pipe", profile_arg.c_str(), "about:blank",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(to[0]);
+    ::close(from[1]);
+    out_ = to[1];
+    in_ = from[0];
+    const auto target = call("Target.createTarget", {{"url", "file://" + html.string()}}, false);
+    const auto attached = call("Target.attachToTarget", {{"targetId", target["targetId"]}, {"flatten", true}}, false);
+    session_ = attached["sessionId"].get<std::string>();
+  }
+  Browser(const Browser&) = delete;
+  Browser& operator=(const Browser&) = delete;
+  ~Browser() {
+    nlohmann::json close = {{"id", ++id_}, {"method", "Browser.close"}, {"params", nlohmann::json::object()}};
+    const std::string msg = close.dump() + '\0';
+    [[maybe_unused]] auto n = ::write(out_, msg.data(), msg.size());
+    ::close(out_);
+    ::close(in_);
+    int status = 0;
+    for (int i = 0; i < 100 && ::waitpid(pid_, &status, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (::waitpid(pid_, &status, WNOHANG) == 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+    }
+    std::error_code ec;
+    fs::remove_all(profile_, ec);
+  }
+
+  /// Sends one command (to the page's session unless `to_page` is false) and returns its
+  /// "result"; fails the test on an error reply or after 30 s without one.
+  nlohmann::json call(const std::string& method, nlohmann::json params = nlohmann::json::object(),
+                      bool to_page = true) {
+    nlohmann::json m = {{"id", ++id_}, {"method", method}, {"params", std::move(params)}};
+    if (to_page) m["sessionId"] = session_;
+    const std::string msg = m.dump() + '\0';
+    REQUIRE(::write(out_, msg.data(), msg.size()) == static_cast<ssize_t>(msg.size()));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      for (auto nul = buf_.find('\0'); nul != std::string::npos; nul = buf_.find('\0')) {
+        auto reply = nlohmann::json::parse(buf_.substr(0, nul), nullptr, false);
+        buf_.erase(0, nul + 1);
+        if (!reply.is_object() || reply.value("id", -1) != id_) continue;  // events, other replies
+        INFO(method << ": " << reply.dump());
+        REQUIRE_FALSE(reply.contains("error"));
+        return reply["result"];
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      INFO(method << ": no reply from the browser");
+      REQUIRE(left.count() > 0);
+      pollfd p{in_, POLLIN, 0};
+      REQUIRE(::poll(&p, 1, static_cast<int>(left.count())) >= 0);
+      if (!(p.revents & (POLLIN | POLLHUP))) continue;
+      char chunk[65536];
+      const ssize_t n = ::read(in_, chunk, sizeof chunk);
+      INFO(method << ": the browser closed the pipe");
+      REQUIRE(n > 0);
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+  /// The value of a script expression in the page (JSON-serialisable).
+  nlohmann::json eval(const std::string& expression) {
+    auto r = call("Runtime.evaluate", {{"expression", expression}, {"returnByValue", true}});
+    INFO(expression << " -> " << r.dump());
+    REQUIRE_FALSE(r.contains("exceptionDetails"));
+    return r["result"].value("value", nlohmann::json());
+  }
+
+  void move_mouse(double x, double y) {
+    call("Input.dispatchMouseEvent", {{"type", "mouseMoved"}, {"x", x}, {"y", y}});
+  }
+  void click(double x, double y) {
+    move_mouse(x, y);
+    for (const char* type : {"mousePressed", "mouseReleased"})
+      call("Input.dispatchMouseEvent",
+           {{"type", type}, {"x", x}, {"y", y}, {"button", "left"}, {"buttons", 1}, {"clickCount", 1}});
+  }
+  void key(const std::string& key, int code) {
+    for (const char* type : {"rawKeyDown", "keyUp"})
+      call("Input.dispatchKeyEvent", {{"type", type},
+                                      {"key", key},
+                                      {"code", key},
+                                      {"windowsVirtualKeyCode", code},
+                                      {"nativeVirtualKeyCode", code}});
+  }
+
+ private:
+  fs::path profile_;
+  pid_t pid_ = -1;
+  int out_ = -1, in_ = -1;
+  int id_ = 0;
+  std::string session_, buf_;
+};
+
+// Waits until the page's script has run (it fills the probe last); fails after 15 s.
+void wait_for_page(Browser& b) {
+  const char* ready = "(function(){var p=document.getElementById('vt-probe');return !!p&&p.textContent.length>0;})()";
+  bool done = false;
+  for (int i = 0; i < 300 && !done; ++i) {
+    done = b.eval(ready).get<bool>();
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(done);
+}
+
+// The stack box as the page shows it: visible or not, its heading and its lines, each with the
+// user's-line mark.
+nlohmann::json read_stack_box(Browser& b) {
+  return b.eval(
+      "(function(){var t=document.getElementById('vt-stack');if(!t)return {shown:false};"
+      "return {shown:getComputedStyle(t).display!=='none',head:t.firstChild?t.firstChild.textContent:'',"
+      "lines:[].map.call(t.querySelectorAll('.fr'),function(e){return {text:e.textContent,"
+      "user:e.classList.contains('user'),gap:e.classList.contains('gap')};})};})()");
+}
+
+// Scrolls the first element matching `selector` into the middle of the window and names it
+// window.vtTarget; returns its centre in window coordinates and its first cell's text.
+nlohmann::json target(Browser& b, const std::string& selector) {
+  return b.eval("(function(){var r=document.querySelector('" + selector +
+                "');if(!r)return null;window.vtTarget=r;r.scrollIntoView({block:'center'});"
+                "var q=r.getBoundingClientRect();return {x:q.left+q.width/2,y:q.top+q.height/2,"
+                "text:r.cells[0].textContent};})()");
+}
+
+// The lines the box must show for stack `id`: each frame as `summary` labels it, innermost first,
+// the user's line marked.
+std::vector<std::string> expected_lines(const StackTable& table, std::uint32_t id) {
+  const std::vector<Frame>& st = *table.get(id);
+  const SiteFrames where = site_frames(st);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < st.size(); ++i) out.push_back((i == where.user ? "\u25B6 " : "  ") + frame_label(st[i]));
+  return out;
+}
+
+std::vector<std::string> shown_lines(const nlohmann::json& box) {
+  std::vector<std::string> out;
+  for (const auto& l : box["lines"]) out.push_back(l["text"].get<std::string>());
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("browser: a site's call stack shows on hover, keyboard focus and click", "[browser][sites]") {
+  skip_without_chromium();
+  // The default `vramtrace run` of GPT-2 training on the H200 (tests/data/torch-h200/README.md).
+  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/gpt2_run.snapshot.pickle.zst"});
+  REQUIRE(models.at(0).stacks != nullptr);
+  const StackTable& table = *models[0].stacks;
+  const auto sites = trace_sites(models[0]);
+  const Site& top = sites.at(0).at_peak.sites.at(0);
+  REQUIRE(table.get(top.stack)->size() <= ReportOptions{}.max_stack_frames);  // shown whole
+  fs::path dir = fs::temp_directory_path() / ("vt-report-stacks-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "report.html";
+  std::ofstream(html, std::ios::binary) << render_report_html(models);
+  Browser b(html, dir / "browser.err");
+  // The page has run when the probe is filled.
+  wait_for_page(b);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+
+  // Hover: the first site at the peak.
+  const auto row = target(b, "table.sites tr.hasstack");
+  REQUIRE(row.is_object());
+  CHECK(row["text"] == top.label);
+  CHECK_FALSE(read_stack_box(b)["shown"].get<bool>());
+  b.move_mouse(row["x"].get<double>(), row["y"].get<double>());
+  auto box = read_stack_box(b);
+  INFO(box.dump(1));
+  REQUIRE(box["shown"].get<bool>());
+  CHECK_THAT(box["head"].get<std::string>(), Catch::StartsWith(top.label + ": "));
+  const std::vector<std::string> want = expected_lines(table, top.stack);
+  CHECK(shown_lines(box) == want);
+  std::size_t marked = 0;
+  for (const auto& l : box["lines"]) marked += l["user"].get<bool>();
+  CHECK(marked == 1);
+  CHECK_THAT(want.back(), !Catch::StartsWith("\u25B6"));  // its callers are there too
+  // Away from the row, the box goes.
+  b.move_mouse(3, 3);
+  CHECK_FALSE(read_stack_box(b)["shown"].get<bool>());
+
+  // Keyboard: Tab until the row has the focus; the box shows the same stack; Escape hides it.
+  bool focused = false;
+  for (int i = 0; i < 400 && !focused; ++i) {
+    b.key("Tab", 9);
+    focused = b.eval("document.activeElement===window.vtTarget").get<bool>();
+  }
+  REQUIRE(focused);
+  box = read_stack_box(b);
+  REQUIRE(box["shown"].get<bool>());
+  CHECK(shown_lines(box) == want);
+  b.key("Escape", 27);
+  CHECK_FALSE(read_stack_box(b)["shown"].get<bool>());
+
+  // A click (a tap on a touch screen) on the biggest allocation at the peak pins its stack: the
+  // box stays when the mouse leaves, until a click elsewhere.
+  // (the first of the biggest allocations whose stack is known: the table's first row with one)
+  const auto& biggest = models[0].devices.at(0).at_peak.biggest;
+  const auto big_it =
+      std::find_if(biggest.begin(), biggest.end(), [](const LiveAllocation& l) { return l.stack != 0; });
+  REQUIRE(big_it != biggest.end());
+  const LiveAllocation& big = *big_it;
+  const auto brow = target(b, "table.biggest tr.hasstack");
+  REQUIRE(brow.is_object());
+  b.click(brow["x"].get<double>(), brow["y"].get<double>());
+  b.move_mouse(3, 3);
+  box = read_stack_box(b);
+  REQUIRE(box["shown"].get<bool>());
+  CHECK(shown_lines(box) == expected_lines(table, big.stack));
+  b.click(3, 3);
+  CHECK_FALSE(read_stack_box(b)["shown"].get<bool>());
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
 
 TEST_CASE("browser: the gpt2 report draws, reads back the summary's figures, logs no error", "[browser]") {
   skip_without_chromium();
@@ -165,7 +421,13 @@ TEST_CASE("browser: a hostile trace's strings do not run", "[browser][escape]") 
   h.path = "</script><script>document.body.setAttribute('data-pwned','1')</script>";
   h.workload = "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">";
   h.settings = "\xff\xfe<b>bold</b>";
+  // A frame whose file and function names are markup, shown on hover.
+  auto table = std::make_shared<StackTable>();
+  l.records.back().stack_id =
+      table->intern({{"<img src=x onerror=\"document.body.setAttribute('data-pwned','3')\">", 1,
+                      "</script><script>document.body.setAttribute('data-pwned','4')</script>"}});
   testing::VectorReader r(l.records, h);
+  r.stack_table = table;
   std::vector<TraceModel> v;
   v.push_back(build_trace_model(r));
   fs::path dir = fs::temp_directory_path() / ("vt-report-evil-" + std::to_string(::getpid()));
@@ -178,6 +440,19 @@ TEST_CASE("browser: a hostile trace's strings do not run", "[browser][escape]") 
   CHECK(dom.find("<b>bold</b>") == std::string::npos);
   auto probe = nlohmann::json::parse(probe_of(dom));
   CHECK(probe["errors"].empty());
+  {
+    // Under the mouse, the stack's text is shown as text.
+    Browser b(html, dir / "cdp.err");
+    wait_for_page(b);
+    const auto row = target(b, "table.sites tr.hasstack");
+    REQUIRE(row.is_object());
+    b.move_mouse(row["x"].get<double>(), row["y"].get<double>());
+    const auto box = read_stack_box(b);
+    REQUIRE(box["shown"].get<bool>());
+    CHECK_THAT(shown_lines(box).at(0), Catch::Contains("onerror=") && Catch::Contains("</script><script>"));
+    CHECK(b.eval("document.body.hasAttribute('data-pwned')") == false);
+    CHECK(b.eval("document.querySelectorAll('img').length") == 0);
+  }
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

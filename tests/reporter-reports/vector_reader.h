@@ -1,6 +1,7 @@
 // A TraceReader over records held in memory, for tests.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -21,8 +22,11 @@ class VectorReader : public TraceReader {
   std::string position() const override { return "record " + std::to_string(pos_); }
   bool incomplete() const override { return incomplete_; }
   const Snapshot* final_state() const override { return end_state ? &*end_state : nullptr; }
+  std::shared_ptr<const StackTable> stacks() const override { return stack_table; }
   /// The end state the trace records (a snapshot's `segments`), if any.
   std::optional<Snapshot> end_state;
+  /// The frames behind the records' stack_id, if the trace records stacks.
+  std::shared_ptr<const StackTable> stack_table;
 
  private:
   std::vector<TraceRecord> records_;

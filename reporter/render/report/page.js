@@ -5,19 +5,21 @@ DATA.traces.forEach(function(tr){
  main.appendChild(el('h2',null,tr.path+(tr.workload?'  ('+tr.workload+')':'')));
  var info=[tr.format+' trace',tr.events+' events'];if(tr.incomplete)info.push('ends abruptly');main.appendChild(el('div',{'class':'sub'},info.join(', ')));
  main.appendChild(el('div',{'class':'sub'},'settings: '+(tr.settings||'(defaults)')));
- tr.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});
+ tr.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});var S=tr.stacks;
+ if(S&&S.stacks_left_out)main.appendChild(el('div',{'class':'note'},S.stacks_left_out+' call stacks are not in this page, which keeps the first '+S.max_stacks+' distinct stacks of a trace (vramtrace summary --json has each site\u2019s stack)'));
  tr.devices.forEach(function(dev){
   main.appendChild(el('h3',null,'Device '+dev.device+': memory over time ('+fmtT(dev.duration_ms)+')'));
   var h=el('div');main.appendChild(h);timelines.push(new Timeline(dev,h));
   dev.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});
   if(dev.peak){main.appendChild(el('h3',null,'Allocator state at the peak of allocated memory'));stateFigures(main,dev.peak);var sh=el('div');main.appendChild(sh);Segments(dev.peak,sh);
-   main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest);sites(main,'Top allocation sites at the peak',dev.peak.sites);}
+   main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest,S);sites(main,'Top allocation sites at the peak',dev.peak.sites,S);}
   dev.ooms.forEach(function(o,i){main.appendChild(el('h3',null,(o.last_state?'Last state (the trace ends abruptly)':'OOM '+(i+1))+' at '+fmtT(o.state.t)));
    main.appendChild(el('div',{'class':'diag'},'Diagnosis: '+o.diagnosis+' \u2014 '+o.headline));o.reasons.forEach(function(r){main.appendChild(el('div',{'class':'sub'},'because '+r));});
    if(o.next_step)main.appendChild(el('div',null,'Next step: '+o.next_step));if(o.request!==null)main.appendChild(el('div',null,'request '+fmtB(o.request)+', free on the device '+fmtB(o.device_free)));
-   stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);Segments(o.state,oh);sites(main,'Top allocation sites alive at this moment',o.sites);});
+   stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);Segments(o.state,oh);
+   main.appendChild(el('h3',null,'The biggest allocations alive at this moment'));biggest(main,o.state.biggest,S);sites(main,'Top allocation sites alive at this moment',o.sites,S);});
   main.appendChild(el('h3',null,'Summary (torch.cuda.memory_summary layout)'));main.appendChild(el('pre',null,dev.summary_table));
-  main.appendChild(el('h3',null,'Still allocated at the end: '+dev.end.live_blocks+' blocks, '+fmtB(dev.end.live_bytes)));biggest(main,dev.end.biggest);
-  sites(main,'Top allocation sites at the end',dev.end.sites);
+  main.appendChild(el('h3',null,'Still allocated at the end: '+dev.end.live_blocks+' blocks, '+fmtB(dev.end.live_bytes)));biggest(main,dev.end.biggest,S);
+  sites(main,'Top allocation sites at the end',dev.end.sites,S);
  });
 });
