@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/load_models.h"
 #include "model/trace_model.h"
 #include "readers/open_trace.h"
 
@@ -96,6 +97,58 @@ class EventFactsBuilder {
   std::unordered_map<std::int32_t, Device> devices_;
 };
 
+// The sites of a summary document's trace entry `t` (its "sites": trace_sites_json).
+void sites_from_summary(const nlohmann::json& t, const std::string& path, CheckInput& in) {
+  const auto it = t.find("sites");
+  if (it == t.end() || !it->is_object()) {
+    in.no_stacks_reason = "the summary document lists no allocation sites (written before vramtrace had them?)";
+    return;
+  }
+  const auto devs = it->find("devices");
+  if (devs == it->end() || !devs->is_array() || devs->empty()) {
+    in.no_stacks_reason = it->value("reason", std::string("the summary document lists no allocation sites"));
+    return;
+  }
+  try {
+    for (const auto& d : *devs) {
+      DeviceSiteTotals s;
+      s.device = d.at("device").get<std::int32_t>();
+      s.at_peak = site_bytes_from_json(d.value("at_peak", nlohmann::json()));
+      s.at_end = site_bytes_from_json(d.value("at_end", nlohmann::json()));
+      if (!s.at_end) {
+        in.sites.clear();
+        in.no_stacks_reason =
+            "the summary document lists only the top sites, not every site's bytes (\"all_sites\", written by an "
+            "earlier vramtrace): run `vramtrace summary --json` on the trace again";
+        return;
+      }
+      in.sites.push_back(std::move(s));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw BudgetError(fmt::format("{}: the summary document's \"sites\" are not usable: {}", path, e.what()));
+  }
+  in.has_stacks = true;
+}
+
+// The sites of a trace's model, for diff.
+void sites_from_model(const TraceModel& m, CheckInput& in) {
+  if (!m.stacks) {
+    in.no_stacks_reason = "the trace records no call stacks";
+    return;
+  }
+  in.has_stacks = true;
+  for (const auto& ds : trace_sites(m)) {
+    DeviceSiteTotals s;
+    s.device = ds.device;
+    const bool peak_known = std::any_of(m.devices.begin(), m.devices.end(), [&](const DeviceModel& d) {
+      return d.device == ds.device && d.at_peak.captured && !d.peak_layout_deferred;
+    });
+    if (peak_known) s.at_peak = ds.at_peak.all;
+    s.at_end = ds.at_end.all;
+    in.sites.push_back(std::move(s));
+  }
+}
+
 }  // namespace
 
 bool is_summary_document(const std::string& path) { return read_summary(path).has_value(); }
@@ -106,6 +159,7 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   if (auto j = read_summary(path)) {
     in.is_summary = true;
     in.traces = figures_from_summary_json(*j, path);
+    if (!(*j)["traces"].empty()) sites_from_summary((*j)["traces"].front(), path, in);
     in.measures = measures_from_figures(in.traces);
     for (auto& m : in.measures) m.trace_index += trace_index;
     return in;
@@ -129,6 +183,8 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   std::vector<TraceModel> models;
   models.push_back(model.finish(*reader));
   if (models.back().header.path.empty()) models.back().header.path = path;
+  if (models.back().stacks) complete_deferred_peaks(models.back(), path);  // the sites at the peak need its blocks
+  sites_from_model(models.back(), in);
   in.traces = figures_from_models(models);
   in.measures = measures_from_figures(in.traces);
   in.steps = steps.finish();

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "analyses/budgets.h"
 #include "analyses/figures.h"
+#include "analyses/sites.h"
 #include "analyses/step_series.h"
 
 namespace vramtrace {
@@ -37,6 +39,14 @@ struct DeviceEventFacts {
   std::uint64_t oom_largest_free_block_bytes = 0;
 };
 
+/// Per device of an input's first trace, every allocation site's bytes at the peak of allocated
+/// memory and at the end (sites.h: SitesAt::all), for diff.
+struct DeviceSiteTotals {
+  std::int32_t device = 0;
+  std::optional<std::vector<SiteBytes>> at_peak;  ///< unset when the state at the peak is not known
+  std::optional<std::vector<SiteBytes>> at_end;   ///< unset when a summary document does not list it
+};
+
 /// One loaded input.
 struct CheckInput {
   std::string path;
@@ -45,17 +55,23 @@ struct CheckInput {
   std::vector<DeviceMeasures> measures;
   std::vector<DeviceSteps> steps;       ///< traces only
   std::vector<DeviceEventFacts> facts;  ///< traces only
+  /// The first trace's allocation sites (a trace's, or those a summary document lists: its
+  /// "sites" with "all_sites"); `has_stacks` false, with the reason in `no_stacks_reason`, when
+  /// the trace records no call stacks or the document lists no sites' totals.
+  bool has_stacks = false;
+  std::string no_stacks_reason;
+  std::vector<DeviceSiteTotals> sites;
 };
 
 /// True when `path` holds one JSON object with a "traces" array (a summary document) rather than
 /// a trace. Reads at most the first 64 MiB. Never throws.
 bool is_summary_document(const std::string& path);
 
-/// Loads `path`: a summary document read once into figures, a trace through open_trace with one
-/// pass that builds the trace model (its figures), the step series and the event facts; fits
-/// growth per device
-/// (Note [growth detection]). `trace_index` is stored in the measures. Throws TraceError or
-/// BudgetError (both: unusable input, exit 2).
+/// Loads `path`: a summary document read once into figures and sites, a trace through open_trace
+/// with one pass that builds the trace model (its figures and sites), the step series and the
+/// event facts (and a second pass when the model deferred the peak's layout, as load_models
+/// does); fits growth per device (Note [growth detection]). `trace_index` is stored in the
+/// measures. Throws TraceError or BudgetError (both: unusable input, exit 2).
 CheckInput load_check_input(const std::string& path, std::size_t trace_index = 0);
 
 }  // namespace vramtrace

@@ -14,6 +14,14 @@
 //  4. Peak allocated within M but peak reserved changed by more than M: the cache differs
 //     (fragmentation or caching), with the largest free block at the end.
 //  5. Otherwise: no difference beyond the margin.
+// When both runs record call stacks and the site whose bytes changed most (Note [diff sites]) at
+// the peak or at the end changed by more than M, the sentence names it with both runs' bytes.
+//
+// Note [diff sites]: at each moment (each run's own peak of allocated memory, and the end), the
+// sites of both runs are matched by their label (the user's line, sites.h), a site missing from
+// a run counting 0 bytes there: every site is listed (SitesAt::all), not only the top ten. The
+// site named is the one with the largest |NEW - BASE| bytes; ties go to the larger of its two
+// figures, then to the first label. No site is named when no site's bytes changed.
 #include "analyses/diff.h"
 #include "vramtrace/units.h"
 
@@ -21,6 +29,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -114,6 +123,70 @@ std::string oom_sentence(const char* who, const char* other, const DeviceEventFa
                             signed_bytes(own_live - other_live));
 }
 
+const DeviceSiteTotals* sites_of(const CheckInput& in, std::int32_t device) {
+  for (const auto& s : in.sites)
+    if (s.device == device) return &s;
+  return nullptr;
+}
+
+// Note [diff sites]. nullopt when no site's bytes changed.
+std::optional<SiteChange> most_changed_site(const std::vector<SiteBytes>& base, const std::vector<SiteBytes>& now) {
+  std::map<std::string, SiteChange> by;
+  for (const auto& s : base) {
+    auto& c = by[s.label];
+    c.site = s.label;
+    c.base_bytes += s.bytes;
+    c.base_blocks += s.blocks;
+  }
+  for (const auto& s : now) {
+    auto& c = by[s.label];
+    c.site = s.label;
+    c.new_bytes += s.bytes;
+    c.new_blocks += s.blocks;
+  }
+  const SiteChange* best = nullptr;
+  for (const auto& [label, c] : by) {  // in label order: the first label wins a full tie
+    if (c.change() == 0) continue;
+    if (!best) {
+      best = &c;
+      continue;
+    }
+    const auto a = std::llabs(c.change()), b = std::llabs(best->change());
+    if (a > b || (a == b && std::max(c.base_bytes, c.new_bytes) > std::max(best->base_bytes, best->new_bytes)))
+      best = &c;
+  }
+  if (!best) return std::nullopt;
+  return *best;
+}
+
+std::string site_figures(const SiteChange& c) {
+  return fmt::format("{} in NEW vs {} in BASE, {}", format_bytes(static_cast<double>(c.new_bytes), ByteStyle::binary),
+                     format_bytes(static_cast<double>(c.base_bytes), ByteStyle::binary), signed_bytes(c.change()));
+}
+
+// The clause of the explanation that names the site (Note [diff explanation]); "" when no site
+// changed by more than the margin.
+std::string site_clause(const DeviceDiff& d, std::uint64_t margin) {
+  auto beyond = [&](const std::optional<SiteChange>& c) {
+    return c && !same_bytes(static_cast<std::int64_t>(c->new_bytes), static_cast<std::int64_t>(c->base_bytes), margin);
+  };
+  const bool peak = beyond(d.site_at_peak), end = beyond(d.site_at_end);
+  if (peak && end && d.site_at_peak->site == d.site_at_end->site)
+    return fmt::format("; the site whose bytes changed most is {}: at the peak {}, at the end {}", d.site_at_peak->site,
+                       site_figures(*d.site_at_peak), site_figures(*d.site_at_end));
+  if (peak && end)
+    return fmt::format("; the site whose bytes changed most is {} at the peak ({}) and {} at the end ({})",
+                       d.site_at_peak->site, site_figures(*d.site_at_peak), d.site_at_end->site,
+                       site_figures(*d.site_at_end));
+  if (peak)
+    return fmt::format("; the site whose bytes changed most at the peak is {} ({})", d.site_at_peak->site,
+                       site_figures(*d.site_at_peak));
+  if (end)
+    return fmt::format("; the site whose bytes changed most at the end is {} ({})", d.site_at_end->site,
+                       site_figures(*d.site_at_end));
+  return "";
+}
+
 std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const DeviceEventFacts* fn, std::uint64_t margin,
                     const DeviceFigures* fig_base, const DeviceFigures* fig_new) {
   const std::optional<std::int64_t> ooms_base = figure(fig_base, &DeviceFigures::num_ooms);
@@ -165,6 +238,15 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
   TraceDiff out;
   out.base_path = base.path;
   out.new_path = now.path;
+  out.base_has_stacks = base.has_stacks;
+  out.new_has_stacks = now.has_stacks;
+  out.sites_compared = base.has_stacks && now.has_stacks;
+  if (!base.has_stacks && !now.has_stacks)
+    out.sites_reason = "neither run records call stacks";
+  else if (!base.has_stacks)
+    out.sites_reason = "BASE: " + base.no_stacks_reason;
+  else if (!now.has_stacks)
+    out.sites_reason = "NEW: " + now.no_stacks_reason;
   std::set<std::int32_t> devices;
   for (const auto* in : {&base, &now})
     for (const auto& m : in->measures)
@@ -194,7 +276,9 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
       d.peaks.push_back({p.name, figure(fig_base, p.figure), figure(fig_new, p.figure), p.bytes});
     const DeviceEventFacts* fb = facts_of(base, dev);
     const DeviceEventFacts* fn = facts_of(now, dev);
-    if (fb || fn) {
+    // Counts by size need the events of both runs: a summary document has none, which is not a
+    // count of zero (a device one trace never used is).
+    if ((fb || fn) && !base.is_summary && !now.is_summary) {
       std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> counts;
       if (fb)
         for (const auto& [size, c] : fb->alloc_count_by_size) counts[size].first = c;
@@ -219,7 +303,25 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
     if (fb && fb->has_oom) oom.base = fb->oom_largest_free_block_bytes;
     if (fn && fn->has_oom) oom.now = fn->oom_largest_free_block_bytes;
     if (oom.base || oom.now) d.largest_free_block.push_back(oom);
+    if (out.sites_compared) {
+      // A device a run never used has no sites there: none of its bytes, at both moments.
+      static const std::vector<SiteBytes> kNone;
+      const DeviceSiteTotals* sb = sites_of(base, dev);
+      const DeviceSiteTotals* sn = sites_of(now, dev);
+      const std::vector<SiteBytes>* peak_base = sb ? (sb->at_peak ? &*sb->at_peak : nullptr) : &kNone;
+      const std::vector<SiteBytes>* peak_new = sn ? (sn->at_peak ? &*sn->at_peak : nullptr) : &kNone;
+      const std::vector<SiteBytes>* end_base = sb ? (sb->at_end ? &*sb->at_end : nullptr) : &kNone;
+      const std::vector<SiteBytes>* end_new = sn ? (sn->at_end ? &*sn->at_end : nullptr) : &kNone;
+      d.peak_sites_known = peak_base && peak_new;
+      d.end_sites_known = end_base && end_new;
+      if (d.peak_sites_known) d.site_at_peak = most_changed_site(*peak_base, *peak_new);
+      if (d.end_sites_known) d.site_at_end = most_changed_site(*end_base, *end_new);
+    }
     d.explanation = explain(d, fb, fn, margin, fig_base, fig_new);
+    if (const std::string clause = site_clause(d, margin); !clause.empty()) {
+      d.explanation.pop_back();  // every sentence ends in '.'
+      d.explanation += clause + ".";
+    }
     out.devices.push_back(std::move(d));
   }
   return out;
@@ -250,6 +352,24 @@ std::string render_diff_text(const TraceDiff& t) {
         out +=
             fmt::format("  {:>14} {:>8} {:>8} {:>+8}\n", format_bytes(static_cast<double>(s.size), ByteStyle::binary),
                         s.base, s.now, static_cast<std::int64_t>(s.now) - static_cast<std::int64_t>(s.base));
+    }
+    if (t.sites_compared) {
+      out += "  allocation site whose bytes changed most (BASE -> NEW)\n";
+      auto line = [&](const char* when, bool known, const std::optional<SiteChange>& c) {
+        if (!known)
+          out += fmt::format("    {:<12} not known for both runs\n", when);
+        else if (!c)
+          out += fmt::format("    {:<12} no site's bytes changed\n", when);
+        else
+          out += fmt::format("    {:<12} {}: {} in {} blocks -> {} in {} blocks ({})\n", when, c->site,
+                             format_bytes(static_cast<double>(c->base_bytes), ByteStyle::binary), c->base_blocks,
+                             format_bytes(static_cast<double>(c->new_bytes), ByteStyle::binary), c->new_blocks,
+                             signed_bytes(c->change()));
+      };
+      line("at the peak:", d.peak_sites_known, d.site_at_peak);
+      line("at the end:", d.end_sites_known, d.site_at_end);
+    } else if (t.base_has_stacks != t.new_has_stacks) {
+      out += "  allocation sites not compared: " + t.sites_reason + "\n";
     }
     out += "  largest free block";
     for (const auto& f : d.largest_free_block) {
@@ -287,10 +407,25 @@ nlohmann::json diff_json(const TraceDiff& t) {
     nlohmann::json lfb = nlohmann::json::array();
     for (const auto& f : d.largest_free_block)
       lfb.push_back({{"when", f.when}, {"base", opt(f.base)}, {"new", opt(f.now)}});
+    nlohmann::json sites = {{"compared", t.sites_compared}};
+    if (t.sites_compared) {
+      auto change = [](const std::optional<SiteChange>& c) -> nlohmann::json {
+        if (!c) return nullptr;
+        return {{"site", c->site},       {"base_bytes", c->base_bytes},   {"new_bytes", c->new_bytes},
+                {"change", c->change()}, {"base_blocks", c->base_blocks}, {"new_blocks", c->new_blocks}};
+      };
+      sites["at_peak"] = change(d.site_at_peak);
+      sites["at_end"] = change(d.site_at_end);
+      sites["peak_known"] = d.peak_sites_known;
+      sites["end_known"] = d.end_sites_known;
+    } else {
+      sites["reason"] = t.sites_reason;
+    }
     devs.push_back({{"device", d.device},
                     {"peaks", peaks},
                     {"sizes", sizes},
                     {"largest_free_block", lfb},
+                    {"sites", sites},
                     {"explanation", d.explanation}});
   }
   return {{"base", t.base_path}, {"new", t.new_path}, {"devices", devs}};

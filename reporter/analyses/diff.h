@@ -1,6 +1,7 @@
 // `vramtrace diff BASE NEW`: two runs side by side, the change in each peak, the allocation sizes
-// whose counts changed most, the largest free block, and one sentence naming what explains the
-// difference (case C11: same live bytes, a fragmented cache in the resumed run).
+// whose counts changed most, the largest free block, the allocation site whose bytes changed
+// most (when both runs record call stacks), and one sentence naming what explains the difference
+// (case C11: same live bytes, a fragmented cache in the resumed run).
 #pragma once
 
 #include <cstdint>
@@ -36,17 +37,44 @@ struct FreeBlockFigure {
   std::optional<std::uint64_t> now;
 };
 
+/// An allocation site (sites.h: the user's line of the stacks) and its bytes alive at one moment
+/// in both runs; a site a run does not have counts 0 bytes there.
+struct SiteChange {
+  std::string site;  ///< frame_label of the user's line
+  std::uint64_t base_bytes = 0;
+  std::uint64_t new_bytes = 0;
+  std::uint64_t base_blocks = 0;
+  std::uint64_t new_blocks = 0;
+  std::int64_t change() const noexcept {
+    return static_cast<std::int64_t>(new_bytes) - static_cast<std::int64_t>(base_bytes);
+  }
+};
+
 struct DeviceDiff {
   std::int32_t device = 0;
   std::vector<DiffFigure> peaks;
   std::vector<SizeCountChange> sizes;  ///< largest |count change| first (then bytes), at most 10
   std::vector<FreeBlockFigure> largest_free_block;
+  /// The site whose bytes alive at the peak of allocated memory (each run's own peak), and at
+  /// the end, changed most (Note [diff sites] in diff.cpp). Unset when sites are not compared
+  /// (TraceDiff::sites_compared), when a run does not know that moment, or when no site's bytes
+  /// changed; the *_known flags tell the second case from the third.
+  std::optional<SiteChange> site_at_peak;
+  std::optional<SiteChange> site_at_end;
+  bool peak_sites_known = false;
+  bool end_sites_known = false;
   std::string explanation;  ///< one sentence (Note [diff explanation] in diff.cpp)
 };
 
 struct TraceDiff {
   std::string base_path;
   std::string new_path;
+  /// Both runs record call stacks, so their allocation sites are compared; else why not
+  /// ("BASE records no call stacks", ...).
+  bool sites_compared = false;
+  std::string sites_reason;
+  bool base_has_stacks = false;
+  bool new_has_stacks = false;
   std::vector<DeviceDiff> devices;  ///< devices of either run, sorted
 };
 
@@ -58,7 +86,10 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now,
 /// Side-by-side text. Deterministic.
 std::string render_diff_text(const TraceDiff& d);
 /// {"base", "new", "devices": [{"device", "peaks": [{name, base, new, change, change_percent}],
-/// "sizes": [{size, base, new, change}], "largest_free_block": [{when, base, new}], "explanation"}]}.
+/// "sizes": [{size, base, new, change}], "largest_free_block": [{when, base, new}], "sites":
+/// {"compared", "reason" (when not compared), "at_peak", "at_end": {site, base_bytes, new_bytes,
+/// change, base_blocks, new_blocks} or null (no site changed, or the moment is not known for both
+/// runs: "peak_known", "end_known")}, "explanation"}]}.
 nlohmann::json diff_json(const TraceDiff& d);
 
 }  // namespace vramtrace

@@ -4,6 +4,25 @@
 
 namespace vramtrace {
 
+void complete_deferred_peaks(TraceModel& m, const std::string& path, const ModelOptions& options) {
+  ModelOptions again = options;
+  for (const auto& d : m.devices)
+    if (d.peak_layout_deferred) again.capture_peak_after_event[d.device] = d.at_peak.event_index;
+  if (again.capture_peak_after_event.empty() || path == "-") return;
+  auto r2 = open_trace(path);
+  TraceModel second = build_trace_model(*r2, again);
+  for (auto& d : m.devices) {
+    if (!d.peak_layout_deferred) continue;
+    for (auto& d2 : second.devices) {
+      if (d2.device != d.device || !d2.at_peak.captured || d2.at_peak.event_index != d.at_peak.event_index) continue;
+      d.at_peak.layout = std::move(d2.at_peak.layout);
+      d.at_peak.biggest = std::move(d2.at_peak.biggest);
+      d.at_peak.stacks = std::move(d2.at_peak.stacks);
+      d.peak_layout_deferred = false;
+    }
+  }
+}
+
 std::vector<TraceModel> load_models(const std::vector<std::string>& paths, const ModelOptions& options) {
   std::vector<TraceModel> out;
   out.reserve(paths.size());
@@ -18,24 +37,7 @@ std::vector<TraceModel> load_models(const std::vector<std::string>& paths, const
     }
     if (out.back().header.path.empty()) out.back().header.path = p;
     // A trace that set new peaks too often: read it again to copy the layout at the final peak.
-    ModelOptions again = options;
-    for (const auto& d : out.back().devices)
-      if (d.peak_layout_deferred) again.capture_peak_after_event[d.device] = d.at_peak.event_index;
-    if (!again.capture_peak_after_event.empty() && p != "-") {
-      auto r2 = open_trace(p);
-      TraceModel second = build_trace_model(*r2, again);
-      for (auto& d : out.back().devices) {
-        if (!d.peak_layout_deferred) continue;
-        for (auto& d2 : second.devices) {
-          if (d2.device != d.device || !d2.at_peak.captured || d2.at_peak.event_index != d.at_peak.event_index)
-            continue;
-          d.at_peak.layout = std::move(d2.at_peak.layout);
-          d.at_peak.biggest = std::move(d2.at_peak.biggest);
-          d.at_peak.stacks = std::move(d2.at_peak.stacks);
-          d.peak_layout_deferred = false;
-        }
-      }
-    }
+    complete_deferred_peaks(out.back(), p, options);
   }
   return out;
 }

@@ -287,6 +287,94 @@ TEST_CASE("diff names more live memory as the cause when peak allocated grows", 
   CHECK(sh(kVt + " diff " + flat_trace() + " /nonexistent").rc == 2);
 }
 
+TEST_CASE("diff names the site whose bytes changed most, from traces and from summaries", "[cmd][diff][sites]") {
+  // NEW allocates 6 MiB more at train.py:42 and keeps it (tests/data/pickle/make_sites_pickle.py).
+  const std::string base = data("pickle/sites.snapshot.pickle"), now = data("pickle/sites_more.snapshot.pickle");
+  auto r = sh(kVt + " diff " + base + " " + now);
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(
+      r.out.find("allocation site whose bytes changed most (BASE -> NEW)\n"
+                 "    at the peak: train.py:42 in step: 4.00 MiB in 1 blocks -> 10.00 MiB in 2 blocks (+6.00 MiB)\n"
+                 "    at the end:  train.py:42 in step: 4.00 MiB in 1 blocks -> 10.00 MiB in 2 blocks (+6.00 MiB)\n") !=
+      std::string::npos);
+  // The sentence that names why names it too, with both runs' bytes.
+  const std::string site =
+      "the site whose bytes changed most is train.py:42 in step: at the peak 10.00 MiB in NEW vs 4.00 MiB in BASE, "
+      "+6.00 MiB, at the end 10.00 MiB in NEW vs 4.00 MiB in BASE, +6.00 MiB.";
+  const std::string why =
+      "NEW needs more memory: peak allocated +6.00 MiB (25.00 MiB vs 19.00 MiB); the size whose count changed most is "
+      "6.00 MiB (+1 allocations); " +
+      site;
+  CHECK(r.out.find(why) != std::string::npos);
+
+  auto j = sh(kVt + " diff --json " + base + " " + now);
+  REQUIRE(j.rc == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& sites = doc["devices"][0]["sites"];
+  CHECK(sites["compared"] == true);
+  CHECK(sites["at_peak"] == nlohmann::json({{"site", "train.py:42 in step"},
+                                            {"base_bytes", 4 * kMiB},
+                                            {"new_bytes", 10 * kMiB},
+                                            {"change", 6 * kMiB},
+                                            {"base_blocks", 1},
+                                            {"new_blocks", 2}}));
+  CHECK(sites["at_end"]["site"] == "train.py:42 in step");
+  CHECK(sites["at_end"]["change"] == 6 * kMiB);
+  CHECK(doc["devices"][0]["explanation"] == why);
+
+  // The same from `summary --json` documents, and from one of each (which have no counts by
+  // size: the summary has no events).
+  const std::string base_json = (dir() / "sites_base.json").string(), new_json = (dir() / "sites_new.json").string();
+  REQUIRE(sh(kVt + " summary --json " + base + " > " + base_json).rc == 0);
+  REQUIRE(sh(kVt + " summary --json " + now + " > " + new_json).rc == 0);
+  for (const auto& [b, n] : {std::pair{base_json, new_json}, std::pair{base, new_json}}) {
+    auto s = sh(kVt + " diff --json " + b + " " + n);
+    INFO(s.out);
+    REQUIRE(s.rc == 0);
+    const auto d = nlohmann::json::parse(s.out)["devices"][0];
+    CHECK(d["sites"] == sites);
+    CHECK(d["sizes"].empty());
+    CHECK(d["explanation"] == "NEW needs more memory: peak allocated +6.00 MiB (25.00 MiB vs 19.00 MiB); " + site);
+  }
+
+  // The same run on both sides: no site changed.
+  auto same = sh(kVt + " diff " + base + " " + base);
+  CHECK(same.out.find("at the peak: no site's bytes changed") != std::string::npos);
+  CHECK(same.out.find("No difference beyond the noise margin of 2.00 MiB in the peaks.") != std::string::npos);
+
+  // A run without stacks on one side: not compared, and the output says why.
+  auto one = sh(kVt + " diff " + base + " " + flat_trace());
+  REQUIRE(one.rc == 0);
+  CHECK(one.out.find("allocation sites not compared: NEW: the trace records no call stacks") != std::string::npos);
+  CHECK(one.out.find("the site whose bytes") == std::string::npos);
+  // Neither: nothing in the text (as before), the reason in JSON.
+  auto none = sh(kVt + " diff " + flat_trace() + " " + flat_trace());
+  CHECK(none.out.find("allocation site") == std::string::npos);
+  auto none_json = nlohmann::json::parse(sh(kVt + " diff --json " + flat_trace() + " " + flat_trace()).out);
+  CHECK(none_json["devices"][0]["sites"] ==
+        nlohmann::json({{"compared", false}, {"reason", "neither run records call stacks"}}));
+
+  // A summary document written before "all_sites": not compared, with the reason.
+  auto old_doc = nlohmann::json::parse(std::ifstream(base_json));
+  for (auto& d : old_doc["traces"][0]["sites"]["devices"]) {
+    d["at_peak"].erase("all_sites");
+    d["at_end"].erase("all_sites");
+  }
+  const std::string old_json = (dir() / "sites_old.json").string();
+  std::ofstream(old_json) << old_doc.dump();
+  auto o = sh(kVt + " diff " + old_json + " " + now);
+  REQUIRE(o.rc == 0);
+  CHECK(o.out.find("allocation sites not compared: BASE: the summary document lists only the top sites") !=
+        std::string::npos);
+  // Sites of the wrong type: a clear error, exit 2.
+  old_doc["traces"][0]["sites"]["devices"][0]["at_end"]["all_sites"] = {{{"site", 3}}};
+  std::ofstream(old_json) << old_doc.dump();
+  auto bad = sh(kVt + " diff " + old_json + " " + now);
+  CHECK(bad.rc == 2);
+  CHECK(bad.out.find("the summary document's \"sites\" are not usable") != std::string::npos);
+}
+
 namespace {
 // A vramtrace trace of one rank: one segment holding one allocation of `mib` MiB.
 void write_rank_trace(const fs::path& path, int rank, int mib) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes sites.snapshot.pickle, the small snapshot with call stacks of the sites tests
-(tests/reporter-reports/test_sites.cpp), and sites_end_only.snapshot.pickle, its end state with
-an empty history. Run from the repository root:
-python3 tests/data/pickle/make_sites_pickle.py (the output is committed).
+(tests/reporter-reports/test_sites.cpp), sites_end_only.snapshot.pickle, its end state with
+an empty history, and sites_more.snapshot.pickle, the same run with one more 6 MiB block from
+train.py:42 (the NEW run of the diff tests, tests/reporter-check/test_cmd_check.cpp). Run from
+the repository root: python3 tests/data/pickle/make_sites_pickle.py (the output is committed).
 
 Device 0: a 20 MiB segment in the history; allocations of 4, 2, 3 and 2 MiB (the peak, 11 MiB),
 the 2 MiB one freed and its address allocated again from another line, then an OOM. The
@@ -83,3 +84,17 @@ end_only = {"segments": [seg(A, [dict(b, frames=list(b["frames"])) for b in bloc
             "device_traces": [[]], "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""}}
 with open(os.path.join(here, "sites_end_only.snapshot.pickle"), "wb") as f:
     pickle.dump(end_only, f, protocol=4)
+
+# NEW of the diff tests: train.py:42 also allocates 6 MiB in the free tail of segment A before the
+# free (PyTorch splits the 9 MiB free block: 3 MiB stay free), and keeps it: 10 MiB in 2 blocks at
+# the peak and at the end instead of 4 MiB.
+more_t = t[:4] + [{"action": "alloc", "addr": A + 11 * MiB, "size": 6 * MiB, "stream": 0, "time_us": 5,
+                   "frames": f1}] + t[4:]
+more_a = blocks_a[:4] + [
+    {"address": A + 11 * MiB, "size": 6 * MiB, "requested_size": 6 * MiB, "state": "active_allocated", "frames": f1},
+    {"address": A + 17 * MiB, "size": 3 * MiB, "requested_size": 0, "state": "inactive", "frames": []},
+]
+more = {"segments": [seg(A, more_a, 17 * MiB), seg(B, blocks_b, 8 * MiB)], "device_traces": [more_t],
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""}}
+with open(os.path.join(here, "sites_more.snapshot.pickle"), "wb") as f:
+    pickle.dump(more, f, protocol=4)
