@@ -96,6 +96,16 @@ std::string find_python_boot(std::string& looked) {
   return access((boot / "sitecustomize.py").c_str(), R_OK) == 0 ? boot.lexically_normal().string() : std::string();
 }
 
+// Whether the output pattern uses %`key` (pid 'p', start time 't', ...).
+bool pattern_has(const std::string& pattern, char key) {
+  for (std::size_t i = 0; i + 1 < pattern.size(); ++i) {
+    if (pattern[i] != '%') continue;
+    if (pattern[i + 1] == key) return true;
+    ++i;  // "%%" and other keys
+  }
+  return false;
+}
+
 // The name of PyTorch's tensor-level snapshot beside a trace: the trace's name without
 // .jsonl[.zst], then ".torch.pickle" (its JSON sidecar adds ".json"). A pattern without %p gets
 // ".%p" so that every process of the run writes its own file.
@@ -104,13 +114,7 @@ std::string torch_pattern(const std::string& pattern) {
   for (const char* ext : {".zst", ".jsonl"})
     if (stem.size() > std::strlen(ext) && stem.compare(stem.size() - std::strlen(ext), std::string::npos, ext) == 0)
       stem.resize(stem.size() - std::strlen(ext));
-  bool has_p = false;
-  for (std::size_t i = 0; i + 1 < stem.size(); ++i) {
-    if (stem[i] != '%') continue;
-    if (stem[i + 1] == 'p') has_p = true;
-    ++i;
-  }
-  return stem + (has_p ? "" : ".%p") + ".torch.pickle";
+  return stem + (pattern_has(stem, 'p') ? "" : ".%p") + ".torch.pickle";
 }
 
 std::string utc_stamp(std::time_t t) {
@@ -125,16 +129,6 @@ std::string utc_stamp(std::time_t t) {
 // (torchrun, mpirun, srun) gave a rank and empty otherwise, so that the traces of a distributed
 // job sort by rank; %p keeps every process's name unique whatever the launcher sets.
 constexpr const char* kDefaultOutput = "vramtrace.%t.%R%p.jsonl";
-
-// Whether the output pattern uses %`key` (pid 'p', start time 't', ...).
-bool pattern_has(const std::string& pattern, char key) {
-  for (std::size_t i = 0; i + 1 < pattern.size(); ++i) {
-    if (pattern[i] != '%') continue;
-    if (pattern[i + 1] == key) return true;
-    ++i;  // "%%" and other keys
-  }
-  return false;
-}
 
 // The output name with %t fixed now (so that every process of the run shares it) and the rest
 // (%p %h %r) left for each process.

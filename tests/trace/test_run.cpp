@@ -409,6 +409,19 @@ TEST_CASE("run records PyTorch's tensor level beside the trace and leaves its al
   CHECK(r.err.find("PyTorch's tensor level") != std::string::npos);
   CHECK(r.err.find("vramtrace summary " + pickle) != std::string::npos);
 
+  // A name with %p already has the pid: the snapshot's name gets no second one ("%%p" is no %p).
+  for (const auto& [pattern, expect] : {std::pair<std::string, std::string>{"p.%p.jsonl", "p.PID.torch.pickle"},
+                                        {"q%%p.jsonl.zst", "q%p.PID.torch.pickle"}}) {
+    ScratchDir pd;
+    RunResult q =
+        run_vramtrace({"run", "-o", pd.file(pattern), "--", python, "-c", code}, pd, {{"PYTHONPATH", fake_torch}});
+    INFO(pattern << ": " << q.err);
+    REQUIRE(q.exit_code == 0);
+    std::string want = expect;
+    want.replace(want.find("PID"), 3, q.out.substr(0, q.out.find('\n')));
+    CHECK(std::filesystem::exists(pd.file(want)));
+  }
+
   // --no-torch and --tensors (PyTorch's allocator off: the shim sees each tensor) record none.
   for (const char* flag : {"--no-torch", "--tensors"}) {
     ScratchDir off;
