@@ -19,6 +19,14 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// What makes two arguments the same file: the canonical path (links and "." resolved), or the
+// argument as given when it has none (a file that does not exist).
+std::string path_key(const std::string& p) {
+  std::error_code ec;
+  fs::path canon = fs::weakly_canonical(fs::path(p), ec);
+  return ec ? p : canon.string();
+}
+
 }  // namespace
 
 bool is_trace_file_name(const std::string& name, const TracePathOptions& options) {
@@ -37,10 +45,7 @@ std::vector<std::string> expand_trace_paths(const std::vector<std::string>& args
   std::vector<std::string> out;
   std::set<std::string> seen;
   auto add = [&](const std::string& p) {
-    std::error_code ec;
-    fs::path canon = fs::weakly_canonical(fs::path(p), ec);
-    std::string key = ec ? p : canon.string();
-    if (p == "-" || seen.insert(key).second) out.push_back(p);
+    if (p == "-" || seen.insert(path_key(p)).second) out.push_back(p);
   };
   for (const auto& a : args) {
     std::error_code ec;
@@ -100,6 +105,25 @@ std::string tensor_level_companion(const std::string& trace) {
     }
   if (!ends_with(stem, ".jsonl")) return {};
   stem.resize(stem.size() - 6);
+  // The file names first: only a trace with a snapshot of such a name beside it is opened here
+  // (for its format and pid), so that the trace of a program without PyTorch is opened once, by
+  // the command that reads it.
+  std::error_code ec;
+  std::string plain = stem + ".torch.pickle";
+  const bool has_plain = fs::is_regular_file(plain, ec);
+  bool has_pid_named = false;  // stem.<digits>.torch.pickle
+  const fs::path stem_path(stem);
+  const std::string prefix = stem_path.filename().string() + ".", suffix = ".torch.pickle";
+  const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
+  for (fs::directory_iterator it(dir, ec), end; !has_pid_named && !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        !ends_with(name, suffix))
+      continue;
+    const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    has_pid_named = middle.find_first_not_of("0123456789") == std::string::npos;
+  }
+  if (!has_plain && !has_pid_named) return {};
   std::int64_t pid = 0;
   try {
     auto reader = open_trace(trace);
@@ -108,36 +132,29 @@ std::string tensor_level_companion(const std::string& trace) {
   } catch (const TraceError&) {
     return {};
   }
-  std::error_code ec;
-  for (const std::string& name :
-       {stem + ".torch.pickle", pid > 0 ? stem + "." + std::to_string(pid) + ".torch.pickle" : std::string()}) {
-    if (!name.empty() && fs::is_regular_file(name, ec)) return name;
-  }
+  if (has_plain) return plain;
+  std::string with_pid = stem + "." + std::to_string(pid) + suffix;
+  if (pid > 0 && fs::is_regular_file(with_pid, ec)) return with_pid;
   return {};
 }
 
 std::vector<std::string> choose_trace_level(const std::vector<std::string>& paths, TraceLevel level,
                                             std::vector<std::string>& notes) {
-  auto key = [](const std::string& p) {
-    std::error_code ec;
-    fs::path canon = fs::weakly_canonical(fs::path(p), ec);
-    return ec ? p : canon.string();
-  };
   std::vector<std::string> companion(paths.size());
   std::set<std::string> companions;
   for (std::size_t i = 0; i < paths.size(); ++i) {
     if (paths[i] == "-") continue;
     companion[i] = tensor_level_companion(paths[i]);
-    if (!companion[i].empty()) companions.insert(key(companion[i]));
+    if (!companion[i].empty()) companions.insert(path_key(companion[i]));
   }
   std::vector<std::string> out;
   std::set<std::string> taken;
   auto add = [&](const std::string& p) {
-    if (taken.insert(key(p)).second) out.push_back(p);
+    if (taken.insert(path_key(p)).second) out.push_back(p);
   };
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const std::string& p = paths[i];
-    const bool is_companion = p != "-" && companions.count(key(p)) > 0;
+    const bool is_companion = p != "-" && companions.count(path_key(p)) > 0;
     if (level == TraceLevel::device) {
       if (is_companion) continue;  // its trace is listed: the device level of the same process
       if (!companion[i].empty())

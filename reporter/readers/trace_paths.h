@@ -49,7 +49,9 @@ std::optional<TraceLevel> parse_trace_level(const std::string& text);
 /// without `.jsonl` (and `.zst`/`.gz`) plus `.torch.pickle`, or plus `.<pid>.torch.pickle`
 /// (names without `%p` get the pid), the pid read from the trace's header. Empty when there is
 /// none, when `trace` is not a vramtrace trace, or when it cannot be read (the caller's open then
-/// reports why). Reads the trace's header only.
+/// reports why). Opens the trace (for its format and pid) only when a file of either name form
+/// (`.<digits>.torch.pickle` for the second) is beside it, so that a trace without one is opened
+/// once, by the command that reads it.
 std::string tensor_level_companion(const std::string& trace);
 
 /// Applies `level` to expanded trace paths: each vramtrace trace with a companion snapshot is

@@ -381,3 +381,47 @@ TEST_CASE("trace level: a run's tensor-level snapshot is read in place of its sh
   CHECK_FALSE(parse_trace_level("segments").has_value());
   fs::remove_all(dir);
 }
+
+namespace {
+int vramtrace_opens = 0;
+std::unique_ptr<TraceReader> counting_vramtrace_opener(const std::string& path) {
+  ++vramtrace_opens;
+  return open_vramtrace_trace(path);
+}
+}  // namespace
+
+TEST_CASE("trace level: a trace is opened once, looking for its snapshot and reading it", "[processes][paths]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("vt-level-once-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto vt_trace = [&](const std::string& name, int pid) {
+    std::ofstream(dir / name) << R"({"a":"header","format":"vramtrace","version":"1.1","pid":)" << pid
+                              << R"(,"devices":[],"allocator_settings":"","settings":{},"entry_points":[""]})"
+                              << "\n";
+  };
+  vt_trace("lone.jsonl", 3);  // no snapshot beside it
+  vt_trace("t.jsonl", 77);    // `vramtrace run -o t.jsonl`: t.<pid>.torch.pickle
+  vt_trace("t.7.jsonl", 7);   // not t.jsonl's snapshot: a trace
+  vt_trace("t.x.jsonl", 7);   // nor this
+  fs::copy_file(fs::path(VRAMTRACE_TEST_DATA_DIR) / "torch-h200" / "encoder_varlen.snapshot.pickle",
+                dir / "t.77.torch.pickle");
+  register_trace_format("vramtrace", counting_vramtrace_opener);  // forwards: the same reader
+
+  std::vector<std::string> notes;
+  vramtrace_opens = 0;
+  const auto lone = choose_trace_level({(dir / "lone.jsonl").string()}, TraceLevel::automatic, notes);
+  CHECK(vramtrace_opens == 0);  // no snapshot of its name: not opened to look
+  load_models(lone);
+  CHECK(vramtrace_opens == 1);
+
+  vramtrace_opens = 0;
+  const auto t = choose_trace_level({(dir / "t.jsonl").string()}, TraceLevel::automatic, notes);
+  REQUIRE(t.size() == 1);
+  CHECK(fs::path(t[0]).filename() == "t.77.torch.pickle");
+  CHECK(vramtrace_opens == 1);  // its header, for the pid; the snapshot is read in its place
+  CHECK(tensor_level_companion((dir / "t.7.jsonl").string()).empty());
+  CHECK(tensor_level_companion((dir / "t.x.jsonl").string()).empty());
+  CHECK(tensor_level_companion((dir / "lone.jsonl").string()).empty());
+  fs::remove_all(dir);
+}
