@@ -2,7 +2,8 @@
 """What PyTorch's allocator history costs per training step, by recording setting, in one process
 (so that every setting runs on the same model, interleaved, round after round).
 
-GPT-2 124M training (bf16 autocast, batch 8 x 1024, AdamW; tests/gpu/torch_train.py's `gpt2`).
+GPT-2 124M training (bf16 autocast, batch 8 x 1024, AdamW: tests/gpu/gpt2_step.py, the step that
+tests/gpu/torch_level_check.py times too).
 Settings: off; context="all" / "alloc" / "state" with stacks="python"; context=None (actions
 only). Each round runs every setting for --steps steps after one untimed step, in an order
 rotated from round to round; a setting's figure is the median over rounds of each run's median
@@ -13,9 +14,10 @@ Usage: history_cost.py [--rounds 3] [--steps 10]
 import argparse
 import json
 import statistics
-import time
 
 import torch
+
+from gpt2_step import gpt2_trainer
 
 
 def main():
@@ -23,26 +25,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    cfg = GPT2Config()
-    model = GPT2LMHeadModel(cfg).cuda().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    gen = torch.Generator(device="cuda").manual_seed(1)
-
-    def step():
-        ids = torch.randint(0, cfg.vocab_size, (8, 1024), device="cuda", generator=gen)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        out.loss.item()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3
+    step = gpt2_trainer()
 
     record = torch.cuda.memory._record_memory_history
     settings = {

@@ -5,7 +5,7 @@ Runs short child programs under PYTHONPATH=python/vramtrace/_boot with VRAMTRACE
 as `vramtrace run` does, and checks what they wrote:
 
   train   GPT-2 124M training from GPT2Config() (no download; bf16 autocast, batch 8 x 1024, AdamW,
-          --steps steps): the history's alloc count equals memory_stats' allocation.all.allocated,
+          --steps steps; tests/gpu/gpt2_step.py, shared with history_cost.py): the history's alloc count equals memory_stats' allocation.all.allocated,
           the peaks replayed from the history equal requested_bytes.all.peak and
           reserved_bytes.all.peak, nothing was initialised at import; the same run without vramtrace
           gives the step time to compare (informational)
@@ -41,27 +41,11 @@ def child_train(steps):
     import resource
 
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from gpt2_step import gpt2_trainer  # imports transformers too
 
     initialised_at_import = torch.cuda.is_initialized()
-    torch.manual_seed(0)
-    cfg = GPT2Config()
-    model = GPT2LMHeadModel(cfg).cuda().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    times = []
-    for _ in range(steps):
-        ids = torch.randint(0, cfg.vocab_size, (8, 1024), device="cuda", generator=gen)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        out.loss.item()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
+    step = gpt2_trainer()
+    times = [step() for _ in range(steps)]
     stats = torch.cuda.memory_stats()
     print("RESULT " + json.dumps({
         "initialised_at_import": initialised_at_import,
