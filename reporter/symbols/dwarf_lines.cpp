@@ -76,11 +76,29 @@ struct DwarfLines::Impl {
         add_call(u, step.die);
         continue;  // calls inlined into the inlined code belong to it, not to the function
       }
+      if (!may_hold_code(tag, step.die)) continue;
       const bool in_function = step.in_function || tag == DW_TAG_subprogram;
       if (dwarf_haschildren(&step.die) > 0 && dwarf_child(&step.die, &child) == 0 && dwarf_dieoffset(&child) > here)
         todo.push_back({child, in_function});
     }
     u.calls.build();
+  }
+
+  // Whether the children of a DIE can hold code with addresses: namespaces and modules hold
+  // functions, functions with code and their lexical blocks hold inlined calls. Types, variables
+  // and the abstract (code-less) functions of inline definitions do not; skipping them is most of
+  // a C++ unit's DIEs.
+  static bool may_hold_code(int tag, Dwarf_Die& die) {
+    switch (tag) {
+      case DW_TAG_namespace:
+      case DW_TAG_module:
+        return true;
+      case DW_TAG_subprogram:
+      case DW_TAG_lexical_block:
+        return dwarf_hasattr(&die, DW_AT_low_pc) || dwarf_hasattr(&die, DW_AT_ranges);
+      default:
+        return false;
+    }
   }
 
   static void add_call(Unit& u, Dwarf_Die& die) {

@@ -1,9 +1,10 @@
 // Speed of the native symboliser (reporter/symbols) on real modules. Figures: docs/benchmarks.md.
 //
-// Usage: bench_symbols [--no-lines] [--count N] [--repeat R] [--show K] MODULE...
+// Usage: bench_symbols [--no-lines] [--count N] [--repeat R] [--show K] [--from FILE] MODULE...
 //
-// For each module, N link-time addresses drawn (seed 1) uniformly from its executable sections;
-// then, with one Symbolizer:
+// For each module, N link-time addresses drawn (seed 1) uniformly from its executable sections
+// (--from: the addresses of FILE instead, one hex number a line, for a single module: the input
+// that llvm-symbolizer and addr2line are given in docs/benchmarks.md); then, with one Symbolizer:
 //   first   each module's N addresses looked up once, module after module: the cost of opening the
 //           module (files found and checked, symbol table sorted, DWARF units listed) plus N
 //           first-time lookups (demangling, line tables);
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +56,7 @@ struct Module {
 int main(int argc, char** argv) {
   SymbolizerOptions options;
   std::size_t count = 10000, repeat = 10, show = 0;
+  std::string from;
   std::vector<Module> modules;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -62,15 +65,19 @@ int main(int argc, char** argv) {
     } else if ((a == "--count" || a == "--repeat" || a == "--show") && i + 1 < argc) {
       const std::size_t v = std::strtoull(argv[++i], nullptr, 10);
       (a == "--count" ? count : a == "--repeat" ? repeat : show) = v;
+    } else if (a == "--from" && i + 1 < argc) {
+      from = argv[++i];
     } else if (!a.empty() && a[0] != '-') {
       modules.push_back({a, {}, {}});
     } else {
-      std::fprintf(stderr, "usage: bench_symbols [--no-lines] [--count N] [--repeat R] [--show K] MODULE...\n");
+      std::fprintf(stderr,
+                   "usage: bench_symbols [--no-lines] [--count N] [--repeat R] [--show K] [--from FILE] MODULE...\n");
       return 2;
     }
   }
-  if (modules.empty()) {
-    std::fprintf(stderr, "usage: bench_symbols [--no-lines] [--count N] [--repeat R] [--show K] MODULE...\n");
+  if (modules.empty() || (!from.empty() && modules.size() != 1)) {
+    std::fprintf(stderr,
+                 "usage: bench_symbols [--no-lines] [--count N] [--repeat R] [--show K] [--from FILE] MODULE...\n");
     return 2;
   }
 
@@ -90,6 +97,14 @@ int main(int argc, char** argv) {
         text.emplace_back(s.addr, s.size);
         total += s.size;
       }
+    if (!from.empty()) {
+      std::ifstream in(from);
+      std::string line;
+      while (std::getline(in, line))
+        if (!line.empty()) m.addresses.push_back(std::strtoull(line.c_str(), nullptr, 16));
+      count = m.addresses.size();
+      continue;
+    }
     if (total == 0) {
       std::fprintf(stderr, "bench_symbols: %s: no executable section\n", m.path.c_str());
       return 1;
