@@ -65,7 +65,9 @@ std::string to_hex(std::span<const std::uint8_t> bytes) {
 }
 
 std::unique_ptr<ElfImage> ElfImage::open(const std::string& path, std::string& error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO at a candidate path (a hostile debuglink name) must not block the open;
+  // fstat() then refuses it. It changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     error = std::string("cannot open (") + std::strerror(errno) + ")";
     return nullptr;

@@ -71,15 +71,18 @@ Symbolizer::Module& Symbolizer::module(const std::string& module_path, std::stri
   m.files = symbols::find_module_files(module_path, build_id, {options_.search_dirs, options_.debug_dirs});
   const ElfImage* image = m.files.image.get();
   const ElfImage* debug = m.files.debug.get();
-  // Function names: the module's .symtab, else its debug file's, else the module's .dynsym.
+  // Function names: .symtab of the module or of its debug file (the one with more functions,
+  // should both have one: a partly stripped module keeps fewer), else the module's .dynsym.
   bool dynsym_only = false;
-  for (const auto& [file, type] : {std::pair{image, SHT_SYMTAB}, {debug, SHT_SYMTAB}, {image, SHT_DYNSYM}}) {
-    const ElfSection* table = file ? file->symbol_table(type) : nullptr;
+  for (const ElfImage* file : {image, debug}) {
+    const ElfSection* table = file ? file->symbol_table(SHT_SYMTAB) : nullptr;
     if (!table) continue;
-    m.functions = FunctionTable(*file, *table);
-    if (m.functions.empty()) continue;
-    dynsym_only = type == SHT_DYNSYM;
-    break;
+    FunctionTable functions(*file, *table);
+    if (functions.size() > m.functions.size()) m.functions = std::move(functions);
+  }
+  if (m.functions.empty() && image && image->symbol_table(SHT_DYNSYM)) {
+    m.functions = FunctionTable(*image, *image->symbol_table(SHT_DYNSYM));
+    dynsym_only = !m.functions.empty();
   }
 
   std::vector<std::string> facts;

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -296,6 +297,19 @@ TEST_CASE("a stripped copy with .gnu_debuglink: the debug file beside it, or in 
     check_full(s, lib, f);
     CHECK(s.notes().empty());
   }
+  SECTION("a module with a partial .symtab: the debug file's fuller one names the local function") {
+    const std::string dir = temp_dir("debuglink-partial");
+    const std::string debug = copy_to(kDebug, dir + "/libvt_symfix.debug");
+    const std::string lib = dir + "/libvt_symfix.partial.so";
+    run(std::string(VT_OBJCOPY) + " --discard-all --add-gnu-debuglink=" + debug + " " + kLib + " " + lib);
+    std::string error;
+    const auto partial = vramtrace::symbols::ElfImage::open(lib, error);
+    REQUIRE(partial);
+    REQUIRE(partial->symbol_table(SHT_SYMTAB));  // kept, without the local symbols
+    Symbolizer s(SymbolizerOptions{{}, {}, true});
+    check_full(s, lib, f);
+    CHECK(s.notes().empty());
+  }
   SECTION("no debug file there: .dynsym names only") {
     const std::string dir = temp_dir("debuglink-none");
     const std::string lib = copy_to(kLinked, dir + "/libvt_symfix.linked.so");
@@ -415,6 +429,8 @@ TEST_CASE("files that cannot be used give a note, never a crash") {
     std::string why;
   };
   const std::string dir = temp_dir("unusable");
+  const std::string fifo = dir + "/fifo.so";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   const std::vector<Case> cases = {
       {"/nonexistent/libmissing.so", "cannot open (No such file or directory)"},
       {vramtrace::test::write_file("garbage.so", garbage), "not an ELF file"},
@@ -426,6 +442,7 @@ TEST_CASE("files that cannot be used give a note, never a crash") {
       {vramtrace::test::write_file("msb.so", big_endian), "big-endian ELF is not supported"},
       {vramtrace::test::write_file("section.so", bad_section), "lies past the end of the file (truncated?)"},
       {dir, "not a regular file"},
+      {fifo, "not a regular file"},  // and the open does not wait for a writer
   };
   Symbolizer s;
   for (const auto& c : cases) {
