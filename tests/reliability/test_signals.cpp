@@ -7,6 +7,7 @@
 // before the header reached the disk) is the one exception: the reader refuses it with a clear
 // TraceError. The writer's own durability test (tests/trace) checks the 100 ms flush promise.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,11 +30,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-[[noreturn]] void traced_child(const std::string& path, int threads) {
+[[noreturn]] void traced_child(const std::string& path, int threads, pid_t parent) {
   // A forked copy of the test process carries Catch2's fatal-signal handlers: give the child the
   // default dispositions a plain program has.
   signal(SIGTERM, SIG_DFL);
   signal(SIGINT, SIG_DFL);
+  // The child writes as fast as it can until it is killed: if the test process dies first (killed
+  // itself, or stuck), the child must not outlive it and fill the disk. It dies with its parent,
+  // and it ends itself (not by a signal, so the test fails) after a minute in any case.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(5);
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    _exit(4);
+  }).detach();
   TraceWriterOptions o;
   o.output_pattern = path;
   o.flush_interval_ms = 20;
@@ -108,9 +118,10 @@ TEST_CASE("a traced program killed at a random moment leaves a trace valid up to
     // Log-uniform delay from 10 us to 300 ms: many kills land during start-up and the header.
     const auto delay_us = static_cast<long>(std::exp(std::log(10.0) + (rng() % 1000) / 1000.0 * std::log(30000.0)));
     const std::string path = (dir / ("run" + std::to_string(run) + ".jsonl")).string();
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     REQUIRE(pid >= 0);
-    if (pid == 0) traced_child(path, threads);
+    if (pid == 0) traced_child(path, threads, parent);
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     kill(pid, sig);
     int status = 0;
