@@ -170,6 +170,16 @@ TEST_CASE("shim trace: survived failures are retries, the final double failure o
   CHECK(oj["ooms"][0]["attempts"] == 2);
   CHECK(oj["ooms"][0]["figures"]["num_alloc_retries"] == 3);
   CHECK(oj["retried_failures"].size() == 3);
+  // The replay puts back the OOM, not the failed attempts the program retried: the trace's own
+  // settings give the one OOM.
+  const auto rj = json_of(kVt + " oom --json " + t);
+  bool own = false;
+  for (const auto& w : rj["replays"])
+    if (w["settings"] == "") {
+      own = true;
+      CHECK(w["ooms"] == 1);
+    }
+  CHECK(own);
 
   const std::string page = report_of(t);
   CHECK(has(page, line));
