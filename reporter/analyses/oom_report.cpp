@@ -183,8 +183,12 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     else
       out +=
           fmt::format("OOM {} on device {}, +{}, event {}\n", n++, c.device, format_duration(c.time_ns), c.event_index);
-    if (c.without_entry && c.without_entry->recorded && !c.without_entry->recorded->message.empty())
-      out += fmt::format("  message: {}\n", c.without_entry->recorded->message);
+    if (c.without_entry && c.without_entry->recorded && !c.without_entry->recorded->message.empty()) {
+      // PyTorch's messages are a few hundred characters; a header may hold anything.
+      constexpr std::size_t kShown = 1000;
+      const std::string& msg = c.without_entry->recorded->message;
+      out += fmt::format("  message: {}{}\n", msg.substr(0, kShown), msg.size() > kShown ? " ..." : "");
+    }
     auto line = [&](const char* name, std::optional<u64> v, const char* extra = "") {
       if (v) out += fmt::format("  {:<38} {:>12}  ({} B){}\n", name, fb(static_cast<i64>(*v)), *v, extra);
     };
