@@ -220,7 +220,7 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     } else if (!c.last_state && count && count->retries) {
       // Not known at this OOM, only for the run (Note [one OOM per failed request]).
       out += fmt::format("  {:<38} {:>12}  ({})\n", "cudaMalloc retries in the whole run", *count->retries,
-                         count->retries_source);
+                         retries_from_text(count->retries_from));
     } else if (!c.last_state) {
       out += fmt::format("  {:<38} {:>12}\n", "cudaMalloc retries before it", "not recorded in this trace");
     }

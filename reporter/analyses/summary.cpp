@@ -204,7 +204,7 @@ std::string oom_count_text(const OomCount& c) {
   }
   if (!c.retries) return out + ", cudaMalloc retries unknown (not recorded in this trace)";
   out += fmt::format(", cudaMalloc retries {}", *c.retries);
-  if (c.retries_source == "the oom entries") {
+  if (c.retries_from == RetriesFrom::oom_entries) {
     if (c.survived + c.repeated > 0) {
       std::vector<std::string> parts;
       if (c.survived) parts.push_back(fmt::format("{} the program survived (the request then succeeded)", c.survived));
@@ -214,8 +214,8 @@ std::string oom_count_text(const OomCount& c) {
       out += fmt::format(" ({} of the traced allocator: {})",
                          plural(c.entries, "failed allocation", "failed allocations"), joined);
     }
-  } else if (!c.retries_source.empty()) {
-    out += " (" + c.retries_source + ")";
+  } else if (c.retries_from != RetriesFrom::unknown) {
+    out += fmt::format(" ({})", retries_from_text(c.retries_from));
   }
   return out;
 }
@@ -224,7 +224,7 @@ nlohmann::json oom_count_json(const OomCount& c) {
   nlohmann::json j;
   j["ooms"] = c.ooms;
   j["num_alloc_retries"] = c.retries ? nlohmann::json(*c.retries) : nlohmann::json(nullptr);
-  j["retries_source"] = c.retries_source;
+  j["retries_source"] = retries_from_text(c.retries_from);
   j["oom_entries"] = c.entries;
   j["survived"] = c.survived;
   j["repeated"] = c.repeated;

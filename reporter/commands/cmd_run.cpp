@@ -265,7 +265,7 @@ class OomTally {
       total.repeated += c.repeated;
       *total.retries += c.retries.value_or(0);
     }
-    total.retries_source = "the oom entries";
+    total.retries_from = RetriesFrom::oom_entries;
     return total;
   }
 

@@ -39,6 +39,20 @@ const char* oom_fate_name(OomFate f) noexcept {
   return "oom";
 }
 
+const char* retries_from_text(RetriesFrom f) noexcept {
+  switch (f) {
+    case RetriesFrom::unknown:
+      return "";
+    case RetriesFrom::oom_entries:
+      return "the oom entries";
+    case RetriesFrom::recorded:
+      return "recorded by PyTorch";
+    case RetriesFrom::recorded_at_oom:
+      return "recorded by PyTorch at its last OOM";
+  }
+  return "";
+}
+
 void FailedRequestGrouper::settle(Open& o, bool succeeded, std::vector<OomOutcome>& outcomes) {
   const auto n = static_cast<std::uint32_t>(o.entries.size());
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -109,7 +123,7 @@ OomCount reconcile_oom_count(const TraceHeader& header, std::int32_t device, con
       if (o.fate == OomFate::repeated) ++c.repeated;
     }
     c.retries = c.survived + c.repeated;
-    c.retries_source = "the oom entries";
+    c.retries_from = RetriesFrom::oom_entries;
     // The trailer's num_ooms is the traced allocator's failures: one entry each. More of them
     // than entries means lines were lost (dropped events, a damaged file).
     if (recorded_ooms > static_cast<std::int64_t>(c.entries))
@@ -154,12 +168,12 @@ OomCount reconcile_oom_count(const TraceHeader& header, std::int32_t device, con
   // PyTorch's num_alloc_retries: at the end of the run, else at its last recorded OOM.
   if (auto r = recorded_stats ? stat_of(*recorded_stats, "num_alloc_retries") : std::nullopt; r && *r >= 0) {
     c.retries = static_cast<std::uint64_t>(*r);
-    c.retries_source = "recorded by PyTorch";
+    c.retries_from = RetriesFrom::recorded;
   } else {
     for (auto it = mine.rbegin(); it != mine.rend(); ++it)
       if (auto rr = stat_of((*it)->stats, "num_alloc_retries"); rr && *rr >= 0) {
         c.retries = static_cast<std::uint64_t>(*rr);
-        c.retries_source = "recorded by PyTorch at its last OOM";
+        c.retries_from = RetriesFrom::recorded_at_oom;
         break;
       }
   }

@@ -78,12 +78,24 @@ struct OomWithoutEntry {
   std::optional<RecordedOom> recorded;
 };
 
+/// Where a count of retries comes from.
+enum class RetriesFrom : std::uint8_t {
+  unknown,          ///< nothing in the trace says
+  oom_entries,      ///< the grouped `oom` entries of a vramtrace trace
+  recorded,         ///< PyTorch's num_alloc_retries recorded at the end of the run
+  recorded_at_oom,  ///< PyTorch's num_alloc_retries recorded at its last OOM (the observer's)
+};
+
+/// In words for a report: "", "the oom entries", "recorded by PyTorch", "recorded by PyTorch at
+/// its last OOM".
+const char* retries_from_text(RetriesFrom f) noexcept;
+
 /// The OOMs and retries of one device, reconciled from every source the trace has.
 struct OomCount {
   std::uint64_t ooms = 0;  ///< errors that reached the program
   /// Failed allocations the program retried (PyTorch's num_alloc_retries); unset = unknown.
   std::optional<std::uint64_t> retries;
-  std::string retries_source;                  ///< "the oom entries", "recorded by PyTorch", "" (unknown)
+  RetriesFrom retries_from = RetriesFrom::unknown;
   std::uint64_t entries = 0;                   ///< `oom` entries of the device in the trace
   std::uint64_t survived = 0;                  ///< entries of requests that then succeeded
   std::uint64_t repeated = 0;                  ///< entries followed by another failed attempt of the request

@@ -1080,7 +1080,7 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.recorded_stats = reader.header().recorded_stats;
   impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
-  // A snapshot's sidecar and a compressed trace's trailer are read after the events.
+  // The OOMs and the cap the reader found (a header, a sidecar), as it knows them at the end.
   impl_->header.recorded_ooms = reader.header().recorded_ooms;
   impl_->header.allowed_bytes = reader.header().allowed_bytes;
   TraceModel m = impl_->finish(reader.incomplete(), reader.final_state());
