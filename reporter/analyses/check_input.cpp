@@ -79,21 +79,23 @@ class EventFactsBuilder {
       ++d.frees;
     }
   }
-  // `first_oom`: per device, the index among its `oom` entries of the first that reached the
-  // program (Note [one OOM per failed request]).
-  std::vector<DeviceEventFacts> finish(const std::map<std::int32_t, std::size_t>& first_oom) {
+  // `ooms`: per device, the indices among its `oom` entries of the first and the last that
+  // reached the program (Note [one OOM per failed request]).
+  std::vector<DeviceEventFacts> finish(const std::map<std::int32_t, std::pair<std::size_t, std::size_t>>& ooms) {
     std::vector<DeviceEventFacts> out;
     for (auto& [id, d] : devices_) {
       d.facts.device = id;
       d.facts.allocs = d.allocs;
-      if (auto it = first_oom.find(id); it != first_oom.end() && it->second < d.oom_points.size()) {
-        const OomPoint& p = d.oom_points[it->second];
+      if (auto it = ooms.find(id); it != ooms.end() && it->second.first < d.oom_points.size()) {
+        const OomPoint& p = d.oom_points[it->second.first];
         d.facts.live_bytes_at_oom = p.live_bytes;
         d.facts.frees_before_oom = p.frees;
         d.facts.allocs_before_oom = p.allocs;
         d.facts.sizes_hash_at_oom = p.sizes_hash;
         d.facts.same_size_before_oom = p.same_size;
       }
+      if (auto it = ooms.find(id); it != ooms.end() && it->second.second < d.oom_points.size())
+        d.facts.allocs_before_last_oom = d.oom_points[it->second.second].allocs;
       out.push_back(std::move(d.facts));
     }
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.device < b.device; });
@@ -251,20 +253,20 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   in.traces = figures_from_models(models);
   in.measures = measures_from_figures(in.traces);
   in.steps = steps.finish();
-  std::map<std::int32_t, std::size_t> first_oom;
+  std::map<std::int32_t, std::pair<std::size_t, std::size_t>> ooms;  // first and last OOM
   for (const auto& d : models.front().devices)
     for (std::size_t i = 0; i < d.ooms.size(); ++i)
       if (d.ooms[i].fate == OomFate::oom) {
-        first_oom[d.device] = i;
-        break;
+        auto [it, fresh] = ooms.try_emplace(d.device, i, i);
+        if (!fresh) it->second.second = i;
       }
-  in.facts = facts.finish(first_oom);
+  in.facts = facts.finish(ooms);
   for (const auto& d : models.front().devices) {
-    auto first = first_oom.find(d.device);
-    if (first == first_oom.end() || first->second >= 4096) continue;
+    auto first = ooms.find(d.device);
+    if (first == ooms.end() || first->second.first >= 4096) continue;
     for (auto& f : in.facts) {
       if (f.device != d.device) continue;
-      const OomRecord& o = d.ooms[first->second];
+      const OomRecord& o = d.ooms[first->second.first];
       f.has_oom = true;
       f.oom_request_bytes = o.request_bytes;
       f.oom_device_free_bytes = o.device_free_bytes;

@@ -43,6 +43,9 @@ struct DeviceEventFacts {
   std::int64_t oom_reserved_bytes = 0;
   std::uint64_t oom_largest_free_block_bytes = 0;
   std::uint64_t allocs = 0;  ///< allocations of the device in the whole trace
+  /// Allocations before the last OOM that reached the program (0 without one): with `allocs`,
+  /// whether the run went on after it (Note [diff explanation], rule 3).
+  std::uint64_t allocs_before_last_oom = 0;
 };
 
 /// Per device of an input's first trace, every allocation site's bytes at the peak of allocated

@@ -18,9 +18,11 @@
 //     An OOM known without an entry (its moment not recorded) is named with what is known, and
 //     its peaks are said to stop at the failure.
 //  2. BASE ran out of memory and NEW did not: the mirror sentence.
-//  3. A run that died (an OOM, or a trace that ends abruptly) has peaks that are lower bounds: NEW
-//     is said to need more memory only when BASE's peak is whole, less only when NEW's is;
-//     otherwise the sentence says whose peaks stop early. Both ran out of memory: so it says.
+//  3. A run that died (a trace that ends abruptly, or at its last OOM: at most 1 % more
+//     allocations after it) has peaks that are lower bounds. Against a whole run, NEW is said to
+//     need more memory only when BASE's peak is whole, less only when NEW's is; otherwise the
+//     sentence says whose peaks stop early. Two runs that both died are compared as recorded (up
+//     to their ends). A run that caught its OOM and went on has whole peaks.
 //  4. Peak allocated changed by more than M: NEW needs more (or less) memory, and the size whose
 //     count changed most is named.
 //  5. Peak allocated within M but peak reserved changed by more than M: the cache differs
@@ -250,11 +252,18 @@ std::string site_clause(const DeviceDiff& d, std::uint64_t margin) {
   return "";
 }
 
-// Whether a side's peaks are only lower bounds: the run died (an OOM, or a trace that ends
-// abruptly), so it may have needed more than it reached.
+// Whether a side's peaks are only lower bounds: the run died (a trace that ends abruptly, or one
+// that ends at its last OOM), so it may have needed more than it reached. A run that caught its
+// OOM and went on allocating (more than 1 % of the allocations before it, the rule of the what-if
+// replays for a trace that ends at its OOM) has whole peaks; without the events (a summary
+// document, an OOM without an entry) an OOM counts as the end.
 bool stopped_early(const Side& s) {
   const TraceFigures* t = s.in.traces.empty() ? nullptr : &s.in.traces.front();
-  return figure(s.fig, &DeviceFigures::num_ooms).value_or(0) > 0 || (t && t->incomplete);
+  if (t && t->incomplete) return true;
+  if (figure(s.fig, &DeviceFigures::num_ooms).value_or(0) == 0) return false;
+  if (!s.facts || !s.facts->has_oom) return true;
+  const std::uint64_t before = s.facts->allocs_before_last_oom, after = s.facts->allocs - before;
+  return after * 100 <= before;
 }
 
 // Rule 3: why a run's peaks are no measure of what it needs, in words.
@@ -278,9 +287,10 @@ std::string explain(const DeviceDiff& d, const CheckInput& base, const CheckInpu
   const auto alloc_now = figure(fig_new, &DeviceFigures::allocated_bytes_peak);
   if (alloc_base && alloc_now && !same_bytes(*alloc_now, *alloc_base, margin)) {
     std::int64_t change = *alloc_now - *alloc_base;
-    // Rule 3: "more" needs BASE's peak to be whole, "less" NEW's.
+    // Rule 3: "more" needs BASE's peak to be whole, "less" NEW's (when the other run's is).
     const Side& partial = change > 0 ? sb : sn;
-    if (stopped_early(partial))
+    const Side& other = change > 0 ? sn : sb;
+    if (stopped_early(partial) && !stopped_early(other))
       return fmt::format(
           "Peak allocated {} ({} vs {}), but {}: its peaks stop there, so they are no measure of what "
           "the program needs.",
@@ -297,9 +307,6 @@ std::string explain(const DeviceDiff& d, const CheckInput& base, const CheckInpu
   }
   const auto res_base = figure(fig_base, &DeviceFigures::reserved_bytes_peak);
   const auto res_now = figure(fig_new, &DeviceFigures::reserved_bytes_peak);
-  if (ooms_base.value_or(0) > 0 && ooms_new.value_or(0) > 0)
-    return fmt::format("Both runs ran out of memory (BASE {} OOM{}, NEW {}): their peaks stop at the failures.",
-                       *ooms_base, *ooms_base == 1 ? "" : "s", *ooms_new);
   if (res_base && res_now && !same_bytes(*res_now, *res_base, margin)) {
     std::int64_t change = *res_now - *res_base;
     std::string s =
