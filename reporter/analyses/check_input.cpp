@@ -14,6 +14,7 @@
 #include "model/load_models.h"
 #include "model/trace_model.h"
 #include "readers/open_trace.h"
+#include "vramtrace/size_rules.h"
 
 namespace vramtrace {
 
@@ -44,11 +45,13 @@ class EventFactsBuilder {
  public:
   void add(const TraceRecord& r) {
     if (r.action == Action::oom) {
+      // Every entry: which one reached the program is known only once the model is done.
       auto& d = devices_[r.device];
-      if (!d.seen_oom) {
-        d.seen_oom = true;
-        d.facts.live_bytes_at_oom = d.live_bytes;
-        d.facts.frees_before_oom = d.frees;
+      if (d.oom_points.size() < kMaxOomPoints) {
+        std::uint64_t same_size = 0;  // earlier allocations of this request (Note [diff explanation])
+        for (const auto& [size, n] : d.facts.alloc_count_by_size)
+          if (size == r.size || round_size(size, 1u) == r.size) same_size += n;
+        d.oom_points.push_back({d.live_bytes, d.frees, d.allocs, d.sizes_hash, same_size});
       }
       return;
     }
@@ -69,16 +72,30 @@ class EventFactsBuilder {
       }
       d.live_bytes += r.size;
       ++d.allocs;
+      d.sizes_hash = extend_sizes_hash(d.sizes_hash, r.size);
     } else if (auto it = d.live.find(r.addr); it != d.live.end()) {
       d.live_bytes -= it->second;
       d.live.erase(it);
       ++d.frees;
     }
   }
-  std::vector<DeviceEventFacts> finish() {
+  // `ooms`: per device, the indices among its `oom` entries of the first and the last that
+  // reached the program (Note [one OOM per failed request]).
+  std::vector<DeviceEventFacts> finish(const std::map<std::int32_t, std::pair<std::size_t, std::size_t>>& ooms) {
     std::vector<DeviceEventFacts> out;
     for (auto& [id, d] : devices_) {
       d.facts.device = id;
+      d.facts.allocs = d.allocs;
+      if (auto it = ooms.find(id); it != ooms.end() && it->second.first < d.oom_points.size()) {
+        const OomPoint& p = d.oom_points[it->second.first];
+        d.facts.live_bytes_at_oom = p.live_bytes;
+        d.facts.frees_before_oom = p.frees;
+        d.facts.allocs_before_oom = p.allocs;
+        d.facts.sizes_hash_at_oom = p.sizes_hash;
+        d.facts.same_size_before_oom = p.same_size;
+      }
+      if (auto it = ooms.find(id); it != ooms.end() && it->second.second < d.oom_points.size())
+        d.facts.allocs_before_last_oom = d.oom_points[it->second.second].allocs;
       out.push_back(std::move(d.facts));
     }
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.device < b.device; });
@@ -86,13 +103,24 @@ class EventFactsBuilder {
   }
 
  private:
+  // The model keeps every entry's figures; the facts keep this many moments (the first OOM that
+  // reached the program lies among them unless the program retried more often than that).
+  static constexpr std::size_t kMaxOomPoints = 4096;
+  struct OomPoint {
+    std::uint64_t live_bytes = 0;
+    std::uint64_t frees = 0;
+    std::uint64_t allocs = 0;
+    std::uint64_t sizes_hash = 0;
+    std::uint64_t same_size = 0;
+  };
   struct Device {
     DeviceEventFacts facts;
     std::unordered_map<std::uint64_t, std::uint64_t> live;  // addr -> requested bytes
     std::uint64_t live_bytes = 0;
     std::uint64_t allocs = 0;
     std::uint64_t frees = 0;
-    bool seen_oom = false;
+    std::uint64_t sizes_hash = kEmptySizesHash;
+    std::vector<OomPoint> oom_points;  // per `oom` entry, in order
   };
   std::unordered_map<std::int32_t, Device> devices_;
 };
@@ -153,6 +181,43 @@ void sites_from_model(const TraceModel& m, CheckInput& in) {
 
 bool is_summary_document(const std::string& path) { return read_summary(path).has_value(); }
 
+AlignmentPoints alignment_points(const std::string& path, std::int32_t device, std::uint64_t at_index,
+                                 std::uint64_t request_bytes, std::uint64_t same_size_index) {
+  auto reader = open_trace(path);
+  std::unordered_map<std::uint64_t, std::uint64_t> live;  // addr -> requested bytes
+  AllocationPoint p;
+  p.sizes_hash = kEmptySizesHash;
+  std::uint64_t same_size = 0;
+  AlignmentPoints out;
+  TraceRecord r;
+  while ((!out.at_index || !out.at_same_size) && reader->next(r)) {
+    if (r.device != device) continue;
+    if (r.action == Action::alloc) {
+      // The state right before this allocation, frees since the one before included.
+      p.next_request_bytes = r.size;
+      if (p.allocs == at_index) out.at_index = p;
+      if (r.size == request_bytes || round_size(r.size, 1u) == request_bytes) {
+        if (same_size == same_size_index && !out.at_same_size) out.at_same_size = p;
+        ++same_size;
+      }
+      if (auto [it, fresh] = live.try_emplace(r.addr, r.size); !fresh) {
+        p.live_bytes -= it->second;
+        it->second = r.size;
+      }
+      p.live_bytes += r.size;
+      ++p.allocs;
+      p.sizes_hash = extend_sizes_hash(p.sizes_hash, r.size);
+    } else if (r.action == Action::free_requested || r.action == Action::free_completed) {
+      if (auto it = live.find(r.addr); it != live.end()) {
+        p.live_bytes -= it->second;
+        live.erase(it);
+        ++p.frees;
+      }
+    }
+  }
+  return out;
+}
+
 CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   CheckInput in;
   in.path = path;
@@ -188,12 +253,20 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   in.traces = figures_from_models(models);
   in.measures = measures_from_figures(in.traces);
   in.steps = steps.finish();
-  in.facts = facts.finish();
+  std::map<std::int32_t, std::pair<std::size_t, std::size_t>> ooms;  // first and last OOM
+  for (const auto& d : models.front().devices)
+    for (std::size_t i = 0; i < d.ooms.size(); ++i)
+      if (d.ooms[i].fate == OomFate::oom) {
+        auto [it, fresh] = ooms.try_emplace(d.device, i, i);
+        if (!fresh) it->second.second = i;
+      }
+  in.facts = facts.finish(ooms);
   for (const auto& d : models.front().devices) {
-    if (d.ooms.empty()) continue;
+    auto first = ooms.find(d.device);
+    if (first == ooms.end() || first->second.first >= 4096) continue;
     for (auto& f : in.facts) {
       if (f.device != d.device) continue;
-      const OomRecord& o = d.ooms.front();
+      const OomRecord& o = d.ooms[first->second.first];
       f.has_oom = true;
       f.oom_request_bytes = o.request_bytes;
       f.oom_device_free_bytes = o.device_free_bytes;

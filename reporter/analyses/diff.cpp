@@ -1,19 +1,33 @@
 // `vramtrace diff`: see diff.h.
 //
 // Note [diff explanation]: one sentence per device, from the first rule that applies
-// (M = the noise margin, 2 MiB by default):
-//  1. NEW has an OOM that BASE has not. With the live bytes at NEW's failed request within M (or
-//     1 %) of BASE's live bytes before its own largest request, and NEW's largest free block
-//     smaller than the request while enough memory was free in its cache and on the device, the
-//     difference is fragmentation; if NEW freed more temporary blocks than BASE before that
-//     request, it is fragmentation from load order (case C11). With more live bytes, it is
-//     capacity: NEW holds more.
-//  2. BASE has an OOM that NEW has not: the mirror sentence.
-//  3. Peak allocated changed by more than M: NEW needs more (or less) memory, and the size whose
+// (M = the noise margin, 2 MiB by default). OOMs are counted as every command counts them
+// (Note [one OOM per failed request], reporter/model/oom_count.h).
+//  1. NEW ran out of memory and BASE did not. The failed request is lined up with BASE first:
+//     right before BASE's allocation of the same index, when both runs made the same requests up
+//     to there (the hash of their sizes agrees), else right before BASE's allocation of the same
+//     request (as many allocations of its size before it). Without such a point (BASE is a
+//     summary document, never made that request) no cause is named. At the point:
+//     - the same live (requested) bytes, within M or 1 %: the program did not need more. If NEW
+//       could use less of its device than BASE (a cap), or less than BASE reserved at its peak,
+//       the cap explains it (capacity). Else, with NEW's largest free block smaller than the
+//       request while enough memory was free in its cache and on the device, it is
+//       fragmentation, from load order when NEW freed more temporary blocks than BASE before that
+//       point (case C11). Else the device had less room.
+//     - more live bytes: capacity, NEW holds more. Fewer: the device had less room.
+//     An OOM known without an entry (its moment not recorded) is named with what is known, and
+//     its peaks are said to stop at the failure.
+//  2. BASE ran out of memory and NEW did not: the mirror sentence.
+//  3. A run that died (a trace that ends abruptly, or at its last OOM: at most 1 % more
+//     allocations after it) has peaks that are lower bounds. Against a whole run, NEW is said to
+//     need more memory only when BASE's peak is whole, less only when NEW's is; otherwise the
+//     sentence says whose peaks stop early. Two runs that both died are compared as recorded (up
+//     to their ends). A run that caught its OOM and went on has whole peaks.
+//  4. Peak allocated changed by more than M: NEW needs more (or less) memory, and the size whose
 //     count changed most is named.
-//  4. Peak allocated within M but peak reserved changed by more than M: the cache differs
+//  5. Peak allocated within M but peak reserved changed by more than M: the cache differs
 //     (fragmentation or caching), with the largest free block at the end.
-//  5. Otherwise: no difference beyond the margin.
+//  6. Otherwise: no difference beyond the margin.
 // When both runs record call stacks and the site whose bytes changed most (Note [diff sites]) at
 // the peak or at the end changed by more than M, the sentence names it with both runs' bytes.
 //
@@ -75,52 +89,103 @@ bool same_bytes(std::int64_t a, std::int64_t b, std::uint64_t margin) {
          diff <= 0.01 * static_cast<double>(std::max(std::llabs(a), std::llabs(b)));
 }
 
-std::string oom_sentence(const char* who, const char* other, const DeviceEventFacts& f, const DeviceEventFacts* of,
-                         std::uint64_t margin) {
-  const auto req = f.oom_request_bytes;
-  const std::int64_t live = f.oom_allocated_bytes;
-  const std::uint64_t cache_free = f.oom_reserved_bytes > f.oom_allocated_bytes
-                                       ? static_cast<std::uint64_t>(f.oom_reserved_bytes - f.oom_allocated_bytes)
-                                       : 0;
-  std::string head =
-      fmt::format("{} ran out of memory asking for {}", who, format_bytes(static_cast<double>(req), ByteStyle::binary));
-  if (!of)
-    return head + fmt::format(" with {} allocated; {} has no event detail to compare.",
-                              format_bytes(static_cast<double>(live), ByteStyle::binary), other);
-  // Live (requested) bytes at the failed request, against the other run's when its own largest
-  // request came (in a run that did not fail, that is the request the other one failed).
-  auto other_live = static_cast<std::int64_t>(of->has_oom ? of->live_bytes_at_oom : of->live_bytes_before_largest);
-  auto own_live = static_cast<std::int64_t>(f.live_bytes_at_oom);
-  bool same_live = same_bytes(own_live, other_live, margin);
-  bool fragmented = f.oom_largest_free_block_bytes < req && cache_free + f.oom_device_free_bytes >= req;
-  if (same_live && fragmented) {
+std::string b2(std::uint64_t v) { return format_bytes(static_cast<double>(v), ByteStyle::binary); }
+
+// One side of the comparison.
+struct Side {
+  const char* who;  // "NEW" or "BASE"
+  const CheckInput& in;
+  const DeviceEventFacts* facts;
+  const DeviceFigures* fig;
+};
+
+// Rule 1 (and its mirror 2): `f` ran out of memory, `o` did not.
+std::string oom_sentence(const Side& f, const Side& o, std::int32_t device, std::uint64_t margin) {
+  const std::int64_t ooms = figure(f.fig, &DeviceFigures::num_ooms).value_or(0);
+  if (!f.facts || !f.facts->has_oom) {
+    // Known from the recorded figures only: there is no moment to line up.
     std::string s = fmt::format(
-        "{} with the same live bytes as {} ({} vs {}): its largest free block was {}, smaller than the request, "
-        "although {} of its reserved memory was free and {} more on the device, so the difference is fragmentation",
-        head, other, format_bytes(static_cast<double>(own_live), ByteStyle::binary),
-        format_bytes(static_cast<double>(other_live), ByteStyle::binary),
-        format_bytes(static_cast<double>(f.oom_largest_free_block_bytes), ByteStyle::binary),
-        format_bytes(static_cast<double>(cache_free), ByteStyle::binary),
-        format_bytes(static_cast<double>(f.oom_device_free_bytes), ByteStyle::binary));
-    std::uint64_t other_frees = of->has_oom ? of->frees_before_oom : of->frees_before_largest;
-    if (f.frees_before_oom > other_frees)
-      s += fmt::format(
-          " from load order: {} allocated and freed {} temporary blocks among its long-lived allocations "
-          "before that request, {} {}",
-          who, f.frees_before_oom, other, other_frees);
-    return s + ".";
+        "{} ran out of memory ({} OOM{}; the trace holds no oom entry for {}, so its moment "
+        "is not known)",
+        f.who, ooms, ooms == 1 ? "" : "s", ooms == 1 ? "it" : "them");
+    if (f.facts && o.facts)
+      s += fmt::format(" after {} allocations, where {} made {}", f.facts->allocs, o.who, o.facts->allocs);
+    return s + ": its peaks stop at the failure, so they are no measure of what it needs.";
   }
-  if (same_live)
+  const DeviceEventFacts& ff = *f.facts;
+  const auto req = ff.oom_request_bytes;
+  std::string head =
+      fmt::format("{} ran out of memory asking for {} (its allocation #{})", f.who, b2(req), ff.allocs_before_oom);
+  if (o.in.is_summary)
     return head + fmt::format(
-                      " with the same live bytes as {} ({}); its largest free block was {} and {} were free on "
-                      "the device: the device had less room (another process, or a lower memory cap).",
-                      other, format_bytes(static_cast<double>(own_live), ByteStyle::binary),
-                      format_bytes(static_cast<double>(f.oom_largest_free_block_bytes), ByteStyle::binary),
-                      format_bytes(static_cast<double>(f.oom_device_free_bytes), ByteStyle::binary));
-  return head + fmt::format(" holding {} live against {} in {} at the same point: {} live bytes explain it (capacity).",
-                            format_bytes(static_cast<double>(own_live), ByteStyle::binary),
-                            format_bytes(static_cast<double>(other_live), ByteStyle::binary), other,
-                            signed_bytes(own_live - other_live));
+                      "; {} is a summary document, without the events to line the runs up at that "
+                      "request, so no cause is named.",
+                      o.who);
+  AlignmentPoints pts;
+  try {
+    pts = alignment_points(o.in.path, device, ff.allocs_before_oom, req, ff.same_size_before_oom);
+  } catch (const TraceError&) {
+    return head + fmt::format("; {} could not be read again to line the runs up, so no cause is named.", o.who);
+  }
+  const AllocationPoint* at = nullptr;
+  std::string where;
+  if (pts.at_index && pts.at_index->sizes_hash == ff.sizes_hash_at_oom) {
+    at = &*pts.at_index;
+    where = "at the same allocation (both runs made the same requests up to it)";
+  } else if (pts.at_same_size) {
+    at = &*pts.at_same_size;
+    where = fmt::format("at {}'s allocation of the same request (#{}, after {} of that size)", o.who, at->allocs,
+                        ff.same_size_before_oom);
+  } else {
+    return head + fmt::format(
+                      "; {} never made that request (nor as many allocations before it), so the runs cannot "
+                      "be lined up there and no cause is named.",
+                      o.who);
+  }
+  const auto own_live = static_cast<std::int64_t>(ff.live_bytes_at_oom);
+  const auto other_live = static_cast<std::int64_t>(at->live_bytes);
+  const std::uint64_t cache_free = ff.oom_reserved_bytes > ff.oom_allocated_bytes
+                                       ? static_cast<std::uint64_t>(ff.oom_reserved_bytes - ff.oom_allocated_bytes)
+                                       : 0;
+  if (same_bytes(own_live, other_live, margin)) {
+    const std::string both = head + fmt::format(" with the same live bytes as {} ({} vs {}) {}", o.who,
+                                                b2(ff.live_bytes_at_oom), b2(at->live_bytes), where);
+    const auto cap_own = figure(f.fig, &DeviceFigures::capacity_bytes);
+    const auto cap_other = figure(o.fig, &DeviceFigures::capacity_bytes);
+    const auto other_reserved = figure(o.fig, &DeviceFigures::reserved_bytes_peak);
+    const bool lower_cap = cap_own && cap_other && *cap_own + margin < *cap_other;
+    const bool below_need = cap_own && other_reserved && static_cast<std::int64_t>(*cap_own) < *other_reserved;
+    if (lower_cap || below_need) {
+      std::string s = both + fmt::format(": {} could use {} of its device", f.who, b2(*cap_own));
+      if (cap_other) s += fmt::format(", {} {}", o.who, b2(*cap_other));
+      if (other_reserved) s += fmt::format(", and {} reserved up to {}", o.who, bytes(other_reserved));
+      return s + fmt::format(": the lower capacity explains it (capacity), not the program.");
+    }
+    const bool fragmented = ff.oom_largest_free_block_bytes < req && cache_free + ff.oom_device_free_bytes >= req;
+    if (fragmented) {
+      std::string s = both + fmt::format(
+                                 ": its largest free block was {}, smaller than the request, although {} of its "
+                                 "reserved memory was free and {} more on the device, so the difference is "
+                                 "fragmentation",
+                                 b2(ff.oom_largest_free_block_bytes), b2(cache_free), b2(ff.oom_device_free_bytes));
+      if (ff.frees_before_oom > at->frees)
+        s += fmt::format(
+            " from load order: {} allocated and freed {} temporary blocks among its long-lived allocations "
+            "before that request, {} {}",
+            f.who, ff.frees_before_oom, o.who, at->frees);
+      return s + ".";
+    }
+    return both + fmt::format(
+                      "; its largest free block was {} and {} were free on the device: the device had less room "
+                      "(another process, or a lower memory cap).",
+                      b2(ff.oom_largest_free_block_bytes), b2(ff.oom_device_free_bytes));
+  }
+  if (own_live > other_live)
+    return head + fmt::format(" holding {} live against {} in {} {}: {} live bytes explain it (capacity).",
+                              b2(ff.live_bytes_at_oom), b2(at->live_bytes), o.who, where,
+                              signed_bytes(own_live - other_live));
+  return head + fmt::format(" holding less live than {} {} ({} vs {}): the device had less room for it.", o.who, where,
+                            b2(ff.live_bytes_at_oom), b2(at->live_bytes));
 }
 
 const DeviceSiteTotals* sites_of(const CheckInput& in, std::int32_t device) {
@@ -187,20 +252,49 @@ std::string site_clause(const DeviceDiff& d, std::uint64_t margin) {
   return "";
 }
 
-std::string explain(const DeviceDiff& d, const DeviceEventFacts* fb, const DeviceEventFacts* fn, std::uint64_t margin,
+// Whether a side's peaks are only lower bounds: the run died (a trace that ends abruptly, or one
+// that ends at its last OOM), so it may have needed more than it reached. A run that caught its
+// OOM and went on allocating (more than 1 % of the allocations before it, the rule of the what-if
+// replays for a trace that ends at its OOM) has whole peaks; without the events (a summary
+// document, an OOM without an entry) an OOM counts as the end.
+bool stopped_early(const Side& s) {
+  const TraceFigures* t = s.in.traces.empty() ? nullptr : &s.in.traces.front();
+  if (t && t->incomplete) return true;
+  if (figure(s.fig, &DeviceFigures::num_ooms).value_or(0) == 0) return false;
+  if (!s.facts || !s.facts->has_oom) return true;
+  const std::uint64_t before = s.facts->allocs_before_last_oom, after = s.facts->allocs - before;
+  return after * 100 <= before;
+}
+
+// Rule 3: why a run's peaks are no measure of what it needs, in words.
+std::string stopped_sentence(const Side& s) {
+  const std::int64_t ooms = figure(s.fig, &DeviceFigures::num_ooms).value_or(0);
+  const TraceFigures* t = s.in.traces.empty() ? nullptr : &s.in.traces.front();
+  if (ooms > 0) return fmt::format("{} ran out of memory ({} OOM{})", s.who, ooms, ooms == 1 ? "" : "s");
+  return fmt::format("{}'s trace ends abruptly ({})", s.who, t ? t->incomplete_reason : "");
+}
+
+std::string explain(const DeviceDiff& d, const CheckInput& base, const CheckInput& now, std::uint64_t margin,
                     const DeviceFigures* fig_base, const DeviceFigures* fig_new) {
+  const Side sb{"BASE", base, facts_of(base, d.device), fig_base};
+  const Side sn{"NEW", now, facts_of(now, d.device), fig_new};
   const std::optional<std::int64_t> ooms_base = figure(fig_base, &DeviceFigures::num_ooms);
   const std::optional<std::int64_t> ooms_new = figure(fig_new, &DeviceFigures::num_ooms);
-  bool new_oom = ooms_new.value_or(0) > ooms_base.value_or(0);
-  bool base_oom = ooms_base.value_or(0) > ooms_new.value_or(0);
-  if (new_oom && fn && fn->has_oom) return oom_sentence("NEW", "BASE", *fn, fb, margin);
-  if (new_oom) return fmt::format("NEW had {} OOMs, BASE {}.", ooms_new.value_or(0), ooms_base.value_or(0));
-  if (base_oom && fb && fb->has_oom) return oom_sentence("BASE", "NEW", *fb, fn, margin);
+  if (ooms_new.value_or(0) > 0 && ooms_base.value_or(0) == 0) return oom_sentence(sn, sb, d.device, margin);
+  if (ooms_base.value_or(0) > 0 && ooms_new.value_or(0) == 0) return oom_sentence(sb, sn, d.device, margin);
 
   const auto alloc_base = figure(fig_base, &DeviceFigures::allocated_bytes_peak);
   const auto alloc_now = figure(fig_new, &DeviceFigures::allocated_bytes_peak);
   if (alloc_base && alloc_now && !same_bytes(*alloc_now, *alloc_base, margin)) {
     std::int64_t change = *alloc_now - *alloc_base;
+    // Rule 3: "more" needs BASE's peak to be whole, "less" NEW's (when the other run's is).
+    const Side& partial = change > 0 ? sb : sn;
+    const Side& other = change > 0 ? sn : sb;
+    if (stopped_early(partial) && !stopped_early(other))
+      return fmt::format(
+          "Peak allocated {} ({} vs {}), but {}: its peaks stop there, so they are no measure of what "
+          "the program needs.",
+          signed_bytes(change), bytes(alloc_now), bytes(alloc_base), stopped_sentence(partial));
     std::string s = fmt::format("NEW needs {} memory: peak allocated {} ({} vs {})", change > 0 ? "more" : "less",
                                 signed_bytes(change), bytes(alloc_now), bytes(alloc_base));
     if (!d.sizes.empty()) {
@@ -317,7 +411,7 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
       if (d.peak_sites_known) d.site_at_peak = most_changed_site(*peak_base, *peak_new);
       if (d.end_sites_known) d.site_at_end = most_changed_site(*end_base, *end_new);
     }
-    d.explanation = explain(d, fb, fn, margin, fig_base, fig_new);
+    d.explanation = explain(d, base, now, margin, fig_base, fig_new);
     if (const std::string clause = site_clause(d, margin); !clause.empty()) {
       d.explanation.pop_back();  // every sentence ends in '.'
       d.explanation += clause + ".";

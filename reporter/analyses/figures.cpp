@@ -9,15 +9,6 @@ namespace vramtrace {
 
 namespace {
 
-// What the trace recorded at its end for `key` on `device` (its trailer or PyTorch's header).
-std::optional<std::int64_t> recorded(const TraceModel& m, std::int32_t device, std::string_view key) {
-  const auto* stats = m.header.recorded_stats_of(device);
-  if (stats == nullptr) return std::nullopt;
-  for (const auto& [k, v] : *stats)
-    if (k == key) return v;
-  return std::nullopt;
-}
-
 // An integer of `j` under `key`, unset when absent or of another type.
 template <class Int>
 std::optional<Int> integer_at(const nlohmann::json& j, const char* key) {
@@ -47,10 +38,11 @@ std::vector<TraceFigures> figures_from_models(const std::vector<TraceModel>& mod
       f.inactive_split_bytes_peak = s.inactive_split_bytes[kStatAll].peak;
       f.segment_peak = s.segment[kStatAll].peak;
       f.allocations = s.allocation[kStatAll].allocated;
-      f.num_ooms = s.num_ooms;
-      // Retries are not in the events; only what the trace recorded at its end (as summary).
-      f.num_alloc_retries = recorded(m, d.device, "num_alloc_retries");
-      f.oom_events = static_cast<std::int64_t>(d.ooms.size());
+      // The OOMs and retries every command reports (Note [one OOM per failed request]).
+      f.num_ooms = static_cast<std::int64_t>(d.oom_count.ooms);
+      if (d.oom_count.retries) f.num_alloc_retries = static_cast<std::int64_t>(*d.oom_count.retries);
+      f.oom_events = static_cast<std::int64_t>(d.oom_count.entries);
+      if (const std::uint64_t cap = m.header.usable_bytes_of(d.device)) f.capacity_bytes = cap;
       if (d.at_peak.captured) f.largest_free_block_at_peak_bytes = d.at_peak.largest_free_block;
       f.largest_free_block_at_end_bytes = d.at_end.largest_free_block;
       if (d.history == DeviceModel::History::late) f.history = "late";
@@ -93,7 +85,10 @@ std::vector<TraceFigures> figures_from_summary_json(const nlohmann::json& summar
       f.reserved_bytes_peak = budgeted("reserved_bytes.all.peak");
       f.allocated_bytes_peak = budgeted("allocated_bytes.all.peak");
       f.num_ooms = budgeted("num_ooms");
+      // "oom_count" (since the count of OOMs and entries differ): the entries; else "ooms".
       f.oom_events = integer_at<std::int64_t>(d, "ooms");
+      if (auto oc = d.find("oom_count"); oc != d.end() && oc->is_object())
+        if (auto e = integer_at<std::int64_t>(*oc, "oom_entries")) f.oom_events = e;
       f.num_alloc_retries = budgeted("num_alloc_retries");
       // Figures only diff shows: unset when not an integer.
       f.active_bytes_peak = integer_at<std::int64_t>(stats, "active_bytes.all.peak");
@@ -101,6 +96,7 @@ std::vector<TraceFigures> figures_from_summary_json(const nlohmann::json& summar
       f.inactive_split_bytes_peak = integer_at<std::int64_t>(stats, "inactive_split_bytes.all.peak");
       f.segment_peak = integer_at<std::int64_t>(stats, "segment.all.peak");
       if (auto h = d.find("history"); h != d.end() && h->is_string()) f.history = h->get<std::string>();
+      f.capacity_bytes = integer_at<std::uint64_t>(d, "capacity_bytes");
       f.allocations = integer_at<std::int64_t>(stats, "allocation.all.allocated");
       if (auto peak = d.find("peak"); peak != d.end())
         f.largest_free_block_at_peak_bytes = integer_at<std::uint64_t>(*peak, "largest_free_block_bytes");

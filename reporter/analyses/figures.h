@@ -27,9 +27,15 @@ struct DeviceFigures {
   std::optional<std::int64_t> inactive_split_bytes_peak;  ///< bytes; inactive_split_bytes.all.peak
   std::optional<std::int64_t> segment_peak;               ///< segments; segment.all.peak
   std::optional<std::int64_t> allocations;                ///< allocation.all.allocated
-  std::optional<std::int64_t> num_ooms;                   ///< num_ooms
-  std::optional<std::int64_t> num_alloc_retries;          ///< num_alloc_retries
-  std::optional<std::int64_t> oom_events;                 ///< oom events in the trace (summary "ooms")
+  /// num_ooms: the OOMs that reached the program, and num_alloc_retries: the failed allocations
+  /// it retried, as every command counts them (DeviceModel::oom_count, Note [one OOM per failed
+  /// request]); retries unset when unknown.
+  std::optional<std::int64_t> num_ooms;
+  std::optional<std::int64_t> num_alloc_retries;
+  std::optional<std::int64_t> oom_events;  ///< `oom` entries in the trace, retried ones included
+  /// What the process could use of the device, bytes (TraceHeader::usable_bytes_of: the total, or
+  /// a recorded cap below it; summary --json "capacity_bytes"); unset when unknown.
+  std::optional<std::uint64_t> capacity_bytes;
   /// Largest free block of the cache, bytes: at the peak of allocated memory (unset when the
   /// model did not capture that state) and after the last event.
   std::optional<std::uint64_t> largest_free_block_at_peak_bytes;

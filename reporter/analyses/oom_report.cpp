@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "analyses/explain.h"
 #include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "vramtrace/size_rules.h"
@@ -49,23 +50,74 @@ const SitesAt* sites_of_case(const TraceModel& m, const std::vector<DeviceSites>
   return nullptr;
 }
 
+// What is known of an OOM without an entry (Note [one OOM per failed request]): the message's
+// figures and their diagnosis (as `vramtrace explain` reads it), else the figures PyTorch's OOM
+// observer recorded with its statistics at the failure; nothing at all when only num_ooms says it.
+OomCase case_without_entry(const TraceModel& m, const DeviceModel& d, const OomWithoutEntry& w) {
+  OomCase c;
+  c.device = d.device;
+  c.without_entry = &w;
+  c.event_index = d.at_end.event_index;
+  if (!w.recorded) {
+    c.diagnosis.headline = "the trace records this OOM only in its statistics (num_ooms): no figure of it is known";
+    return c;
+  }
+  const RecordedOom& r = *w.recorded;
+  if (r.time_ns != 0) c.time_ns = r.time_ns - d.first_time_ns;
+  if (!r.message.empty()) {
+    const Explanation e = explain_message(r.message);
+    c.figures = figures_from_message(e.message);
+    c.diagnosis = e.diagnosis;
+    return c;
+  }
+  auto stat = [&](std::string_view key) -> std::optional<u64> {
+    for (const auto& [k, v] : r.stats)
+      if (k == key && v >= 0) return static_cast<u64>(v);
+    return std::nullopt;
+  };
+  c.figures.request = r.alloc_bytes;
+  c.figures.device_free = r.device_free_bytes;
+  if (u64 total = m.header.total_bytes_of(d.device)) c.figures.device_total = total;
+  // The observer's third figure is the device's total, or the cap of a memory fraction below it.
+  if (r.allowed_bytes && (!c.figures.device_total || *r.allowed_bytes < *c.figures.device_total))
+    c.figures.allowed = r.allowed_bytes;
+  if (!c.figures.device_total) c.figures.device_total = r.allowed_bytes;
+  c.figures.allocated = stat("allocated_bytes.all.current");
+  c.figures.reserved = stat("reserved_bytes.all.current");
+  c.figures.inactive_split = stat("inactive_split_bytes.all.current");
+  if (c.figures.allocated && c.figures.reserved && *c.figures.reserved >= *c.figures.allocated)
+    c.figures.reserved_unallocated = *c.figures.reserved - *c.figures.allocated;
+  if (auto retries = stat("num_alloc_retries")) c.retries = retries;
+  c.diagnosis = diagnose(c.figures);
+  return c;
+}
+
 }  // namespace
 
 std::vector<OomCase> oom_cases(const TraceModel& m) {
   std::vector<OomCase> out;
+  const bool counts_retries = m.header.format == "vramtrace";  // Note [one OOM per failed request]
   for (const auto& d : m.devices) {
+    std::uint64_t retried = 0;  // failed allocations the program tried again, so far
     for (const auto& o : d.ooms) {
+      if (o.fate != OomFate::oom) {
+        ++retried;
+        continue;
+      }
       OomCase c;
       c.device = d.device;
       c.event_index = o.event_index;
       c.time_ns = o.time_ns - d.first_time_ns;
       c.figures = figures_for(m, d.device, o.state, o.request_bytes, o.device_free_bytes);
-      c.retries = o.retries;
+      c.attempts = o.attempts;
+      if (counts_retries) c.retries = retried;
+      c.allocator_retries = o.retries;
       c.request_stack = o.stack;
       c.diagnosis = diagnose(c.figures);
       c.state = &o.state;
       out.push_back(std::move(c));
     }
+    for (const auto& w : d.oom_count.without_entry) out.push_back(case_without_entry(m, d, w));
     if (m.incomplete && (d.ooms.empty() || d.ooms.back().event_index + 1 < d.at_end.event_index + 1)) {
       OomCase c;
       c.device = d.device;
@@ -82,6 +134,15 @@ std::vector<OomCase> oom_cases(const TraceModel& m) {
   return out;
 }
 
+std::vector<RetriedFailure> retried_failures(const TraceModel& m) {
+  std::vector<RetriedFailure> out;
+  for (const auto& d : m.devices)
+    for (const auto& o : d.ooms)
+      if (o.fate != OomFate::oom)
+        out.push_back({d.device, o.event_index, o.time_ns - d.first_time_ns, o.request_bytes, o.fate});
+  return out;
+}
+
 std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cases, const std::vector<WhatIf>& whatifs,
                             std::uint64_t capacity) {
   std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format,
@@ -91,20 +152,43 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     out += fmt::format("No OOM and no allocation in this trace: it ends abruptly before its first event ({}).\n",
                        m.incomplete_reason);
   } else if (cases.empty()) {
-    out += "No OOM in this trace, and it ends normally.\n";
+    const auto retried = retried_failures(m);
+    if (retried.empty())
+      out += "No OOM in this trace, and it ends normally.\n";
+    else
+      out += fmt::format(
+          "No OOM in this trace, and it ends normally: {} failed allocation{} the program retried, each with "
+          "success.\n",
+          retried.size(), retried.size() == 1 ? "" : "s");
   }
+  // The count every command reports (Note [one OOM per failed request]), per device that failed.
+  for (const auto& d : m.devices)
+    if (d.oom_count.ooms || d.oom_count.entries)
+      out += fmt::format("Device {}: {}\n", d.device, oom_count_text(d.oom_count));
   const std::vector<DeviceSites> sites = trace_sites(m);  // empty without stacks
   int n = 1;
   for (const auto& c : cases) {
     const auto& f = c.figures;
-    const auto& st = c.state->stats;
     out += "\n";
     if (c.last_state)
       out += fmt::format("Last state (the trace ends abruptly), device {}, +{}, event {}\n", c.device,
                          format_duration(c.time_ns), c.event_index);
+    else if (c.without_entry)
+      out += fmt::format(
+          "OOM {} on device {}{}: not in the history (known from {}); its moment and the allocator's state at it were "
+          "not recorded\n",
+          n++, c.device,
+          c.without_entry->recorded && c.without_entry->recorded->time_ns ? ", +" + format_duration(c.time_ns) : "",
+          c.without_entry->source);
     else
       out +=
           fmt::format("OOM {} on device {}, +{}, event {}\n", n++, c.device, format_duration(c.time_ns), c.event_index);
+    if (c.without_entry && c.without_entry->recorded && !c.without_entry->recorded->message.empty()) {
+      // PyTorch's messages are a few hundred characters; a header may hold anything.
+      constexpr std::size_t kShown = 1000;
+      const std::string& msg = c.without_entry->recorded->message;
+      out += fmt::format("  message: {}{}\n", msg.substr(0, kShown), msg.size() > kShown ? " ..." : "");
+    }
     auto line = [&](const char* name, std::optional<u64> v, const char* extra = "") {
       if (v) out += fmt::format("  {:<38} {:>12}  ({} B){}\n", name, fb(static_cast<i64>(*v)), *v, extra);
     };
@@ -123,9 +207,20 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     line("free in the cache (reserved - active)", f.reserved_unallocated);
     line("largest free block in the cache", f.largest_free_block);
     line("inactive split (non-releasable)", f.inactive_split);
-    out += fmt::format("  {:<38} {:>12}\n", "active", fb(st.active_bytes[kStatAll].current));
+    line("allowed (a cap below the device)", f.allowed);
+    if (c.state) out += fmt::format("  {:<38} {:>12}\n", "active", fb(c.state->stats.active_bytes[kStatAll].current));
+    if (c.attempts > 1)
+      out += fmt::format("  {:<38} {:>12}  (the program released memory and tried again)\n",
+                         "failed attempts of this request", c.attempts);
+    const OomCount* count = nullptr;
+    for (const auto& d : m.devices)
+      if (d.device == c.device) count = &d.oom_count;
     if (c.retries) {
-      out += fmt::format("  {:<38} {:>12}\n", "cudaMalloc retries (this one included)", *c.retries);
+      out += fmt::format("  {:<38} {:>12}\n", "cudaMalloc retries so far", *c.retries);
+    } else if (!c.last_state && count && count->retries) {
+      // Not known at this OOM, only for the run (Note [one OOM per failed request]).
+      out += fmt::format("  {:<38} {:>12}  ({})\n", "cudaMalloc retries in the whole run", *count->retries,
+                         retries_from_text(count->retries_from));
     } else if (!c.last_state) {
       out += fmt::format("  {:<38} {:>12}\n", "cudaMalloc retries before it", "not recorded in this trace");
     }
@@ -135,6 +230,18 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     if (!c.diagnosis.next_step.empty()) out += fmt::format("  Next step: {}\n", c.diagnosis.next_step);
     if (const SitesAt* s = sites_of_case(m, sites, c))
       out += render_sites_text(*s, "Top allocation sites alive at this moment:", "  ");
+  }
+  if (const auto retried = retried_failures(m); !retried.empty() && !cases.empty()) {
+    // Not post-mortems: the program went on (Note [one OOM per failed request]).
+    constexpr std::size_t kShown = 10;
+    out += fmt::format("\nFailed allocations the program tried again (cudaMalloc retries, not OOMs):\n");
+    for (std::size_t i = 0; i < retried.size() && i < kShown; ++i) {
+      const auto& r = retried[i];
+      out += fmt::format("  device {}, +{}, event {}: {} ({}), {}\n", r.device, format_duration(r.time_ns),
+                         r.event_index, fb(static_cast<i64>(r.request_bytes)), r.request_bytes,
+                         r.fate == OomFate::survived ? "the next attempt succeeded" : "the next attempt failed too");
+    }
+    if (retried.size() > kShown) out += fmt::format("  ... and {} more\n", retried.size() - kShown);
   }
   if (!whatifs.empty()) {
     out += fmt::format(
@@ -169,8 +276,21 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     nlohmann::json o;
     o["device"] = c.device;
     o["last_state"] = c.last_state;
-    o["event"] = c.event_index;
-    o["time_ns"] = c.time_ns;
+    // An OOM without an entry has no event and, unless recorded, no time (Note [one OOM per failed
+    // request]); "without_entry" says where it is known from.
+    if (c.without_entry) {
+      nlohmann::json w = {{"source", c.without_entry->source}};
+      if (c.without_entry->recorded && !c.without_entry->recorded->message.empty())
+        w["message"] = c.without_entry->recorded->message;
+      o["without_entry"] = w;
+      o["event"] = nullptr;
+      o["time_ns"] = c.without_entry->recorded && c.without_entry->recorded->time_ns ? nlohmann::json(c.time_ns)
+                                                                                     : nlohmann::json(nullptr);
+    } else {
+      o["event"] = c.event_index;
+      o["time_ns"] = c.time_ns;
+    }
+    o["attempts"] = c.attempts;
     const auto& f = c.figures;
     nlohmann::json fig = nlohmann::json::object();
     auto put = [&](const char* k, std::optional<u64> v) {
@@ -185,11 +305,13 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     put("cache_free_bytes", f.reserved_unallocated);
     put("largest_free_block_bytes", f.largest_free_block);
     put("inactive_split_bytes", f.inactive_split);
-    fig["active_bytes"] = c.state->stats.active_bytes[kStatAll].current;
+    put("allowed_bytes", f.allowed);
+    if (c.state) fig["active_bytes"] = c.state->stats.active_bytes[kStatAll].current;
     if (c.retries)
       fig["num_alloc_retries"] = *c.retries;
     else
       fig["num_alloc_retries"] = nullptr;
+    if (c.allocator_retries) fig["allocator_num_alloc_retries"] = *c.allocator_retries;
     o["figures"] = fig;
     o["diagnosis"] = diagnosis_code_name(c.diagnosis.code);
     o["headline"] = c.diagnosis.headline;
@@ -203,6 +325,21 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     arr.push_back(o);
   }
   j["ooms"] = arr;
+  nlohmann::json counts = nlohmann::json::array();
+  for (const auto& d : m.devices) {
+    nlohmann::json cj = oom_count_json(d.oom_count);
+    cj["device"] = d.device;
+    counts.push_back(std::move(cj));
+  }
+  j["oom_counts"] = counts;
+  nlohmann::json retried = nlohmann::json::array();
+  for (const auto& r : retried_failures(m))
+    retried.push_back({{"device", r.device},
+                       {"event", r.event_index},
+                       {"time_ns", r.time_ns},
+                       {"request_bytes", r.request_bytes},
+                       {"fate", oom_fate_name(r.fate)}});
+  j["retried_failures"] = retried;
   nlohmann::json w = nlohmann::json::array();
   for (const auto& x : whatifs)
     w.push_back({{"settings", x.settings},

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "analyses/replay.h"
 #include "vramtrace/settings.h"
 
@@ -18,7 +20,9 @@ bool OomAsAllocReader::next(TraceRecord& out) {
     return true;
   }
   if (!inner_.next(out)) return false;
+  const std::uint64_t index = read_++;
   if (out.action != Action::oom || out.size == 0) return true;
+  if (put_back_ && !std::binary_search(put_back_->begin(), put_back_->end(), index)) return true;
   TraceRecord a = out;
   a.action = Action::alloc;
   a.addr = kInjectedBase + (injected_++) * (1ull << 40);
@@ -76,8 +80,14 @@ std::vector<WhatIf> run_whatifs(const std::string& path, const TraceModel& m, st
     configs.push_back(c);
     names.push_back(extra);
   }
+  // The OOMs only: a failed attempt the program retried is followed by its allocation already.
+  std::vector<std::uint64_t> put_back;
+  for (const auto& d : m.devices)
+    for (const auto& o : d.ooms)
+      if (o.fate == OomFate::oom) put_back.push_back(o.event_index);
+  std::sort(put_back.begin(), put_back.end());
   auto reader = open_trace(path);
-  OomAsAllocReader wrapped(*reader);
+  OomAsAllocReader wrapped(*reader, std::move(put_back));
   ReplayReport rep = replay(wrapped, configs);
   for (std::size_t i = 0; i < configs.size(); ++i) {
     WhatIf w;

@@ -3,6 +3,7 @@
 // failed request of the trace (its `oom` entries) replayed as an allocation at that moment.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,10 +15,14 @@ namespace vramtrace {
 
 /// Wraps a reader: every `oom` record becomes an alloc of its size at a synthetic address (high
 /// addresses the trace never uses) followed at once by its free, so that a replay asks the
-/// simulated device for the request that failed. Other records pass through unchanged.
+/// simulated device for the request that failed. Other records pass through unchanged. With
+/// `put_back` (sorted 0-based indices of the inner reader's records), only those `oom` records
+/// are put back: the OOMs, not the failed attempts the program retried (Note [one OOM per failed
+/// request]: a survived request's allocation is in the trace already).
 class OomAsAllocReader : public TraceReader {
  public:
-  explicit OomAsAllocReader(TraceReader& inner) : inner_(inner) {}
+  explicit OomAsAllocReader(TraceReader& inner, std::optional<std::vector<std::uint64_t>> put_back = std::nullopt)
+      : inner_(inner), put_back_(std::move(put_back)) {}
   const TraceHeader& header() const override { return inner_.header(); }
   bool next(TraceRecord& out) override;
   std::string position() const override { return inner_.position(); }
@@ -27,6 +32,8 @@ class OomAsAllocReader : public TraceReader {
   TraceReader& inner_;
   std::vector<TraceRecord> queue_;
   std::uint64_t injected_ = 0;
+  std::optional<std::vector<std::uint64_t>> put_back_;
+  std::uint64_t read_ = 0;  // records read from inner_
 };
 
 /// The simulated capacity for the what-ifs: `text` if given (a size such as "80GiB"); else the

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "analyses/diagnosis.h"
@@ -79,6 +80,17 @@ i64 stat_value(const DeviceStats& s, const std::string& key) {
   return 0;
 }
 
+/// The last column of the recorded-vs-computed table. num_ooms counted from the events is the
+/// `oom` entries; a history without an entry for a recorded OOM is not a disagreement the reader
+/// has to resolve: the count of OOMs already includes it (Note [one OOM per failed request]).
+std::string check_verdict(std::string_view key, i64 recorded_value, i64 computed, const DeviceModel& d) {
+  if (recorded_value == computed) return "same";
+  if (key == "num_ooms" && computed < recorded_value && !d.oom_count.without_entry.empty() &&
+      static_cast<i64>(d.oom_count.ooms) >= recorded_value)
+    return fmt::format("no oom entry for {} of them (counted in the OOMs)", recorded_value - computed);
+  return "DIFFERENT";
+}
+
 std::string live_table(const std::vector<LiveAllocation>& v, const DeviceModel& d) {
   std::string out = fmt::format("    {:>3}  {:>12}  {:>12}  {:>8}  {:>12}  {}\n", "#", "size", "requested", "stream",
                                 "allocated at", "address");
@@ -104,13 +116,16 @@ std::string format_duration(std::int64_t ns) {
   return fmt::format("{} ns", ns);
 }
 
-std::string memory_summary_table(const DeviceStats& s, int device, bool abbreviated) {
+namespace {
+
+// PyTorch's table; `retries` is its number, or "unknown" where the trace does not record it.
+std::string summary_table(const DeviceStats& s, int device, bool abbreviated, const std::string& retries) {
   std::vector<std::string> lines;
   lines.push_back(std::string(75, '='));
   lines.push_back(fmt::format(" {:16} PyTorch CUDA memory summary, device ID {:<17d} ", "", device));
   lines.push_back(std::string(75, '-'));
-  lines.push_back(fmt::format("  {:9} CUDA OOMs: {:<12d} | {:6} cudaMalloc retries: {:<8d}  ", "", s.num_ooms, "",
-                              s.num_alloc_retries));
+  lines.push_back(
+      fmt::format("  {:9} CUDA OOMs: {:<12d} | {:6} cudaMalloc retries: {:<8}  ", "", s.num_ooms, "", retries));
   lines.push_back(std::string(75, '='));
   lines.push_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
   struct Metric {
@@ -155,6 +170,81 @@ std::string memory_summary_table(const DeviceStats& s, int device, bool abbrevia
   return out;
 }
 
+std::string plural(std::uint64_t n, const char* one, const char* many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
+}  // namespace
+
+std::string memory_summary_table(const DeviceStats& s, int device, bool abbreviated) {
+  return summary_table(s, device, abbreviated, std::to_string(s.num_alloc_retries));
+}
+
+std::string memory_summary_table(const DeviceModel& d, bool abbreviated) {
+  DeviceStats shown = d.stats;
+  shown.num_ooms = static_cast<i64>(d.oom_count.ooms);
+  shown.num_alloc_retries = d.oom_count.retries ? static_cast<i64>(*d.oom_count.retries) : 0;
+  return summary_table(shown, d.device, abbreviated,
+                       d.oom_count.retries ? std::to_string(*d.oom_count.retries) : std::string("unknown"));
+}
+
+std::string oom_count_text(const OomCount& c) {
+  std::string out = fmt::format("OOMs {}", c.ooms);
+  if (!c.without_entry.empty()) {
+    // Where the OOMs without an entry are known from, each source once.
+    std::vector<std::string> sources;
+    for (const auto& w : c.without_entry)
+      if (std::find(sources.begin(), sources.end(), w.source) == sources.end()) sources.push_back(w.source);
+    std::string from;
+    for (std::size_t i = 0; i < sources.size(); ++i) from += (i ? ", " : "") + sources[i];
+    out += fmt::format(
+        " ({} without an oom entry in the history, known from {}: the state at the failure was not "
+        "recorded)",
+        c.without_entry.size(), from);
+  }
+  if (!c.retries) return out + ", cudaMalloc retries unknown (not recorded in this trace)";
+  out += fmt::format(", cudaMalloc retries {}", *c.retries);
+  if (c.retries_from == RetriesFrom::oom_entries) {
+    if (c.survived + c.repeated > 0) {
+      std::vector<std::string> parts;
+      if (c.survived) parts.push_back(fmt::format("{} the program survived (the request then succeeded)", c.survived));
+      if (c.repeated) parts.push_back(fmt::format("{} it tried again before the error", c.repeated));
+      std::string joined;
+      for (std::size_t i = 0; i < parts.size(); ++i) joined += (i ? " and " : "") + parts[i];
+      out += fmt::format(" ({} of the traced allocator: {})",
+                         plural(c.entries, "failed allocation", "failed allocations"), joined);
+    }
+  } else if (c.retries_from != RetriesFrom::unknown) {
+    out += fmt::format(" ({})", retries_from_text(c.retries_from));
+  }
+  return out;
+}
+
+nlohmann::json oom_count_json(const OomCount& c) {
+  nlohmann::json j;
+  j["ooms"] = c.ooms;
+  j["num_alloc_retries"] = c.retries ? nlohmann::json(*c.retries) : nlohmann::json(nullptr);
+  j["retries_source"] = retries_from_text(c.retries_from);
+  j["oom_entries"] = c.entries;
+  j["survived"] = c.survived;
+  j["repeated"] = c.repeated;
+  nlohmann::json w = nlohmann::json::array();
+  for (const auto& x : c.without_entry) {
+    nlohmann::json o = {{"source", x.source}};
+    if (x.recorded) {
+      const RecordedOom& r = *x.recorded;
+      if (!r.message.empty()) o["message"] = r.message;
+      if (r.time_ns) o["time_ns"] = r.time_ns;
+      if (r.alloc_bytes) o["alloc_bytes"] = *r.alloc_bytes;
+      if (r.allowed_bytes) o["allowed_bytes"] = *r.allowed_bytes;
+      if (r.device_free_bytes) o["device_free_bytes"] = *r.device_free_bytes;
+    }
+    w.push_back(o);
+  }
+  j["without_entry"] = w;
+  return j;
+}
+
 std::string render_summary_text(const std::vector<TraceModel>& models) {
   std::string out;
   for (const auto& m : models) {
@@ -175,15 +265,10 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         out += fmt::format("The trace ends abruptly ({}): figures are up to its last complete event.\n",
                            m.incomplete_reason);
       }
-      // PyTorch's own table. Retries are not in a trace; show PyTorch's recorded count if any.
-      DeviceStats shown = d.stats;
-      auto retries = recorded(m, d.device, "num_alloc_retries");
-      shown.num_alloc_retries = retries.value_or(0);
-      out += memory_summary_table(shown, d.device);
+      // PyTorch's own table, with the OOMs and retries every command counts.
+      out += memory_summary_table(d);
       out += fmt::format("Duration {}, {} events\n", format_duration(d.last_time_ns - d.first_time_ns), d.events);
-      out += fmt::format(
-          "OOMs {}, cudaMalloc retries {}\n", d.stats.num_ooms,
-          retries ? std::to_string(*retries) + " (as PyTorch recorded them)" : "not recorded in this trace");
+      out += oom_count_text(d.oom_count) + "\n";
       if (d.history == DeviceModel::History::none)
         out +=
             "No allocator history: the figures are the end state recorded in the snapshot's segments; "
@@ -233,7 +318,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         auto r = recorded(m, d.device, key);
         if (!r) continue;
         i64 mine = stat_value(d.stats, key);
-        check += fmt::format("  {:<30} {:>16} {:>16}  {}\n", key, *r, mine, mine == *r ? "same" : "DIFFERENT");
+        check += fmt::format("  {:<30} {:>16} {:>16}  {}\n", key, *r, mine, check_verdict(key, *r, mine, d));
       }
       if (!check.empty()) {
         // Our traces carry the shim allocator's figures in their trailer; PyTorch's, its own.
@@ -321,10 +406,10 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
       nlohmann::json j;
       j["device"] = d.device;
       DeviceStats shown = d.stats;
-      auto retries = recorded(m, d.device, "num_alloc_retries");
-      shown.num_alloc_retries = retries.value_or(0);
+      shown.num_ooms = static_cast<i64>(d.oom_count.ooms);
+      shown.num_alloc_retries = d.oom_count.retries ? static_cast<i64>(*d.oom_count.retries) : 0;
       j["stats"] = stats_json(shown);
-      if (!retries) j["stats"]["num_alloc_retries"] = nullptr;  // not in the trace: unknown, not 0
+      if (!d.oom_count.retries) j["stats"]["num_alloc_retries"] = nullptr;  // not in the trace: unknown, not 0
       j["events"] = d.events;
       j["first_time_ns"] = d.first_time_ns;
       j["duration_ns"] = d.last_time_ns - d.first_time_ns;
@@ -356,13 +441,22 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
                   {"reserved_bytes", d.at_end.stats.reserved_bytes[kStatAll].current},
                   {"largest_free_block_bytes", d.at_end.largest_free_block},
                   {"biggest", live_json(d.at_end.biggest)}};
-      j["ooms"] = d.ooms.size();
+      j["ooms"] = d.oom_count.ooms;
+      if (const std::uint64_t cap = m.header.usable_bytes_of(d.device))
+        j["capacity_bytes"] = cap;
+      else
+        j["capacity_bytes"] = nullptr;
+      j["oom_count"] = oom_count_json(d.oom_count);
       nlohmann::json check = nlohmann::json::array();
       for (const char* key : kCheckedKeys) {
         auto r = recorded(m, d.device, key);
         if (!r) continue;
         i64 mine = stat_value(d.stats, key);
-        check.push_back({{"name", key}, {"recorded", *r}, {"computed", mine}, {"same", mine == *r}});
+        check.push_back({{"name", key},
+                         {"recorded", *r},
+                         {"computed", mine},
+                         {"same", mine == *r},
+                         {"verdict", check_verdict(key, *r, mine, d)}});
       }
       j["recorded_check"] = check;
       j["notes"] = d.notes;

@@ -16,13 +16,29 @@ namespace vramtrace {
 /// stays >= 768 of that unit, counts in K/M above 750 000). `abbreviated` drops the per-pool rows.
 std::string memory_summary_table(const DeviceStats& stats, int device, bool abbreviated = false);
 
+/// The same table for a device of a trace model, with its OOMs and retries as every command
+/// counts them (DeviceModel::oom_count, Note [one OOM per failed request]); retries that the
+/// trace does not record read "unknown" where PyTorch prints a number.
+std::string memory_summary_table(const DeviceModel& d, bool abbreviated = false);
+
+/// One line for a device's OOMs and retries (Note [one OOM per failed request]), e.g. "OOMs 1,
+/// cudaMalloc retries 3 (4 failed device allocations: ...)". No newline. Deterministic.
+std::string oom_count_text(const OomCount& c);
+
+/// The count as JSON: {"ooms", "num_alloc_retries" (null = unknown), "retries_source",
+/// "oom_entries", "survived", "repeated", "without_entry": [{"source", "message", "alloc_bytes",
+/// "allowed_bytes", "device_free_bytes", "time_ns"}]} (figures absent when unknown).
+nlohmann::json oom_count_json(const OomCount& c);
+
 /// The whole text summary of several traces (one section per trace and device). Ends with a
 /// newline. Deterministic (golden-tested).
 std::string render_summary_text(const std::vector<TraceModel>& models);
 
 /// JSON: {"traces": [{"path", "format", "workload", "settings", "incomplete", "events", "notes",
 /// "devices": [{"device", "stats": {PyTorch flat names}, "duration_ns", "events", "peak": {...},
-/// "end": {...}, "ooms": n, "num_alloc_retries": n|null, "recorded_check": [...]}]}]}.
+/// "end": {...}, "ooms": n (OOMs that reached the program), "oom_count": oom_count_json,
+/// "recorded_check": [...]}]}]}; stats.num_ooms and stats.num_alloc_retries are the count's
+/// (num_alloc_retries null when unknown).
 nlohmann::json summary_json(const std::vector<TraceModel>& models);
 
 /// The fields that name a trace in every JSON document we write (summary, report): path,

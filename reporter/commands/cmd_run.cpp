@@ -18,8 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "analyses/summary.h"
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "model/oom_count.h"
 #include "vramtrace/device_limits.h"
 #include "vramtrace/gpu_cards.h"
 #include "vramtrace/settings.h"
@@ -204,7 +206,7 @@ struct DevicePeaks {
   Stat allocated, reserved;  // current and peak, as the allocator counts them
 };
 
-// The counters a trailer gives: events, OOMs and each device's peaks.
+// The counters a trailer gives: events, `oom` entries and each device's peaks.
 void read_trailer(const VramtraceTrailer& trailer, std::map<std::int32_t, DevicePeaks>& peaks, std::uint64_t& events,
                   std::uint64_t& ooms) {
   events = trailer.events;
@@ -242,9 +244,40 @@ void read_device_names(VramtraceTraceReader& reader, const std::map<std::int32_t
   }
 }
 
+// The OOMs and retries of a trace's `oom` entries, summed over its devices, as the reports count
+// them (Note [one OOM per failed request], reporter/model/oom_count.h).
+class OomTally {
+ public:
+  void add(const TraceRecord& r) {
+    if (r.action == Action::oom) ++entries_[r.device];
+    grouper_.add(r, r.action == Action::oom ? entries_[r.device] - 1 : 0, outcomes_[r.device]);
+  }
+  OomCount finish(const TraceHeader& header) {
+    OomCount total;
+    total.retries = 0;
+    for (auto& [device, outcomes] : outcomes_) {
+      grouper_.finish(device, outcomes);
+      outcomes.resize(entries_[device]);
+      const OomCount c = reconcile_oom_count(header, device, outcomes, std::vector<std::int64_t>(outcomes.size(), 0));
+      total.ooms += c.ooms;
+      total.entries += c.entries;
+      total.survived += c.survived;
+      total.repeated += c.repeated;
+      *total.retries += c.retries.value_or(0);
+    }
+    total.retries_from = RetriesFrom::oom_entries;
+    return total;
+  }
+
+ private:
+  FailedRequestGrouper grouper_;
+  std::map<std::int32_t, std::uint64_t> entries_;
+  std::map<std::int32_t, std::vector<OomOutcome>> outcomes_;
+};
+
 // A trace's devices with their peaks, then its OOMs.
 void print_devices(const VramtraceHeaderDetails& h, const std::map<std::int32_t, DevicePeaks>& peaks,
-                   std::uint64_t ooms, const std::string& path) {
+                   const OomCount& ooms, std::uint64_t oom_lines, const std::string& path) {
   if (peaks.empty()) std::fprintf(stderr, "    no device memory was allocated\n");
   for (const auto& [device, d] : peaks) {
     std::string name;
@@ -254,10 +287,14 @@ void print_devices(const VramtraceHeaderDetails& h, const std::map<std::int32_t,
                  format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.allocated.peak))).c_str(),
                  format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.reserved.peak))).c_str());
   }
-  if (ooms == 0) {
+  if (ooms.entries == 0 && oom_lines == 0) {
     std::fprintf(stderr, "    OOMs: none\n");
+  } else if (ooms.entries < oom_lines) {
+    // The trailer counts entries the events did not give (the second read failed).
+    std::fprintf(stderr, "    OOMs: %s failed allocations, not told apart from retries  (vramtrace oom %s)\n",
+                 with_commas(oom_lines).c_str(), path.c_str());
   } else {
-    std::fprintf(stderr, "    OOMs: %s  (vramtrace oom %s)\n", with_commas(ooms).c_str(), path.c_str());
+    std::fprintf(stderr, "    %s\n      (vramtrace oom %s)\n", oom_count_text(ooms).c_str(), path.c_str());
   }
 }
 
@@ -272,6 +309,7 @@ bool describe_trace(const std::string& path, bool tensors) {
   }
   std::map<std::int32_t, DevicePeaks> peaks;
   std::uint64_t events = 0, ooms = 0;
+  OomTally tally;
   const VramtraceTrailer& trailer = reader->trailer();
   bool scanned = false;
   if (!trailer.present) {
@@ -281,6 +319,7 @@ bool describe_trace(const std::string& path, bool tensors) {
     try {
       while (reader->next(r)) {
         ++events;
+        tally.add(r);
         DevicePeaks& d = peaks[r.device];
         switch (r.action) {
           case Action::alloc:
@@ -313,6 +352,17 @@ bool describe_trace(const std::string& path, bool tensors) {
   }
   const VramtraceHeaderDetails& h = reader->details();
   if (trailer.present) read_trailer(trailer, peaks, events, ooms);
+  if (!scanned && ooms > 0) {
+    // The trailer says allocations failed: which of them reached the program takes the events.
+    try {
+      auto again = open_vramtrace_trace_details(path);
+      TraceRecord r;
+      while (again->next(r)) tally.add(r);
+    } catch (const TraceError& e) {
+      std::fprintf(stderr, "  %s: stopped reading: %s\n", path.c_str(), e.what());
+    }
+  }
+  const OomCount oom_count = tally.finish(reader->header());
   std::fprintf(stderr, "  trace  %s  (pid %lld, %s events%s%s)\n", path.c_str(), static_cast<long long>(h.pid),
                with_commas(events).c_str(),
                reader->incomplete() || (scanned && !reader->trailer().present)
@@ -320,7 +370,7 @@ bool describe_trace(const std::string& path, bool tensors) {
                    : "",
                trailer.dropped ? (", " + with_commas(trailer.dropped) + " dropped").c_str() : "");
   if (!scanned) read_device_names(*reader, peaks);
-  print_devices(h, peaks, ooms, path);
+  print_devices(h, peaks, oom_count, ooms, path);
   (void)tensors;
   return true;
 }

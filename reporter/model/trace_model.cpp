@@ -104,6 +104,9 @@ struct DeviceState {
   DeviceStats released_before;
   i64 last_before_ns = 0;
   u64 free_events_before = 0;  // free_requested and free_completed events among them
+  // Note [one OOM per failed request]: the fate of each `oom` entry (index = position in
+  // out.ooms), settled by the grouper of a vramtrace trace.
+  std::vector<OomOutcome> oom_outcomes;
 };
 
 struct TraceModelBuilder::Impl {
@@ -116,6 +119,10 @@ struct TraceModelBuilder::Impl {
   bool has_stacks = false;  // some alloc recorded a stack: states keep bytes per stack
   std::vector<std::string> notes;
   u64 snapshot_budget_per_event = 32;
+  // Failed attempts of one request, grouped (vramtrace traces only: PyTorch writes one `oom`
+  // entry per OutOfMemoryError; Note [one OOM per failed request]).
+  bool group_failures = false;
+  FailedRequestGrouper failed_requests;
 
   DeviceState& dev(std::int32_t d) {
     auto it = devices.find(d);
@@ -768,6 +775,7 @@ struct TraceModelBuilder::Impl {
 
   void add(const TraceRecord& r) {
     DeviceState& d = dev(r.device);
+    if (group_failures) failed_requests.add(r, d.out.ooms.size(), d.oom_outcomes);
     const bool raises = r.action == Action::alloc;
     if (!raises) settle_peak(d);
     if (d.out.events == 0) d.out.first_time_ns = r.time_ns;
@@ -833,6 +841,28 @@ struct TraceModelBuilder::Impl {
     d.last_event = events;
     ++d.out.events;
     ++events;
+  }
+
+  // Note [one OOM per failed request] (oom_count.h): each entry's fate, the timeline's markers of
+  // retried failures, and the device's count from every source of the trace.
+  void count_ooms(DeviceState& d) {
+    if (group_failures) failed_requests.finish(d.out.device, d.oom_outcomes);
+    d.oom_outcomes.resize(d.out.ooms.size());
+    std::vector<i64> times;
+    times.reserve(d.out.ooms.size());
+    for (std::size_t i = 0; i < d.out.ooms.size(); ++i) {
+      OomRecord& o = d.out.ooms[i];
+      o.fate = d.oom_outcomes[i].fate;
+      o.attempt = d.oom_outcomes[i].attempt;
+      o.attempts = d.oom_outcomes[i].attempts;
+      times.push_back(o.time_ns);
+    }
+    std::size_t i = 0;  // markers of kind "oom" are the entries, in order
+    for (auto& mk : d.out.markers)
+      if (mk.kind == "oom" && i < d.oom_outcomes.size() && d.oom_outcomes[i++].fate != OomFate::oom) mk.kind = "retry";
+    d.out.oom_count = reconcile_oom_count(header, d.out.device, d.oom_outcomes, times);
+    d.out.stats.num_ooms = static_cast<i64>(d.out.oom_count.entries);
+    for (const auto& n : d.out.oom_count.notes) d.out.notes.push_back(n);
   }
 
   // Note [a history that begins late] in trace_model.h: the one rule for memory that existed
@@ -991,7 +1021,14 @@ struct TraceModelBuilder::Impl {
     m.has_segment_events = has_segment_events;
     m.events = events;
     m.notes = notes;
+    // A device the recorded figures say ran out of memory exists even without an event there.
+    for (const auto& o : header.recorded_ooms) dev(o.device);
+    if (devices.empty() && header.format != "vramtrace")
+      if (const auto* st = header.recorded_stats_of(0))
+        for (const auto& [k, v] : *st)
+          if (k == "num_ooms" && v > 0) dev(0);
     for (auto& [id, d] : devices) {
+      count_ooms(d);
       settle_peak(d);
       capture(d, d.out.at_end, d.out.last_time_ns, d.last_event);
       d.out.timeline = std::move(d.buckets);
@@ -1034,6 +1071,7 @@ TraceModelBuilder::TraceModelBuilder(TraceHeader header, ModelOptions options) :
   if (impl_->opt.timeline_buckets < 16) impl_->opt.timeline_buckets = 16;
   impl_->rules =
       LayoutRules::from_settings(options.settings ? *options.settings : impl_->header.settings, &impl_->notes);
+  impl_->group_failures = impl_->header.format == "vramtrace";
 }
 TraceModelBuilder::~TraceModelBuilder() = default;
 void TraceModelBuilder::add(const TraceRecord& r) { impl_->add(r); }
@@ -1042,6 +1080,9 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.recorded_stats = reader.header().recorded_stats;
   impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
+  // The OOMs and the cap the reader found (a header, a sidecar), as it knows them at the end.
+  impl_->header.recorded_ooms = reader.header().recorded_ooms;
+  impl_->header.allowed_bytes = reader.header().allowed_bytes;
   TraceModel m = impl_->finish(reader.incomplete(), reader.final_state());
   if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
   if (auto stacks = reader.stacks(); stacks && stacks->size() != 0) {

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/oom_count.h"
 #include "readers/open_trace.h"
 #include "vramtrace/event.h"
 #include "vramtrace/snapshot.h"
@@ -97,13 +98,18 @@ struct OomRecord {
   std::uint64_t device_free_bytes = 0;
   std::optional<std::uint64_t> retries;  ///< num_alloc_retries at the failure, when the trace says
   std::uint32_t stack = 0;               ///< the failed request's call stack (TraceRecord::stack_id); 0 = none
+  /// Whether this failure reached the program (Note [one OOM per failed request]): only `oom`
+  /// entries of fate OomFate::oom are OOMs; the others were retried.
+  OomFate fate = OomFate::oom;
+  std::uint32_t attempt = 1;   ///< its place among the failed attempts of its request (1-based)
+  std::uint32_t attempts = 1;  ///< failed attempts of its request
   StateAt state;
 };
 
 /// Markers for the timeline (marks written by the program, OOMs).
 struct TimelineMarker {
   std::int64_t time_ns = 0;
-  std::string kind;  ///< "oom", "mark", "snapshot"
+  std::string kind;  ///< "oom", "retry" (a failed allocation the program retried), "mark", "snapshot"
   std::uint64_t value = 0;
 };
 
@@ -114,9 +120,14 @@ struct DeviceModel {
   std::uint64_t events = 0;
   std::int64_t first_time_ns = 0;
   std::int64_t last_time_ns = 0;
-  StateAt at_peak;              ///< when allocated_bytes.all reached its peak (first time)
-  StateAt at_end;               ///< after the last event
-  std::vector<OomRecord> ooms;  ///< at most kMaxOomStates keep a layout
+  StateAt at_peak;  ///< when allocated_bytes.all reached its peak (first time)
+  StateAt at_end;   ///< after the last event
+  /// Every `oom` entry, retried ones included (OomRecord::fate); at most kMaxOomStates keep a
+  /// layout. The count of OOMs is oom_count, not the size of this list.
+  std::vector<OomRecord> ooms;
+  /// The OOMs and retries of the device (Note [one OOM per failed request]): what every command
+  /// reports.
+  OomCount oom_count;
   std::vector<TimelineBucket> timeline;
   std::vector<TimelineMarker> markers;
   std::uint64_t orphan_allocs = 0;  ///< allocs at an address in no known segment

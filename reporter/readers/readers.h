@@ -19,9 +19,12 @@ constexpr std::int64_t us_to_ns(std::int64_t us) noexcept {
 }
 
 /// PyTorch's allocator history as JSON lines, optionally gzip/zstd compressed: an optional
-/// header line {"kind": "header", "workload", "conf", "stats", "total", ...} then one entry per
-/// line {"action", "addr", "size", "stream", "time_us"} (oom entries: "device_free" instead of
-/// "addr"). Streams with bounded memory. Throws TraceError (file and line) on malformed input.
+/// header line {"kind": "header", "workload", "conf", "stats", "total", "cap_gib", "oom", ...}
+/// then one entry per line {"action", "addr", "size", "stream", "time_us"} (oom entries:
+/// "device_free" instead of "addr"). A header's "oom" is the message of the OutOfMemoryError the
+/// run died of (TraceHeader::recorded_ooms) and "cap_gib" the memory fraction's cap in GiB
+/// (TraceHeader::allowed_bytes); null for neither. Streams with bounded memory. Throws TraceError
+/// (file and line) on malformed input.
 std::unique_ptr<TraceReader> open_torch_trace(const std::string& path);
 
 /// A PyTorch snapshot pickle (torch.cuda.memory._dump_snapshot, protocols 2 to 5, optionally

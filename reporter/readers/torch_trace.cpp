@@ -2,6 +2,7 @@
 // tests/data/torch-h200/README.md). Entries are parsed with simdjson's on-demand API.
 #include <simdjson.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -95,6 +96,19 @@ class TorchTraceReader final : public TraceReader {
     if (auto it = h.find("stats"); it != h.end() && it->is_object()) {
       for (const auto& [k, v] : it->items())
         if (v.is_number_integer()) header_.recorded_stats.emplace_back(k, v.get<std::int64_t>());
+    }
+    // A run that died of an OOM: the message PyTorch raised ("oom", null otherwise) and the cap it
+    // ran under ("cap_gib": set_per_process_memory_fraction in GiB, null without one). The
+    // history may hold no `oom` entry for it (Note [one OOM per failed request]).
+    if (auto it = h.find("oom"); it != h.end() && it->is_string() && !it->get<std::string>().empty()) {
+      RecordedOom o;
+      o.message = it->get<std::string>();
+      header_.recorded_ooms.push_back(std::move(o));
+    }
+    if (auto it = h.find("cap_gib"); it != h.end() && it->is_number()) {
+      const double gib = it->get<double>();
+      // A cap is a positive size below 2^63 bytes; anything else is not a cap (ignored).
+      if (gib > 0 && gib < 8.0e9) header_.allowed_bytes = static_cast<std::uint64_t>(std::llround(gib * 1073741824.0));
     }
   }
 

@@ -275,10 +275,13 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       nlohmann::json dj;
       dj["device"] = d.device;
       dj["duration_ms"] = ms(d.last_time_ns - t0);
-      if (const std::uint64_t total = m.header.total_bytes_of(d.device))
+      // What the process could use: a recorded cap below the device counts (the line of the
+      // timeline is where the run runs out).
+      if (const std::uint64_t total = m.header.usable_bytes_of(d.device))
         dj["capacity"] = total;
       else
         dj["capacity"] = nullptr;
+      dj["oom_count"] = oom_count_text(d.oom_count);
       nlohmann::json tl;
       std::vector<double> tb, te;
       std::array<std::vector<i64>, 4> mn, mx, last;
@@ -311,16 +314,22 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       if (ds && d.at_peak.captured && !ds->at_peak.empty()) dj["peak"]["sites"] = page_sites_json(ds->at_peak, stacks);
       nlohmann::json ooms = nlohmann::json::array();
       for (const auto& c : cases) {
-        if (c.device != d.device || !c.state) continue;
+        if (c.device != d.device) continue;
         nlohmann::json oj;
         oj["last_state"] = c.last_state;
+        if (c.without_entry) {
+          // Known without an entry (Note [one OOM per failed request]): no moment, no state.
+          oj["without_entry"] = c.without_entry->source;
+          if (c.without_entry->recorded && !c.without_entry->recorded->message.empty())
+            oj["message"] = c.without_entry->recorded->message;
+        }
         oj["diagnosis"] = diagnosis_code_name(c.diagnosis.code);
         oj["headline"] = c.diagnosis.headline;
         oj["reasons"] = c.diagnosis.reasons;
         oj["next_step"] = c.diagnosis.next_step;
         oj["request"] = c.figures.request ? nlohmann::json(*c.figures.request) : nlohmann::json(nullptr);
         oj["device_free"] = c.figures.device_free ? nlohmann::json(*c.figures.device_free) : nlohmann::json(nullptr);
-        oj["state"] = state_json(*c.state, t0, o, stacks);
+        oj["state"] = c.state ? state_json(*c.state, t0, o, stacks) : nlohmann::json(nullptr);
         if (ds) {
           const SitesAt* cs = c.last_state ? &ds->at_end : nullptr;
           for (std::size_t i = 0; !cs && i < d.ooms.size() && i < ds->at_oom.size(); ++i)
@@ -330,7 +339,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
         ooms.push_back(oj);
       }
       dj["ooms"] = ooms;
-      dj["summary_table"] = memory_summary_table(d.stats, d.device);
+      dj["summary_table"] = memory_summary_table(d);
       dj["end"] = {{"live_blocks", d.at_end.stats.active[kStatAll].current},
                    {"live_bytes", d.at_end.stats.active_bytes[kStatAll].current},
                    {"biggest", biggest_json(d.at_end.biggest, t0, stacks)}};

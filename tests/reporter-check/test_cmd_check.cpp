@@ -385,6 +385,10 @@ void write_rank_trace(const fs::path& path, int rank, int mib) {
     << "\n";
   f << R"({"a":"segment_alloc","t":1,"p":4294967296,"r":)" << bytes << "}\n";
   f << R"({"a":"alloc","t":2,"p":4294967296,"r":)" << bytes << "}\n";
+  // A trailer: the process finished tracing, so its peaks are whole (an incomplete trace's are
+  // lower bounds, and diff names no need from them).
+  f << R"({"a":"trailer","t":3,"events":2,"dropped":0,"counts":{"segment_alloc":1,"alloc":1},"devices":[]})"
+    << "\n";
 }
 }  // namespace
 

@@ -532,7 +532,7 @@ std::string temp_dir() {
 }
 std::string fmt_retries(long long n) {
   char line[128];
-  std::snprintf(line, sizeof line, "  %-38s %12lld", "cudaMalloc retries (this one included)", n);
+  std::snprintf(line, sizeof line, "  %-38s %12lld", "cudaMalloc retries so far", n);
   return line;
 }
 std::vector<std::string> lines_of(const std::string& path) {
@@ -590,6 +590,38 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
   rmdir(dir.c_str());
 }
 
+TEST_CASE("memory cap: a forwarded allocation the cap refuses (reuse:none) is an oom event, one OOM each") {
+  std::string dir = temp_dir();
+  const std::string trace = dir + "/none.jsonl";
+  Run r = run(
+      {road("road_cap_oom")}, true,
+      {"VRAMTRACE_CONF=limit:64MiB,reuse:none", "ROAD_CAP=1", "FAKECUDA_TOTAL_MB=1024", "VRAMTRACE_OUTPUT=" + trace});
+  REQUIRE(r.exit_code == 0);  // the same error codes as through the cache
+  CHECK(get(r.program, "failed_at") == 3);
+  CHECK(get(r.stats(), "shim.cached_allocs") == 0);
+  // 10 MiB (cudaMalloc), then 100 MiB through the driver and through cudaMallocAsync: no allocator
+  // was asked, and each is in the trace all the same.
+  CHECK(get(r.stats(), "events.oom") == 3);
+  std::vector<long long> sizes;
+  for (const auto& l : lines_of(trace)) {
+    auto j = nlohmann::json::parse(l);
+    if (j.value("a", "") != "oom") continue;
+    sizes.push_back(j["r"].get<long long>());
+    CHECK(j["retries"] == 0);
+    CHECK_FALSE(j.contains("snapshot"));
+    if (sizes.size() == 1) CHECK(j["free"].get<long long>() == 4 * kMiB);  // capped free: 64 - 60
+  }
+  CHECK(sizes == std::vector<long long>{10 * static_cast<long long>(kMiB), 100 * static_cast<long long>(kMiB),
+                                        100 * static_cast<long long>(kMiB)});
+  const std::string vt = vramtrace_cmd();
+  if (!vt.empty()) {
+    const std::string summary = capture_cmd(vt + " summary " + trace + " 2>/dev/null");
+    CHECK(summary.find("OOMs 3, cudaMalloc retries 0\n") != std::string::npos);
+  }
+  std::remove(trace.c_str());
+  rmdir(dir.c_str());
+}
+
 TEST_CASE(
     "memory cap: `vramtrace oom` calls it capacity, and `replay --capacity` of the same sequence fails at the same "
     "allocation") {
@@ -622,14 +654,21 @@ TEST_CASE(
   CHECK(f["device_free_bytes"].get<long long>() == 4 * kMiB);
   CHECK(f["reserved_bytes"].get<long long>() == 60 * kMiB);
   CHECK(f["allocated_bytes"].get<long long>() == 60 * kMiB);
-  // The cache was released and the allocation retried before this first OOM (format 1.1): the
+  // The shim's allocator released its cache and retried before this first OOM (format 1.1): its
   // count is at least this OOM's own retry and at most the run's final count.
-  const long long retries_at_oom = f["num_alloc_retries"].get<long long>();
+  const long long retries_at_oom = f["allocator_num_alloc_retries"].get<long long>();
   CHECK(retries_at_oom >= 1);
   CHECK(retries_at_oom <= get(a.stats(), "allocator.num_alloc_retries"));
+  // The program tried none of its failed allocations again: each of its three failures (10 MiB,
+  // then 100 MiB through the driver and through cudaMallocAsync) is one OOM, none a retry (Note
+  // [one OOM per failed request]).
+  CHECK(f["num_alloc_retries"] == 0);
+  CHECK(oom["ooms"].size() == 3);
+  CHECK(oom["oom_counts"][0]["ooms"] == 3);
+  CHECK(oom["oom_counts"][0]["num_alloc_retries"] == 0);
   std::string text = capture_cmd(vt + " oom --no-replay " + capped + " 2>&1");
   CHECK(text.find("Diagnosis: capacity") != std::string::npos);
-  CHECK(text.find(fmt_retries(retries_at_oom)) != std::string::npos);
+  CHECK(text.find(fmt_retries(0)) != std::string::npos);
 
   // Replay of the uncapped recording on a 64 MiB device: same allocation, same figures.
   auto rep = nlohmann::json::parse(capture_cmd(vt + " replay --json --capacity 64MiB " + free_run + " 2>/dev/null"));

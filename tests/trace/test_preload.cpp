@@ -1,10 +1,14 @@
 // A stand-in for libvramtrace.so in the `vramtrace run` tests: when loaded with VRAMTRACE_OUTPUT
 // set it writes a trace with the real writer (a few segments and blocks on device 0, then the
-// trailer at exit) and exports vramtrace_mark as the shim does. No CUDA involved.
+// trailer at exit) and exports vramtrace_mark as the shim does. No CUDA involved. With
+// TEST_PRELOAD_OOMS=retries it then writes what the shim records of PyTorch running out of memory:
+// a failed allocation the program survives (it frees a block and asks again), then a request that
+// fails twice (Note [one OOM per failed request]: 1 OOM, 2 retries).
 #include <pthread.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #include "vramtrace/trace/writer.h"
 
@@ -48,6 +52,24 @@ __attribute__((constructor)) void start_tracing() {
     e.size_bytes = 1000000;
     e.block_bytes = 1 << 20;
     g_writer->record(e);
+  }
+  if (const char* ooms = std::getenv("TEST_PRELOAD_OOMS"); ooms && std::string_view(ooms) == "retries") {
+    auto event = [&](Action a, std::uint64_t addr, std::uint64_t size) {
+      e.time_ns = TraceWriter::now_ns();
+      e.action = a;
+      e.addr = addr;
+      e.size_bytes = size;
+      e.block_bytes = a == Action::oom ? size : 1 << 20;
+      e.aux = a == Action::oom ? 1 << 20 : 0;  // the oom's free bytes
+      g_writer->record(e);
+    };
+    const std::uint64_t last = (1ull << 32) + 2 * (1 << 20);
+    event(Action::oom, 0, 1000000);  // survived: a block freed, the same request again
+    event(Action::free_requested, last, 1000000);
+    event(Action::free_completed, last, 1000000);
+    event(Action::alloc, last, 1000000);
+    event(Action::oom, 0, 3000000);  // the final request: twice, then the error
+    event(Action::oom, 0, 3000000);
   }
   std::atexit(on_exit_close);
 }

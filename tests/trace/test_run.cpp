@@ -102,6 +102,28 @@ TEST_CASE("run returns the command's exit code and prints the end screen", "[run
   CHECK_FALSE(rb.incomplete);
 }
 
+TEST_CASE("run's end screen counts OOMs and retries as the reports do", "[run]") {
+  // Note [one OOM per failed request]: 3 failed allocations, one the program survived, one request
+  // that failed twice.
+  const std::string expected =
+      "OOMs 1, cudaMalloc retries 2 (3 failed allocations of the traced allocator: 1 the program survived (the "
+      "request then succeeded) and 1 it tried again before the error)";
+  ScratchDir dir;
+  RunResult r = run_vramtrace({"run", "-o", dir.file("t.%p.jsonl"), "--", TRACE_CHILD_PATH, "exit", "0"}, dir,
+                              {{"TEST_PRELOAD_OOMS", "retries"}});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find(expected) != std::string::npos);
+  CHECK(r.err.find("(vramtrace oom " + only_trace(dir, "t.") + ")") != std::string::npos);
+  // Killed before its trailer: the end screen reads the events and says the same.
+  ScratchDir killed;
+  RunResult k = run_vramtrace({"run", "-o", killed.file("t.%p.jsonl"), "--", TRACE_CHILD_PATH, "die-after", "400"},
+                              killed, {{"TEST_PRELOAD_OOMS", "retries"}});
+  INFO(k.err);
+  CHECK(k.err.find("incomplete") != std::string::npos);
+  CHECK(k.err.find(expected) != std::string::npos);
+}
+
 TEST_CASE("run names only the traces this run wrote, never an earlier run's file", "[run]") {
   ScratchDir dir;
   // A fixed name: the second run's shim refuses to overwrite the first run's file.

@@ -696,7 +696,9 @@ class Reader final : public VramtraceTraceReader {
         f.retries && *f.retries <= static_cast<std::uint64_t>(INT64_MAX) ? static_cast<std::int64_t>(*f.retries) : -1;
     block_bytes_ = f.b ? *f.b : f.r;
     thread_id_ = static_cast<std::uint32_t>(f.th);
+    out.thread_id = thread_id_;
     entry_point_ = static_cast<std::uint32_t>(f.e);
+    out.entry_point = entry_point_;
     memory_kind_ = static_cast<std::uint32_t>(f.k);
     out.memory_kind = static_cast<std::uint8_t>(f.k);
     mark_name_.assign(f.name);  // empty when the line has none

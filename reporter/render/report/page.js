@@ -13,11 +13,15 @@ DATA.traces.forEach(function(tr){
   dev.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});
   if(dev.peak){main.appendChild(el('h3',null,'Allocator state at the peak of allocated memory'));stateFigures(main,dev.peak);var sh=el('div');main.appendChild(sh);Segments(dev.peak,sh);
    main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest,S);sites(main,'Top allocation sites at the peak',dev.peak.sites,S);}
-  dev.ooms.forEach(function(o,i){main.appendChild(el('h3',null,(o.last_state?'Last state (the trace ends abruptly)':'OOM '+(i+1))+' at '+fmtT(o.state.t)));
+  if(dev.oom_count)main.appendChild(el('div',{'class':'sub'},dev.oom_count));
+  dev.ooms.forEach(function(o,i){var head=o.last_state?'Last state (the trace ends abruptly)':'OOM '+(i+1);
+   main.appendChild(el('h3',null,o.state?head+' at '+fmtT(o.state.t):head+': not in the history (known from '+o.without_entry+')'));
+   if(!o.state)main.appendChild(el('div',{'class':'note'},'Its moment and the allocator\u2019s state at it were not recorded.'+(o.message?' Message: '+o.message:'')));
    main.appendChild(el('div',{'class':'diag'},'Diagnosis: '+o.diagnosis+' \u2014 '+o.headline));o.reasons.forEach(function(r){main.appendChild(el('div',{'class':'sub'},'because '+r));});
    if(o.next_step)main.appendChild(el('div',null,'Next step: '+o.next_step));if(o.request!==null)main.appendChild(el('div',null,'request '+fmtB(o.request)+', free on the device '+fmtB(o.device_free)));
-   stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);Segments(o.state,oh);
-   main.appendChild(el('h3',null,'The biggest allocations alive at this moment'));biggest(main,o.state.biggest,S);sites(main,'Top allocation sites alive at this moment',o.sites,S);});
+   if(o.state){stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);Segments(o.state,oh);
+    main.appendChild(el('h3',null,'The biggest allocations alive at this moment'));biggest(main,o.state.biggest,S);}
+   sites(main,'Top allocation sites alive at this moment',o.sites,S);});
   main.appendChild(el('h3',null,'Summary (torch.cuda.memory_summary layout)'));main.appendChild(el('pre',null,dev.summary_table));
   main.appendChild(el('h3',null,'Still allocated at the end: '+dev.end.live_blocks+' blocks, '+fmtB(dev.end.live_bytes)));biggest(main,dev.end.biggest,S);
   sites(main,'Top allocation sites at the end',dev.end.sites,S);

@@ -111,11 +111,16 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
       !(pool = pools().current())) {
     if (log_enabled(LogLevel::debug)) log_bypass(e.entry(), dptr, bytes, g_custom_pool.load(std::memory_order_relaxed));
-    if (!forwarded_fits(dptr, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!forwarded_fits(dptr, bytes)) {
+      passthrough_oom(bytes, e.entry(), key.value);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     CUresult r = real(dptr, bytes, s);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
       if (capture_active()) bump(g_counters.capture_passthrough);
       passthrough_alloc(*dptr, bytes, g_custom_pool ? MemoryKind::pool : MemoryKind::device, e.entry(), key.value);
+    } else if (r == CUDA_ERROR_OUT_OF_MEMORY && dptr && bytes != 0) {
+      passthrough_oom(bytes, e.entry(), key.value);
     }
     return r;
   }
@@ -223,11 +228,16 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   // bytes == 0 keeps the driver's CUDA_ERROR_INVALID_VALUE (research 5.10).
   if (!dptr || bytes == 0 || bypass_cache() || !(pool = pools().current())) {
     if (log_enabled(LogLevel::debug)) log_bypass(e.entry(), dptr, bytes);
-    if (!forwarded_fits(dptr, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!forwarded_fits(dptr, bytes)) {
+      passthrough_oom(bytes, e.entry());
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     CUresult r = real(dptr, bytes);
     if (r == CUDA_SUCCESS && !EntryScope::internal() && enabled()) {
       if (capture_active()) bump(g_counters.capture_passthrough);
       passthrough_alloc(*dptr, bytes, MemoryKind::device, e.entry());
+    } else if (r == CUDA_ERROR_OUT_OF_MEMORY && dptr && bytes != 0) {
+      passthrough_oom(bytes, e.entry());
     }
     return r;
   }

@@ -4,9 +4,13 @@
 #include <new>
 #include <unordered_map>
 
+#include "base/config.h"
 #include "base/counters.h"
+#include "base/entry.h"
 #include "base/log.h"
+#include "base/process.h"
 #include "base/real.h"
+#include "base/streams.h"
 #include "policies/memory_cap.h"
 
 namespace vramtrace::shim {
@@ -63,6 +67,35 @@ int current_device() noexcept {
   CUdevice dev = 0;
   if (!d || !d->cuCtxGetDevice || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;
   return dev;
+}
+
+void passthrough_oom(std::uint64_t bytes, std::uint16_t entry, std::uint64_t stream) noexcept {
+  if (!enabled() || exiting() || EntryScope::internal()) return;
+  EventSink* s = sink();
+  if (!s) return;
+  const int device = current_device();
+  using Fn = CUresult (*)(size_t*, size_t*);
+  std::uint64_t free_bytes = 0, total_bytes = 0;
+  if (Fn info = real_driver<Fn>(Hook::cuMemGetInfo_v2)) {
+    size_t f = 0, t = 0;
+    if (info(&f, &t) == CUDA_SUCCESS) {
+      free_bytes = f;
+      total_bytes = t;
+    }
+  }
+  capped_figures(device, 0, free_bytes, total_bytes);
+  Event e;
+  e.time_ns = event_time_ns();
+  e.size_bytes = bytes;
+  e.block_bytes = bytes;
+  e.stream = stream;
+  e.aux = free_bytes;  // the oom line's "free"
+  e.addr = 0;          // its "retries"
+  e.device = device;
+  e.thread_id = this_thread_id();
+  e.action = Action::oom;
+  e.entry_point = entry;
+  s->record(e);
 }
 
 void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, MemoryKind kind, std::uint16_t entry,

@@ -20,6 +20,13 @@ void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, MemoryKind 
                        std::uint64_t stream = 0) noexcept;
 /// Forgets a forwarded allocation and emits segment_free; nullopt (no event) if unknown.
 std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t entry, std::uint64_t stream = 0) noexcept;
+/// Records a device allocation forwarded past the caching allocator (reuse:none, a stream
+/// capture) that failed for lack of memory (refused by the cap, or by the driver): an `oom` event
+/// of `bytes`, with the device's free bytes as the program sees them (Note [capped figures]) and
+/// no snapshot, so that the reports count it (Note [one OOM per failed request],
+/// reporter/model/oom_count.h). `retries` is 0: no allocator released anything. Nothing at exit
+/// (Note [no CUDA call at exit]) or while the shim does its own work.
+void passthrough_oom(std::uint64_t bytes, std::uint16_t entry, std::uint64_t stream = 0) noexcept;
 /// Whether `addr` is a forwarded allocation we still track.
 bool passthrough_contains(std::uint64_t addr) noexcept;
 /// Drops every record (fork child). No events.

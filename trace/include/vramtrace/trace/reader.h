@@ -104,6 +104,34 @@ struct TraceRecord {
   /// id of the reader's stacks() table; 0 = none recorded (other formats, entries without frames,
   /// malformed frames).
   std::uint32_t stack_id = 0;
+  /// Kernel thread id of the call that made the record (vramtrace traces' "th"); 0 = unknown
+  /// (PyTorch's traces do not record it). Failed attempts of one request are told apart from
+  /// another thread's by it (Note [one OOM per failed request], reporter/model/oom_count.h).
+  std::uint32_t thread_id = 0;
+  /// The hooked function the program called (vramtrace traces' "e": an index into the header's
+  /// entry_points); 0 = unknown or not from a hook (PyTorch's traces). A retry is the same call
+  /// again (Note [one OOM per failed request]).
+  std::uint32_t entry_point = 0;
+};
+
+/// An OOM a trace records apart from its `oom` entries: the error message PyTorch raised, in a
+/// history's header (torchtrace "oom"), or one that PyTorch's OOM observer saw (the tensor-level
+/// sidecar's "ooms", docs/tensor-level.md). Every figure may be unknown. A history may hold no
+/// `oom` entry for it (its ring ended before it, or the snapshot was taken before the failure):
+/// the reports then count the OOM and say what is known of it (Note [one OOM per failed request]).
+struct RecordedOom {
+  std::int32_t device = 0;
+  std::int64_t time_ns = 0;  ///< Unix-epoch nanoseconds, as TraceRecord::time_ns; 0 = unknown
+  /// The device allocation that failed (the observer's alloc_size: the segment size asked for).
+  std::optional<std::uint64_t> alloc_bytes;
+  /// What the process was allowed on the device (the observer's third argument: the device's
+  /// total, or the cap of set_per_process_memory_fraction).
+  std::optional<std::uint64_t> allowed_bytes;
+  std::optional<std::uint64_t> device_free_bytes;  ///< cudaMemGetInfo's free at the failure
+  std::string message;                             ///< the error's text; "" = not recorded
+  /// PyTorch's flat memory_stats() at the failure (num_ooms, num_alloc_retries, ...); empty when
+  /// not recorded.
+  std::vector<std::pair<std::string, std::int64_t>> stats;
 };
 
 /// What a trace says about itself before its events.
@@ -119,6 +147,12 @@ struct TraceHeader {
   /// header's `devices` and later `device` records; the shim's totals are the capped ones);
   /// empty otherwise. Use total_bytes_of.
   std::vector<std::pair<std::int32_t, std::uint64_t>> device_totals;
+  /// A cap below the device's total that the run was under, in bytes (torchtrace header
+  /// "cap_gib": PyTorch's set_per_process_memory_fraction); 0 = none recorded. Traces of the shim
+  /// need none: their device totals are the capped ones already.
+  std::uint64_t allowed_bytes = 0;
+  /// OOMs the trace records beyond its `oom` entries (RecordedOom), oldest first.
+  std::vector<RecordedOom> recorded_ooms;
 
   /// Total memory of `device` in bytes: its own entry, else device_total_bytes when the trace
   /// does not name devices (PyTorch's traces describe one device); 0 when unknown. O(devices).
@@ -127,6 +161,13 @@ struct TraceHeader {
     for (const auto& [d, b] : device_totals)
       if (d == device) return b;
     return 0;
+  }
+  /// What the process could use of `device`, in bytes: total_bytes_of, or allowed_bytes when a
+  /// recorded cap is lower (or the total is unknown); 0 when neither is known. O(devices).
+  std::uint64_t usable_bytes_of(std::int32_t device) const noexcept {
+    const std::uint64_t total = total_bytes_of(device);
+    if (allowed_bytes != 0 && (total == 0 || allowed_bytes < total)) return allowed_bytes;
+    return total;
   }
   /// The traced process, when the trace says (vramtrace traces; PyTorch's traces do not): its
   /// pid (0 = unknown), host name, rank and rank within the host as the launcher set them ("" =

@@ -1,0 +1,277 @@
+// Every command counts the same OOMs and retries (Note [one OOM per failed request],
+// reporter/model/oom_count.h), run as a user runs them on the traces of tests/data/oom
+// (make_oom_fixtures.py): a run that died without an `oom` entry in its history, the same with the
+// entry, its full run without a cap, the shim's trace of PyTorch retrying under a cap, and a plain
+// CUDA program's single failure.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+// Runs a shell command; its stdout comes back (stderr is left on the test's stderr).
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = ::pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+const std::string kVt = VT_VRAMTRACE_EXE;
+const std::string kData = std::string(VRAMTRACE_TEST_DATA_DIR) + "/oom/";
+
+std::string data(const char* name) { return kData + name; }
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+nlohmann::json json_of(const std::string& cmd) {
+  Result r = sh(cmd);
+  REQUIRE(r.rc == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+fs::path tmp_dir() {
+  static fs::path d = [] {
+    auto p = fs::temp_directory_path() / ("vt_cmd_oom_count_" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+// The report's page holds its data as JSON in a script element.
+std::string report_of(const std::string& trace) {
+  const std::string out = (tmp_dir() / (fs::path(trace).filename().string() + ".html")).string();
+  REQUIRE(sh(kVt + " report " + trace + " -o " + out).rc == 0);
+  std::ifstream f(out);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("a run that died without an oom entry is one OOM in every command", "[cmd][oom_count]") {
+  const std::string dead = data("dead_run.torchtrace.jsonl");
+
+  const Result summary = sh(kVt + " summary " + dead);
+  REQUIRE(summary.rc == 0);
+  CHECK(has(summary.out, "CUDA OOMs: 1 "));
+  CHECK(has(summary.out, "OOMs 1 (1 without an oom entry in the history, known from the message in the header"));
+  CHECK(has(summary.out, "cudaMalloc retries 1 (recorded by PyTorch)"));
+  CHECK_FALSE(has(summary.out, "OOMs 0"));
+  CHECK_FALSE(has(summary.out, "DIFFERENT"));
+  const auto sj = json_of(kVt + " summary --json " + dead);
+  const auto& dev = sj["traces"][0]["devices"][0];
+  CHECK(dev["ooms"] == 1);
+  CHECK(dev["stats"]["num_ooms"] == 1);
+  CHECK(dev["stats"]["num_alloc_retries"] == 1);
+  CHECK(dev["oom_count"]["oom_entries"] == 0);
+  CHECK(dev["oom_count"]["without_entry"][0]["source"] == "the message in the header");
+  // The cap PyTorch ran under is what the process could use of the device.
+  CHECK(dev["capacity_bytes"] == 14495514624);  // 13.5 GiB
+
+  const Result oom = sh(kVt + " oom --no-replay " + dead);
+  REQUIRE(oom.rc == 0);
+  CHECK_FALSE(has(oom.out, "No OOM"));
+  CHECK(has(oom.out, "Device 0: OOMs 1"));
+  CHECK(has(oom.out,
+            "OOM 1 on device 0: not in the history (known from the message in the header); its moment "
+            "and the allocator's state at it were not recorded"));
+  CHECK(has(oom.out, "message: CUDA out of memory. Tried to allocate 768.00 MiB"));
+  CHECK(has(oom.out, "allowed (a cap below the device)"));
+  const auto oj = json_of(kVt + " oom --json --no-replay " + dead);
+  REQUIRE(oj["ooms"].size() == 1);
+  CHECK(oj["ooms"][0]["without_entry"]["source"] == "the message in the header");
+  CHECK(oj["ooms"][0]["event"].is_null());
+  CHECK(oj["ooms"][0]["figures"]["request_bytes"] == 768ll << 20);
+  CHECK(oj["oom_counts"][0]["ooms"] == 1);
+
+  const std::string page = report_of(dead);
+  CHECK(has(page, "OOMs 1 (1 without an oom entry in the history"));
+  CHECK(has(page, "\"without_entry\":\"the message in the header\""));
+  CHECK(has(page, "\"capacity\":14495514624"));  // the cap, not the device's 139.80 GiB
+  CHECK(has(page, "CUDA OOMs: 1 "));
+
+  CHECK(sh(kVt + " check --max-ooms 0 " + dead).rc == 1);
+  CHECK(sh(kVt + " check --max-ooms 1 " + dead).rc == 0);
+  const auto cj = json_of(kVt + " check --format json --max-ooms 1 " + dead);
+  CHECK(cj.dump().find("\"num_ooms\":1") != std::string::npos);
+  // A summary document of it fails the gate the same way.
+  const std::string doc = (tmp_dir() / "dead.summary.json").string();
+  REQUIRE(sh(kVt + " summary --json " + dead + " > " + doc).rc == 0);
+  CHECK(sh(kVt + " check --max-ooms 0 " + doc).rc == 1);
+}
+
+TEST_CASE("a run that died with its oom entry: one OOM, the same in every command", "[cmd][oom_count]") {
+  const std::string dead = data("dead_entry.torchtrace.jsonl");
+  const Result summary = sh(kVt + " summary " + dead);
+  CHECK(has(summary.out, "OOMs 1, cudaMalloc retries 1 (recorded by PyTorch)"));
+  CHECK(has(summary.out, "CUDA OOMs: 1 "));
+  const Result oom = sh(kVt + " oom --no-replay " + dead);
+  CHECK(has(oom.out, "OOM 1 on device 0, +"));
+  CHECK_FALSE(has(oom.out, "OOM 2"));
+  CHECK(sh(kVt + " check --max-ooms 0 " + dead).rc == 1);
+  CHECK(has(report_of(dead), "OOMs 1, cudaMalloc retries 1"));
+}
+
+TEST_CASE("shim trace: survived failures are retries, the final double failure one OOM, in every command",
+          "[cmd][oom_count]") {
+  const std::string t = data("retries.vramtrace.jsonl");
+  const std::string line =
+      "OOMs 1, cudaMalloc retries 3 (4 failed allocations of the traced allocator: 2 the program "
+      "survived (the request then succeeded) and 1 it tried again before the error)";
+  const Result summary = sh(kVt + " summary " + t);
+  REQUIRE(summary.rc == 0);
+  CHECK(has(summary.out, line));
+  CHECK(has(summary.out, "CUDA OOMs: 1 "));
+  CHECK(has(summary.out, "cudaMalloc retries: 3 "));
+  // The trailer's num_ooms is the traced allocator's failures: the entries, not the OOMs.
+  CHECK(has(summary.out, "num_ooms"));
+  CHECK_FALSE(has(summary.out, "DIFFERENT"));
+  const auto sj = json_of(kVt + " summary --json " + t);
+  const auto& dev = sj["traces"][0]["devices"][0];
+  CHECK(dev["ooms"] == 1);
+  CHECK(dev["stats"]["num_ooms"] == 1);
+  CHECK(dev["stats"]["num_alloc_retries"] == 3);
+  CHECK(dev["oom_count"]["oom_entries"] == 4);
+  CHECK(dev["oom_count"]["survived"] == 2);
+  CHECK(dev["oom_count"]["repeated"] == 1);
+
+  const Result oom = sh(kVt + " oom --no-replay " + t);
+  CHECK(has(oom.out, "Device 0: " + line));
+  CHECK(has(oom.out, "OOM 1 on device 0"));
+  CHECK_FALSE(has(oom.out, "OOM 2"));
+  CHECK(has(oom.out, "failed attempts of this request"));
+  CHECK(has(oom.out, "Failed allocations the program tried again (cudaMalloc retries, not OOMs):"));
+  const auto oj = json_of(kVt + " oom --json --no-replay " + t);
+  REQUIRE(oj["ooms"].size() == 1);
+  CHECK(oj["ooms"][0]["attempts"] == 2);
+  CHECK(oj["ooms"][0]["figures"]["num_alloc_retries"] == 3);
+  CHECK(oj["retried_failures"].size() == 3);
+  // The replay puts back the OOM, not the failed attempts the program retried: the trace's own
+  // settings give the one OOM.
+  const auto rj = json_of(kVt + " oom --json " + t);
+  bool own = false;
+  for (const auto& w : rj["replays"])
+    if (w["settings"] == "") {
+      own = true;
+      CHECK(w["ooms"] == 1);
+    }
+  CHECK(own);
+
+  const std::string page = report_of(t);
+  CHECK(has(page, line));
+  CHECK(has(page, "\"kind\":\"retry\""));
+
+  CHECK(sh(kVt + " check --max-ooms 0 " + t).rc == 1);
+  CHECK(sh(kVt + " check --max-ooms 1 " + t).rc == 0);
+  CHECK(sh(kVt + " check --max-retries 2 " + t).rc == 1);
+  CHECK(sh(kVt + " check --max-retries 3 " + t).rc == 0);
+}
+
+TEST_CASE("shim trace: a plain CUDA program's single failed cudaMalloc is one OOM, no retry", "[cmd][oom_count]") {
+  const std::string t = data("plain_oom.vramtrace.jsonl");
+  const Result summary = sh(kVt + " summary " + t);
+  CHECK(has(summary.out, "OOMs 1, cudaMalloc retries 0\n"));
+  const auto oj = json_of(kVt + " oom --json --no-replay " + t);
+  CHECK(oj["ooms"].size() == 1);
+  CHECK(oj["retried_failures"].empty());
+  CHECK(sh(kVt + " check --max-ooms 0 " + t).rc == 1);
+  CHECK(sh(kVt + " check --max-ooms 0 --max-retries 0 --format json " + t).rc == 1);
+  CHECK(sh(kVt + " check --max-retries 0 " + t).rc == 0);
+}
+
+TEST_CASE("a run without any OOM passes the gate", "[cmd][oom_count]") {
+  const std::string t = data("full_run.torchtrace.jsonl");
+  CHECK(has(sh(kVt + " summary " + t).out, "OOMs 0, cudaMalloc retries 0 (recorded by PyTorch)"));
+  CHECK(has(sh(kVt + " oom --no-replay " + t).out, "No OOM in this trace, and it ends normally."));
+  CHECK(sh(kVt + " check --max-ooms 0 " + t).rc == 0);
+}
+
+TEST_CASE("diff: a run that died is never the one that needs less memory", "[cmd][oom_count][diff]") {
+  const std::string full = data("full_run.torchtrace.jsonl");
+  const Result r = sh(kVt + " diff " + full + " " + data("dead_run.torchtrace.jsonl"));
+  REQUIRE(r.rc == 0);
+  CHECK_FALSE(has(r.out, "needs less memory"));
+  CHECK(has(r.out,
+            "NEW ran out of memory (1 OOM; the trace holds no oom entry for it, so its moment is not known) "
+            "after 12 allocations, where BASE made 41: its peaks stop at the failure"));
+  // The mirror: BASE died.
+  const Result m = sh(kVt + " diff " + data("dead_run.torchtrace.jsonl") + " " + full);
+  CHECK_FALSE(has(m.out, "needs more memory"));
+  CHECK(has(m.out, "BASE ran out of memory (1 OOM;"));
+}
+
+TEST_CASE("diff: a trace that ends abruptly is never the one that needs less memory", "[cmd][oom_count][diff]") {
+  // The shim's traces of one program: a whole run (with its trailer) holding 40 MiB at its peak,
+  // and a run killed after its first 10 MiB (no trailer).
+  auto write = [](const std::string& name, bool whole) {
+    const std::string path = (tmp_dir() / name).string();
+    std::ofstream f(path);
+    f << R"({"a":"header","format":"vramtrace","version":"1.1","pid":7,"devices":[{"id":0,"name":"GPU",)"
+      << R"("total_bytes":1073741824}],"allocator_settings":"","settings":{},"entry_points":["","cudaMalloc"]})"
+      << "\n";
+    f << R"({"a":"segment_alloc","t":1,"p":4294967296,"r":10485760,"e":1})"
+      << "\n";
+    f << R"({"a":"alloc","t":2,"p":4294967296,"r":10485760,"e":1})"
+      << "\n";
+    if (whole) {
+      f << R"({"a":"segment_alloc","t":3,"p":8589934592,"r":31457280,"e":1})"
+        << "\n";
+      f << R"({"a":"alloc","t":4,"p":8589934592,"r":31457280,"e":1})"
+        << "\n";
+      f << R"({"a":"trailer","t":5,"events":4,"dropped":0,"counts":{"segment_alloc":2,"alloc":2},"devices":[]})"
+        << "\n";
+    }
+    return path;
+  };
+  const std::string whole = write("whole.jsonl", true), killed = write("killed.jsonl", false);
+  const Result r = sh(kVt + " diff " + whole + " " + killed);
+  REQUIRE(r.rc == 0);
+  CHECK_FALSE(has(r.out, "needs less memory"));
+  CHECK(has(r.out, "but NEW's trace ends abruptly (no trailer"));
+  CHECK(has(r.out, "its peaks stop there, so they are no measure of what the program needs."));
+  // Killed BASE, whole NEW: NEW's larger peak is no measure either.
+  const Result m = sh(kVt + " diff " + killed + " " + whole);
+  CHECK_FALSE(has(m.out, "needs more memory"));
+  CHECK(has(m.out, "but BASE's trace ends abruptly"));
+}
+
+TEST_CASE("diff: the failed request lined up at the same allocation names the cap, not live bytes",
+          "[cmd][oom_count][diff]") {
+  const std::string full = data("full_run.torchtrace.jsonl");
+  const Result r = sh(kVt + " diff " + full + " " + data("dead_entry.torchtrace.jsonl"));
+  REQUIRE(r.rc == 0);
+  // BASE's largest request (the 4 GiB workspace) came with 8 GiB live; at the allocation NEW failed,
+  // both held 13.25 GiB.
+  CHECK(has(r.out,
+            "NEW ran out of memory asking for 768.00 MiB (its allocation #12) with the same live bytes as BASE "
+            "(13.25 GiB vs 13.25 GiB) at the same allocation (both runs made the same requests up to it): NEW "
+            "could use 13.50 GiB of its device, BASE 139.80 GiB, and BASE reserved up to 20.00 GiB"));
+  CHECK(has(r.out, "the lower capacity explains it (capacity), not the program."));
+  CHECK_FALSE(has(r.out, "live bytes explain it"));
+  const auto j = json_of(kVt + " diff --json " + full + " " + data("dead_entry.torchtrace.jsonl"));
+  CHECK(j["devices"][0]["explanation"].get<std::string>().find("lower capacity") != std::string::npos);
+}
