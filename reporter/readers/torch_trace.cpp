@@ -92,6 +92,9 @@ class TorchTraceReader final : public TraceReader {
     header_.settings = str("conf");
     if (auto it = h.find("total"); it != h.end() && it->is_number_unsigned())
       header_.device_total_bytes = it->get<std::uint64_t>();
+    // PyTorch's per-process cap (set_per_process_memory_fraction times the total), in bytes.
+    if (auto it = h.find("allowed"); it != h.end() && it->is_number_unsigned() && it->get<std::uint64_t>() > 0)
+      header_.caps.push_back({-1, it->get<std::uint64_t>(), "PyTorch's memory fraction"});
     if (auto it = h.find("stats"); it != h.end() && it->is_object()) {
       for (const auto& [k, v] : it->items())
         if (v.is_number_integer()) header_.recorded_stats.emplace_back(k, v.get<std::int64_t>());

@@ -128,6 +128,36 @@ struct TraceHeader {
       if (d == device) return b;
     return 0;
   }
+  /// A cap on the memory the program could use on a device, below the device's own total.
+  struct Cap {
+    std::int32_t device = -1;  ///< CUDA ordinal; -1 = every device without a cap of its own
+    std::uint64_t bytes = 0;
+    /// What set it, in words for a report: "the cap of vramtrace run --limit" (the shim's `limit`
+    /// setting, which counts every device allocation of the process through the shim) or
+    /// "PyTorch's memory fraction" (set_per_process_memory_fraction, which caps the reserved
+    /// memory of PyTorch's allocator).
+    std::string what;
+  };
+  /// The caps the trace records: a vramtrace header's `limit` setting (its devices' totals are
+  /// already the capped ones), a torchtrace header's "allowed" (bytes). Empty when none is
+  /// recorded. Reports take cap_of.
+  std::vector<Cap> caps;
+  /// The smallest cap that applies to `device` (its own entries and those for every device);
+  /// null when none does. O(caps).
+  const Cap* cap_of(std::int32_t device) const noexcept {
+    const Cap* best = nullptr;
+    for (const Cap& c : caps) {
+      bool own = c.device == device;
+      bool any = c.device == -1;
+      if (any) {
+        bool shadowed = false;  // an ordinal with an entry of the same kind is not covered by `*`
+        for (const Cap& o : caps) shadowed = shadowed || (o.device == device && o.what == c.what);
+        if (shadowed) continue;
+      }
+      if ((own || any) && (!best || c.bytes < best->bytes)) best = &c;
+    }
+    return best;
+  }
   /// The traced process, when the trace says (vramtrace traces; PyTorch's traces do not): its
   /// pid (0 = unknown), host name, rank and rank within the host as the launcher set them ("" =
   /// none), and CUDA_VISIBLE_DEVICES (unset = not recorded or not set). Merged reports of several
