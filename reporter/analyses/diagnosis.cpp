@@ -237,9 +237,9 @@ void diagnose_mps(const OomFigures& f, u64 R, Diagnosis& d) {
   }
   const u64 other = f.mps_other.value_or(0);
   const u64 used = *f.allocated + other;
-  derive(d, "mps_in_use", static_cast<i64>(used),
-         fmt::format("in use = MPS allocated + other allocations = {} + {} = {}", fb(*f.allocated), fb(other),
-                     fb(used)));
+  derive(
+      d, "mps_in_use", static_cast<i64>(used),
+      fmt::format("in use = MPS allocated + other allocations = {} + {} = {}", fb(*f.allocated), fb(other), fb(used)));
   const i64 head = static_cast<i64>(*f.allowed) - static_cast<i64>(used);
   derive(d, "limit_headroom", head,
          fmt::format("headroom under the limit = max allowed - in use = {} - {} = {}", fb(*f.allowed), fb(used),
@@ -251,9 +251,10 @@ void diagnose_mps(const OomFigures& f, u64 R, Diagnosis& d) {
     d.reasons.push_back(fmt::format("headroom {} < request {}{}", format_bytes(head, ByteStyle::pytorch), fb(R),
                                     tol ? fmt::format(" + {} for the rounding of printed figures", fb(tol)) : ""));
     if (other > *f.allocated)
-      d.reasons.push_back(fmt::format("other allocations {} > MPS allocated {}: most of the memory is held outside "
-                                      "the MPS allocator's heaps",
-                                      fb(other), fb(*f.allocated)));
+      d.reasons.push_back(
+          fmt::format("other allocations {} > MPS allocated {}: most of the memory is held outside "
+                      "the MPS allocator's heaps",
+                      fb(other), fb(*f.allocated)));
     d.next_step = fmt::format(
         "Need less memory: smaller batch or sequence length, float16/bfloat16, activation checkpointing. "
         "torch.mps.empty_cache() returns the allocator's cached buffers between phases. The limit itself is {} "
@@ -427,8 +428,9 @@ bool rule_exceeds_device(const OomFigures& f, const Derived& x, Diagnosis& d) {
     d.code = DiagnosisCode::exceeds_device;
     d.headline = "the request alone is larger than the per-process cap";
     d.reasons.push_back(fmt::format("request {} > {} {}", fb(R), f.allowed_name, fb(*f.allowed)));
-    d.next_step = "Raise the cap (torch.cuda.set_per_process_memory_fraction, vramtrace run --limit) or make this "
-                  "tensor smaller.";
+    d.next_step =
+        "Raise the cap (torch.cuda.set_per_process_memory_fraction, vramtrace run --limit) or make this "
+        "tensor smaller.";
     return true;
   }
   if (!f.device_total && R >= (1ull << 40)) {

@@ -49,9 +49,9 @@ struct OomFigures {
   /// What `allowed` is, for the reasons shown: "allowed" (a message's figure), "the cap of
   /// vramtrace run --limit", "PyTorch's memory fraction", "--capacity", "max allowed" (MPS).
   std::string allowed_name = "allowed";
-  std::optional<std::uint64_t> process_in_use;        ///< NVML figure for this process
-  std::optional<std::uint64_t> other_processes;       ///< sum over other processes named
-  std::optional<std::uint64_t> private_pools;         ///< part of allocated held in private pools
+  std::optional<std::uint64_t> process_in_use;   ///< NVML figure for this process
+  std::optional<std::uint64_t> other_processes;  ///< sum over other processes named
+  std::optional<std::uint64_t> private_pools;    ///< part of allocated held in private pools
   /// Trace-only figures.
   std::optional<std::uint64_t> largest_free_block;  ///< largest inactive block in the cache
   std::optional<std::uint64_t> inactive_split;      ///< free bytes inside split segments

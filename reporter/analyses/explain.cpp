@@ -114,8 +114,8 @@ std::string render_explain_text(const Explanation& e) {
 
 std::string render_explain_text(const std::vector<Explanation>& all) {
   if (all.size() == 1) return render_explain_text(all.front());
-  std::string out = fmt::format("{} out-of-memory messages in this text; each is explained from its own figures.\n",
-                                all.size());
+  std::string out =
+      fmt::format("{} out-of-memory messages in this text; each is explained from its own figures.\n", all.size());
   for (std::size_t i = 0; i < all.size(); ++i) {
     out += fmt::format("\n=== Message {} of {} ===\n", i + 1, all.size());
     out += render_explain_text(all[i]);

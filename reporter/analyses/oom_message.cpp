@@ -382,7 +382,8 @@ void list_findings(bool is_pytorch, OomMessage& m) {
     if (!m.allocated) missing(m, "MPS allocated");
     if (!m.allowed) missing(m, "max allowed");
   }
-  if (m.platform == GpuPlatform::rocm) m.findings.push_back("a ROCm (HIP) message: its settings are PYTORCH_HIP_ALLOC_CONF");
+  if (m.platform == GpuPlatform::rocm)
+    m.findings.push_back("a ROCm (HIP) message: its settings are PYTORCH_HIP_ALLOC_CONF");
   if (m.truncated) m.findings.push_back(fmt::format("the message is cut off after \"{}\"", m.truncated_after));
   if (m.capacity_typo) m.findings.push_back("spelling \"capacty\": PyTorch 2.1");
   if (m.expandable_hint)
@@ -556,9 +557,8 @@ namespace {
 std::vector<std::size_t> message_starts(std::string_view s) {
   constexpr std::string_view kHeads[] = {"Tried to allocate", "would exceed allowed memory",
                                          "runtime error (2) : out of memory"};
-  constexpr std::string_view kOpenings[] = {"OutOfMemoryError",          "CUDA out of memory",
-                                            "Cuda out of memory",        "HIP out of memory",
-                                            "MPS backend out of memory", "Allocation on device",
+  constexpr std::string_view kOpenings[] = {"OutOfMemoryError",  "CUDA out of memory",        "Cuda out of memory",
+                                            "HIP out of memory", "MPS backend out of memory", "Allocation on device",
                                             "cuda runtime error"};
   constexpr std::size_t kOpeningWindow = 320;  // an opening more than this before its head is another text
   std::vector<std::size_t> heads;

@@ -119,17 +119,18 @@ std::string verdict_sentence(const WhatIfRun& run, const WhatIf& w) {
   const bool to_failure = run.covers == WhatIfCovers::to_failure;
   switch (w.verdict) {
     case WhatIfVerdict::fits:
-      return to_failure ? fmt::format("gets past the failure with {} spare (above the {} bound); the rest of the run "
-                                      "was never recorded",
-                                      fb(w.margin_bytes), bound)
+      return to_failure ? fmt::format(
+                              "gets past the failure with {} spare (above the {} bound); the rest of the run "
+                              "was never recorded",
+                              fb(w.margin_bytes), bound)
                         : fmt::format("fits, {} spare (above the {} bound)", fb(w.margin_bytes), bound);
     case WhatIfVerdict::marginal:
       if (w.ooms == 0)
         return fmt::format("marginal: {} {} spare, within the {} bound: verify on the real program{}",
                            to_failure ? "gets past the failure with" : "fits with", fb(w.margin_bytes), bound,
                            to_failure ? "; the rest of the run was never recorded" : "");
-      return fmt::format("marginal: {} OOM{} on this capacity, none with {} more{}: verify on the real program",
-                         w.ooms, w.ooms == 1 ? "" : "s", bound,
+      return fmt::format("marginal: {} OOM{} on this capacity, none with {} more{}: verify on the real program", w.ooms,
+                         w.ooms == 1 ? "" : "s", bound,
                          w.shortfall_bytes && *w.shortfall_bytes > 0
                              ? fmt::format(" (short by about {})", fb(static_cast<i64>(*w.shortfall_bytes)))
                              : "");
@@ -163,8 +164,8 @@ std::string render_whatif_text(const WhatIfRun& run) {
       what, fb(static_cast<i64>(run.capacity_bytes)), run.capacity_source, fb(static_cast<i64>(run.bound_bytes)),
       whatif_bound_source());
   for (const auto& w : run.warnings) out += fmt::format("WARNING: {}\n", w);
-  out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>14}\n", "settings", "verdict", "peak reserved",
-                     "peak allocated", "spare");
+  out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>14}\n", "settings", "verdict", "peak reserved", "peak allocated",
+                     "spare");
   for (const auto& w : run.rows) {
     if (!w.error.empty()) {
       out += fmt::format("  {:<44} replay failed: {}\n", settings_label(w), w.error);
@@ -174,8 +175,9 @@ std::string render_whatif_text(const WhatIfRun& run) {
                        fb(w.peak_reserved), fb(w.peak_allocated),
                        w.ooms == 0 ? fb(w.margin_bytes) : fmt::format("{} OOM{}", w.ooms, w.ooms == 1 ? "" : "s"));
   }
-  out += "(spare = capacity - peak reserved; fits = spare above the bound; marginal = within the bound either way;\n"
-         " does not fit = out of memory even with the bound added)\n";
+  out +=
+      "(spare = capacity - peak reserved; fits = spare above the bound; marginal = within the bound either way;\n"
+      " does not fit = out of memory even with the bound added)\n";
   for (const auto& w : run.rows)
     if (!w.settings.empty() && w.error.empty()) out += fmt::format("  {}: {}.\n", w.settings, verdict_sentence(run, w));
   for (const auto& n : run.notes) out += fmt::format("Note: {}\n", n);

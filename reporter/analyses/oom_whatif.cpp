@@ -114,7 +114,8 @@ TraceMatch match_traces(const std::string& trace, const std::string& full) {
     if (diverged || !have_a) continue;
     if (!have_b) {
       diverged = true;
-      out.first_difference = fmt::format("allocation #{}: the full trace has only {}", out.compared - 1, out.full_allocs);
+      out.first_difference =
+          fmt::format("allocation #{}: the full trace has only {}", out.compared - 1, out.full_allocs);
     } else if (ra.device == rb.device && ra.size == rb.size) {
       ++out.matching;
     } else {
@@ -162,8 +163,8 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
     run.full_path = options.full_path;
     const TraceMatch match = match_traces(path, options.full_path);
     if (match.first_difference.empty())
-      run.notes.push_back(fmt::format("the full trace makes the same {} allocations as this one up to its failure",
-                                      match.compared));
+      run.notes.push_back(
+          fmt::format("the full trace makes the same {} allocations as this one up to its failure", match.compared));
     else
       run.warnings.push_back(fmt::format(
           "the full trace differs from this one at {} ({} of {} allocations before the failure match): it may not be "
@@ -174,14 +175,16 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
           "the full trace records {} OOM{} itself: it is not a complete run, so it covers no more than this one",
           match.full_ooms, match.full_ooms == 1 ? "" : "s"));
     if (match.full_incomplete)
-      run.warnings.push_back("the full trace ends abruptly (cut, or its process did not finish): it is not a complete run");
+      run.warnings.push_back(
+          "the full trace ends abruptly (cut, or its process did not finish): it is not a complete run");
   } else if (has_oom && cov.ends_at_failure) {
     run.covers = WhatIfCovers::to_failure;
-    std::string steps =
-        cov.marks_before ? fmt::format(" The trace records {} mark{} (steps) before the failure; the replays cover "
-                                       "those and the failing step up to the failed request.",
-                                       cov.marks_before, cov.marks_before == 1 ? "" : "s")
-                         : "";
+    std::string steps = cov.marks_before
+                            ? fmt::format(
+                                  " The trace records {} mark{} (steps) before the failure; the replays cover "
+                                  "those and the failing step up to the failed request.",
+                                  cov.marks_before, cov.marks_before == 1 ? "" : "s")
+                            : "";
     run.notes.push_back(fmt::format(
         "the trace ends at its OOM ({} allocation{} after it, {} before): the replays cover the run up to the failed "
         "request, and \"fits\" means it gets past the failure; the rest of the run was never recorded.{} To judge the "
@@ -247,11 +250,11 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
     run.reproduces = false;
     run.warnings.push_back(fmt::format(
         "the replay of the trace's own settings runs without an OOM ({}, {} spare) although the trace recorded one: "
-        "the simulated capacity of {} is more than the program could use (a cap the trace does not record, memory outside the allocator), or "
+        "the simulated capacity of {} is more than the program could use (a cap the trace does not record, memory "
+        "outside the allocator), or "
         "the trace misses allocations. The other verdicts are not to be trusted; give the real limit with "
         "--capacity SIZE (a size or a card name).",
-        whatif_verdict_words(own->verdict), fb(own->margin_bytes),
-        fb(static_cast<std::int64_t>(capacity.bytes))));
+        whatif_verdict_words(own->verdict), fb(own->margin_bytes), fb(static_cast<std::int64_t>(capacity.bytes))));
   }
   return run;
 }
@@ -265,8 +268,8 @@ void note_replays_in_cases(std::vector<OomCase>& cases, const WhatIfRun& run) {
     ++tried;
     // Got past the failure on the capacity itself: a marginal row that ran out there did not.
     if (w.ooms == 0 && (w.verdict == WhatIfVerdict::fits || w.verdict == WhatIfVerdict::marginal))
-      passing.push_back(fmt::format("{} ({}, {} spare)", w.settings, whatif_verdict_words(w.verdict),
-                                    fb(w.margin_bytes)));
+      passing.push_back(
+          fmt::format("{} ({}, {} spare)", w.settings, whatif_verdict_words(w.verdict), fb(w.margin_bytes)));
   }
   for (auto& c : cases) {
     if (c.last_state) continue;

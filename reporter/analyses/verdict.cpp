@@ -16,8 +16,8 @@ std::uint64_t whatif_error_bound(std::uint64_t capacity) noexcept {
 
 std::string whatif_bound_source() {
   return fmt::format(
-      "the larger of {:.0f} % of the capacity and {}, a conservative bound that awaits the GPU measurement of replay "
-      "against real peaks (tests/gpu/whatif_accuracy.py)",
+      "the larger of {:.0f} % of the capacity and {}: conservative until tests/gpu/whatif_accuracy.py measures "
+      "replays against real runs",
       kWhatIfRelativeBound * 100, format_size(kWhatIfAbsoluteBoundBytes));
 }
 

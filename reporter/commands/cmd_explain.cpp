@@ -12,7 +12,9 @@
 namespace vramtrace::cli {
 
 void register_explain(CLI::App& app) {
-  auto* cmd = app.add_subcommand("explain", "Explain pasted out-of-memory messages (PyTorch on CUDA, ROCm and MPS, TensorFlow, XLA/JAX), each on its own");
+  auto* cmd = app.add_subcommand(
+      "explain",
+      "Explain pasted out-of-memory messages (PyTorch on CUDA, ROCm and MPS, TensorFlow, XLA/JAX), each on its own");
   struct Opts {
     std::vector<std::string> words;
     std::string file;

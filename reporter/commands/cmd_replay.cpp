@@ -175,7 +175,8 @@ void print_json(const ReplayReport& rep, const Verdicts& v, bool multi_device, c
       const Judgement& jd = v.judged[i];
       o["verdict"] = whatif_verdict_name(jd.verdict);
       o["margin_bytes"] = jd.margin_bytes;
-      o["shortfall_bytes"] = jd.shortfall_bytes ? nlohmann::ordered_json(*jd.shortfall_bytes) : nlohmann::ordered_json(nullptr);
+      o["shortfall_bytes"] =
+          jd.shortfall_bytes ? nlohmann::ordered_json(*jd.shortfall_bytes) : nlohmann::ordered_json(nullptr);
     } else {
       o["verdict"] = nullptr;
     }
@@ -280,12 +281,13 @@ int run_replay(const ReplayArgs& args) {
       const TraceMatch match = match_traces(args.trace, args.full);
       full = open_trace(args.full);
       v.covers = "full_trace";
-      v.covers_text = fmt::format("{}, a complete trace of the same program (--full), replayed on this trace's capacity",
-                                  args.full);
+      v.covers_text = fmt::format(
+          "{}, a complete trace of the same program (--full), replayed on this trace's capacity", args.full);
       if (!match.first_difference.empty())
-        v.warnings.push_back(fmt::format("the full trace differs from {} at {} ({} of {} allocations before its "
-                                         "failure match): it may not be the same program or input",
-                                         args.trace, match.first_difference, match.matching, match.compared));
+        v.warnings.push_back(
+            fmt::format("the full trace differs from {} at {} ({} of {} allocations before its "
+                        "failure match): it may not be the same program or input",
+                        args.trace, match.first_difference, match.matching, match.compared));
       if (match.full_ooms > 0 || match.full_incomplete)
         v.warnings.push_back("the full trace is not a complete run (it records an OOM, or it ends abruptly)");
     }

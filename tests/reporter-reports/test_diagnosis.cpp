@@ -281,8 +281,8 @@ TEST_CASE("PyTorch 0.4's cuda runtime error (2) is known, and has no figures", "
 
 TEST_CASE("two messages in one log are explained one by one", "[explain][diagnosis]") {
   // A fragmentation OOM, then (after a retry with a cap) a capacity OOM with "allowed".
-  const std::string log = std::string("step 10 ...\n") + msg::kC4 + "\nretrying with a memory fraction\n" +
-                          msg::kM3Full + "\n";
+  const std::string log =
+      std::string("step 10 ...\n") + msg::kC4 + "\nretrying with a memory fraction\n" + msg::kM3Full + "\n";
   auto all = explain_messages(log);
   REQUIRE(all.size() == 2);
   CHECK(all[0].diagnosis.code == DiagnosisCode::fragmentation);

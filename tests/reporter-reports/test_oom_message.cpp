@@ -190,8 +190,7 @@ namespace {
 void check_figures_are_in_text(const OomMessage& m, const std::string& norm_text) {
   for (const auto* p : {&m.requested, &m.rounded, &m.device_total, &m.device_free, &m.allocated, &m.reserved,
                         &m.reserved_unallocated, &m.allowed, &m.process_in_use, &m.private_pools, &m.mps_other,
-                        &m.bfc_limit,
-                        &m.bfc_in_use, &m.bfc_max_in_use, &m.bfc_region_bytes}) {
+                        &m.bfc_limit, &m.bfc_in_use, &m.bfc_max_in_use, &m.bfc_region_bytes}) {
     if (*p) {
       INFO((*p)->text);
       CHECK(norm_text.find((*p)->text) != std::string::npos);

@@ -179,8 +179,9 @@ TEST_CASE("a cap the trace records makes the diagnosis capacity, not unexplained
   REQUIRE(free_run.warnings.size() == 1);
   CHECK(free_run.warnings[0].find("--capacity") != std::string::npos);
   note_replays_in_cases(plain, free_run);  // unexplained: left alone
-  CHECK(render_oom_text(models[1], plain, free_run).find("WARNING: the replay of the trace's own settings runs "
-                                                         "without an OOM") != std::string::npos);
+  CHECK(render_oom_text(models[1], plain, free_run)
+            .find("WARNING: the replay of the trace's own settings runs "
+                  "without an OOM") != std::string::npos);
 }
 
 TEST_CASE("the shim's limit setting is a cap of the trace", "[whatif][limits]") {
@@ -239,7 +240,8 @@ TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[wh
   // A program that caught the error and went on (a smaller batch): its trace covers what followed.
   TorchTrace went_on = capped_run(header);
   for (int i = 0; i < 8; ++i) went_on.free(kBase + i * (1ull << 30), 11 * MiB);
-  for (int i = 0; i < 4; ++i) went_on.entry("alloc", kBase + i * (1ull << 30), 5 * MiB).free(kBase + i * (1ull << 30), 5 * MiB);
+  for (int i = 0; i < 4; ++i)
+    went_on.entry("alloc", kBase + i * (1ull << 30), 5 * MiB).free(kBase + i * (1ull << 30), 5 * MiB);
   const std::string went_path = went_on.write(tmp.dir / "went_on.torchtrace.jsonl");
   auto m2 = load_models({went_path});
   CHECK_FALSE(failure_coverage(m2[0]).ends_at_failure);
