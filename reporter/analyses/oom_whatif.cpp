@@ -193,6 +193,12 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
         cov.allocs_after, cov.allocs_after == 1 ? "" : "s", cov.allocs_before, steps));
   }
 
+  if (options.full_path.empty() && m.incomplete)
+    run.notes.push_back(fmt::format(
+        "the trace ends abruptly ({}): the replays cover it up to its last event, and the request that failed, if "
+        "any, is not in it; the rest of the run was never recorded",
+        m.incomplete_reason));
+
   std::vector<ReplayConfig> configs;
   std::vector<std::string> names;
   std::vector<WhatIf> refused;

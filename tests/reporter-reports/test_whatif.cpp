@@ -250,6 +250,22 @@ TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[wh
   CHECK(ends_at_failure(100, 1));
   CHECK_FALSE(ends_at_failure(100, 2));
 
+  // A trace cut short (the process was killed): the replays cover it up to its last event.
+  TorchTrace cut_short(R"({"kind": "header", "workload": "w", "conf": "", "total": 8589934592})");
+  cut_short.block(kBase, 12 * MiB, 11 * MiB);
+  const std::string cut_path = cut_short.write(tmp.dir / "cut.torchtrace.jsonl");
+  std::ofstream(cut_path, std::ios::app) << R"({"action": "alloc", "addr": 12)";
+  auto mc = load_models({cut_path});
+  REQUIRE(mc[0].incomplete);
+  auto cc = oom_cases(mc[0]);
+  REQUIRE(cc.size() == 1);
+  CHECK(cc[0].last_state);
+  auto cut_run = run_whatifs(cut_path, mc[0], whatif_capacity(mc[0], cc, std::nullopt));
+  CHECK(cut_run.capacity_bytes == 8 * GiB);  // the device total: no OOM figures, no cap
+  bool abrupt = false;
+  for (const auto& n : cut_run.notes) abrupt |= n.find("ends abruptly") != std::string::npos;
+  CHECK(abrupt);
+
   // --full: a complete trace of the same program (the same allocations, then the rest of the run)
   // is what the verdicts judge; here the rest needs more than the cap under any setting.
   TorchTrace full(R"({"kind": "header", "workload": "w", "conf": "", "total": 8589934592})");
