@@ -251,10 +251,15 @@ TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[wh
   CHECK_FALSE(ends_at_failure(100, 2));
 
   // A trace cut short (the process was killed): the replays cover it up to its last event.
-  TorchTrace cut_short(R"({"kind": "header", "workload": "w", "conf": "", "total": 8589934592})");
-  cut_short.block(kBase, 12 * MiB, 11 * MiB);
-  const std::string cut_path = cut_short.write(tmp.dir / "cut.torchtrace.jsonl");
-  std::ofstream(cut_path, std::ios::app) << R"({"action": "alloc", "addr": 12)";
+  const std::string cut_path = (tmp.dir / "cut.jsonl").string();
+  std::ofstream(cut_path)
+      << R"({"a":"header","format":"vramtrace","version":"1.1","pid":7,"devices":[{"id":0,"name":"A","total_bytes":8589934592}],"allocator_settings":"","settings":{},"entry_points":[""]})"
+      << "\n"
+      << R"({"a":"segment_alloc","t":1,"p":4096000000,"r":12582912})"
+      << "\n"
+      << R"({"a":"alloc","t":2,"p":4096000000,"r":11534336,"b":12582912})"
+      << "\n"
+      << R"({"a":"alloc","t":3,"p":40)";
   auto mc = load_models({cut_path});
   REQUIRE(mc[0].incomplete);
   auto cc = oom_cases(mc[0]);
