@@ -2,6 +2,7 @@
 // tests/data/torch-h200/README.md). Entries are parsed with simdjson's on-demand API.
 #include <simdjson.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -92,9 +93,15 @@ class TorchTraceReader final : public TraceReader {
     header_.settings = str("conf");
     if (auto it = h.find("total"); it != h.end() && it->is_number_unsigned())
       header_.device_total_bytes = it->get<std::uint64_t>();
-    // PyTorch's per-process cap (set_per_process_memory_fraction times the total), in bytes.
-    if (auto it = h.find("allowed"); it != h.end() && it->is_number_unsigned() && it->get<std::uint64_t>() > 0)
-      header_.caps.push_back({-1, it->get<std::uint64_t>(), "PyTorch's memory fraction"});
+    // The cap the run was under, "cap_gib": set_per_process_memory_fraction's share of the device
+    // in GiB (null without one). A cap is a positive size below 2^63 bytes; anything else is not
+    // one and is left out.
+    if (auto it = h.find("cap_gib"); it != h.end() && it->is_number()) {
+      const double gib = it->get<double>();
+      if (gib > 0 && gib < 8.0e9)
+        header_.caps.push_back(
+            {-1, static_cast<std::uint64_t>(std::llround(gib * 1073741824.0)), "PyTorch's memory fraction"});
+    }
     if (auto it = h.find("stats"); it != h.end() && it->is_object()) {
       for (const auto& [k, v] : it->items())
         if (v.is_number_integer()) header_.recorded_stats.emplace_back(k, v.get<std::int64_t>());

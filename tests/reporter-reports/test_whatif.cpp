@@ -119,7 +119,7 @@ TEST_CASE("a cap the trace records makes the diagnosis capacity, not unexplained
   TempDir tmp;
   // The device had 7 GiB free; PyTorch's memory fraction allowed 100 MiB.
   const std::string capped = capped_run(R"({"kind": "header", "workload": "capped", "conf": "", "total": 8589934592, )"
-                                        R"("allowed": 104857600})")
+                                        R"("cap_gib": 0.09765625})")
                                  .write(tmp.dir / "capped.torchtrace.jsonl");
   const std::string uncapped = capped_run(R"({"kind": "header", "workload": "uncapped", "conf": "", )"
                                           R"("total": 8589934592})")
@@ -218,7 +218,7 @@ TEST_CASE("the shim's limit setting is a cap of the trace", "[whatif][limits]") 
 TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[whatif][oom]") {
   TempDir tmp;
   const std::string header = R"({"kind": "header", "workload": "w", "conf": "", "total": 8589934592, )"
-                             R"("allowed": 104857600})";
+                             R"("cap_gib": 0.09765625})";
   // Dies at the failure: only the frees of its unwinding follow.
   TorchTrace died = capped_run(header);
   for (int i = 0; i < 8; ++i) died.free(kBase + i * (1ull << 30), 11 * MiB);

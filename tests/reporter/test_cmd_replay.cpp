@@ -168,7 +168,7 @@ TEST_CASE("vramtrace replay: a card name is a capacity, and every column gets a 
 
 TEST_CASE("vramtrace replay: a trace that ends at its OOM, and --full", "[cli]") {
   // Two 60 MiB blocks under a 128 MiB device, then a 20 MiB request that failed: the process died.
-  const std::string died = kHeader.substr(0, kHeader.size() - 1) + R"(, "allowed": 134217728})" + "\n" +
+  const std::string died = kHeader.substr(0, kHeader.size() - 1) + R"(, "cap_gib": 0.125})" + "\n" +
                            R"({"action": "segment_alloc", "addr": 4294967296, "size": 62914560, "stream": 0})" + "\n" +
                            R"({"action": "alloc", "addr": 4294967296, "size": 62914560, "stream": 0})" + "\n" +
                            R"({"action": "segment_alloc", "addr": 8589934592, "size": 62914560, "stream": 0})" + "\n" +

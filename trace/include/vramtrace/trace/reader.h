@@ -139,8 +139,8 @@ struct TraceHeader {
     std::string what;
   };
   /// The caps the trace records: a vramtrace header's `limit` setting (its devices' totals are
-  /// already the capped ones), a torchtrace header's "allowed" (bytes). Empty when none is
-  /// recorded. Reports take cap_of.
+  /// already the capped ones), a torchtrace header's "cap_gib" (PyTorch's memory fraction, GiB).
+  /// Empty when none is recorded. Reports take cap_of.
   std::vector<Cap> caps;
   /// The smallest cap that applies to `device` (its own entries and those for every device);
   /// null when none does. O(caps).
