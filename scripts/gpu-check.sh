@@ -24,8 +24,10 @@
 #                        directory (default: .carry/gpu if it holds the shim, else build/, then
 #                        build-release/)
 #   OUT                  where results go (default ./gpu-check-out)
-#   COMPAT_ARGS, BENCH_ARGS  extra arguments of tests/gpu/gpu_compat.py and tests/gpu/gpu_bench.py
-#                        (BENCH_ARGS='--rounds 3 --models gpt2 --variants native,front')
+#   COMPAT_ARGS, BENCH_ARGS, WHATIF_ARGS  extra arguments of tests/gpu/gpu_compat.py,
+#                        tests/gpu/gpu_bench.py and tests/gpu/whatif_accuracy.py
+#                        (BENCH_ARGS='--rounds 3 --models gpt2 --variants native,front',
+#                        WHATIF_ARGS='--workloads bert,gpt2')
 #   STEPS, ROUNDS        training steps and rounds of step trace (default 20 and 3)
 #   STEP_TIMEOUT         per-run limit inside steps cap and multi (default 100 s)
 #   VRAMTRACE_GPU_BUILD  build directory of `carry` (default build-gpu, a Release build)
@@ -41,7 +43,8 @@ multi 60 2 several processes and GPUs: two-rank DDP traced per rank and merged, 
 leak 90 1 `vramtrace check --no-leaks` on a real training loop with and without a 1 MiB-per-step leak, from PyTorch history and from the shim
 trace 150 1 `vramtrace run --tensors` of GPT-2 training: its replay reproduces the trailer, full tracing costs <= 1.03x step time
 compat 120 1 the compatibility table: nvcc programs, PyTorch (four allocator modes), CuPy, JAX without and with the shim, bit-identical results and intercepted calls, plus benchmark rows
-bench 150 1 interleaved step-time rounds: native, the shim in front of PyTorch, tensor mode under each reuse policy, traced'
+bench 150 1 interleaved step-time rounds: native, the shim in front of PyTorch, tensor mode under each reuse policy, traced
+whatif 300 1 what-if accuracy: replay peak reserved vs the real run under each setting, per workload (the error bound of the verdicts; not in the default steps: about 10 minutes for all four workloads)'
 DEFAULT_STEPS=(cap multi leak trace compat bench)
 
 list_steps() {
@@ -135,6 +138,8 @@ step_command() {  # step seconds
     cap) cmd=(tests/gpu/cap_check.sh) ;;
     multi) cmd=(tests/gpu/multi_check.sh) ;;
     leak) cmd=(tests/gpu/leak_check.sh "$B" "$OUT/leak") ;;
+    whatif) read -r -a extra <<<"${WHATIF_ARGS:-}"
+            cmd=(python3 tests/gpu/whatif_accuracy.py --budget "$t" --build "$B" --out "$OUT/whatif" "${extra[@]}") ;;
   esac
 }
 

@@ -1,16 +1,22 @@
-// Diagnosis of an OOM from its figures. The rules, in the order applied:
-//  1. exceeds_device: request > device total (or > the cap).
-//  2. unexplained: the device (and the cap) had more than request + slack free, so the allocator
-//     could have obtained a new segment; the failure has another cause.
-//  3. When more memory sits outside the allocator than inside it (and no cap binds), that memory
-//     decides: outside_allocator if it is more than a CUDA context takes, else capacity (a small
-//     card whose context takes half of it; case M1).
-//  4. fragmentation: free in the cache + free on the device >= request (the memory exists, no
+// Diagnosis of an OOM from its figures. The rules, in the order applied (diagnosis_rule_order();
+// docs/reports.md, "Diagnosis codes", lists them in the same order and a test compares the two):
+//  1. inconsistent: the figures contradict each other (reserved or allocated above the device
+//     total, allocated above reserved, reserved + free above the total, beyond the rounding of
+//     printed figures). Such figures come from two moments or two devices; no verdict is drawn.
+//  2. exceeds_device: request > device total (or > the cap).
+//  3. unexplained: the device (and the cap) had more than the new segment + slack free, so the
+//     allocator could have obtained it; the failure has another cause.
+//  4. outside_allocator: more memory sits outside the allocator than inside it (and no cap
+//     binds), and more than a CUDA context takes; when it is no more than a context, the device
+//     is simply small: capacity (case M1).
+//  5. fragmentation: free in the cache + free on the device >= request (the memory exists, no
 //     block is large enough). A trace also gives the largest free block, which must be < request.
-//  5. outside_allocator: freeing the memory outside the allocator beyond a context's allowance
+//  6. outside_allocator: freeing the memory outside the allocator beyond a context's allowance
 //     would make the request fit.
-//  6. capacity: otherwise.
+//  7. capacity: otherwise.
+// undetermined is what a rule gives when a figure it needs is missing.
 #include "analyses/diagnosis.h"
+#include "vramtrace/size_rules.h"
 #include "vramtrace/units.h"
 
 #include <fmt/format.h>
@@ -26,10 +32,57 @@ using i64 = std::int64_t;
 
 std::string fb(u64 v) { return format_bytes(static_cast<i64>(v), ByteStyle::pytorch); }
 
+/// The words of the advice on each platform: the settings variable, the visible-devices variable,
+/// the launch-blocking variable and the monitoring tool.
+struct PlatformWords {
+  const char* alloc_conf;
+  const char* visible_devices;
+  const char* launch_blocking;
+  const char* smi;
+};
+PlatformWords words_of(GpuPlatform p) {
+  if (p == GpuPlatform::rocm)
+    return {"PYTORCH_HIP_ALLOC_CONF", "HIP_VISIBLE_DEVICES", "AMD_SERIALIZE_KERNEL=3", "rocm-smi"};
+  return {"PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING=1", "nvidia-smi"};
+}
+
+/// How far apart two printed figures may be and still agree: each carries half a unit of its last
+/// digit (5 MiB for a figure in GiB), and the larger figure's scale decides. Exact figures (a
+/// trace) get 0.
+u64 printed_tolerance(const OomFigures& f, u64 a, u64 b) {
+  if (!f.printed) return 0;
+  u64 m = std::max(a, b);
+  u64 half_unit = m >= (1ull << 30) ? (5ull << 20) : m >= (1ull << 20) ? (5ull << 10) : 5;
+  return 2 * half_unit + (1ull << 20);
+}
+
 }  // namespace
+
+const std::vector<DiagnosisCode>& diagnosis_rule_order() {
+  static const std::vector<DiagnosisCode> order = {
+      DiagnosisCode::inconsistent,      DiagnosisCode::exceeds_device, DiagnosisCode::unexplained,
+      DiagnosisCode::outside_allocator, DiagnosisCode::fragmentation,  DiagnosisCode::outside_allocator,
+      DiagnosisCode::capacity,
+  };
+  return order;
+}
+
+const char* alloc_conf_variable(GpuPlatform p) noexcept {
+  switch (p) {
+    case GpuPlatform::rocm:
+      return "PYTORCH_HIP_ALLOC_CONF";
+    case GpuPlatform::mps:
+      return "PYTORCH_MPS_HIGH_WATERMARK_RATIO";
+    case GpuPlatform::cuda:
+      break;
+  }
+  return "PYTORCH_CUDA_ALLOC_CONF";
+}
 
 const char* diagnosis_code_name(DiagnosisCode c) noexcept {
   switch (c) {
+    case DiagnosisCode::inconsistent:
+      return "inconsistent";
     case DiagnosisCode::exceeds_device:
       return "exceeds_device";
     case DiagnosisCode::unexplained:
@@ -53,6 +106,16 @@ OomFigures figures_from_message(const OomMessage& m) {
     return p->bytes;
   };
   f.exceeds_1eb = m.exceeds_1eb;
+  f.platform = m.platform;
+  f.printed = true;
+  if (m.format == OomMessageFormat::mps) {
+    f.request = get(m.requested);
+    f.allocated = get(m.allocated);
+    f.mps_other = get(m.mps_other);
+    f.allowed = get(m.allowed);
+    f.allowed_name = "max allowed";
+    return f;
+  }
   if (m.format == OomMessageFormat::tensorflow_bfc || (m.format == OomMessageFormat::xla && m.bfc_limit)) {
     f.bfc = true;
     f.request = m.rounded ? get(m.rounded) : get(m.requested);
@@ -62,6 +125,12 @@ OomFigures figures_from_message(const OomMessage& m) {
     return f;
   }
   f.request = get(m.requested);
+  // The native allocator's "Tried to allocate" is the segment it asked the device for, never less
+  // than a 2 MiB small-pool segment; a smaller figure (a hand-edited or foreign message) still
+  // needs such a segment from the device.
+  const bool native = m.format == OomMessageFormat::pytorch_cached || m.format == OomMessageFormat::pytorch_reserved ||
+                      m.format == OomMessageFormat::pytorch_sentence;
+  if (native && f.request && *f.request < kSmallBuffer) f.device_request = kSmallBuffer;
   f.device_total = get(m.device_total);
   f.device_free = get(m.device_free);
   f.allocated = get(m.allocated);
@@ -85,6 +154,9 @@ OomFigures figures_from_message(const OomMessage& m) {
 }
 
 namespace {
+
+constexpr const char* kPrintedNote =
+    "figures printed with two decimals are exact to half a unit of the last digit; derived values carry that error";
 
 void derive(Diagnosis& d, std::string name, i64 bytes, std::string formula) {
   d.arithmetic.push_back({std::move(name), bytes, std::move(formula)});
@@ -112,6 +184,94 @@ bool undetermined_without_request(const OomFigures& f, Diagnosis& d) {
       "Paste the whole message: the figures follow \"Tried to allocate\" on the same line. Or record a "
       "trace (vramtrace run) and use `vramtrace oom`.";
   return true;
+}
+
+// --- 1. inconsistent -----------------------------------------------------------------------
+// Figures that cannot describe one moment of one device: each check allows for the rounding of
+// printed figures (printed_tolerance). A message pasted from two failures, edited by hand, or from
+// a tool that misreports the device gives such figures; a verdict drawn from them would be a guess.
+bool rule_inconsistent(const OomFigures& f, Diagnosis& d) {
+  std::vector<std::string> found;
+  auto above = [&](std::optional<u64> a, const char* an, std::optional<u64> b, const char* bn) {
+    if (a && b && *a > *b + printed_tolerance(f, *a, *b))
+      found.push_back(fmt::format("{} {} > {} {}", an, fb(*a), bn, fb(*b)));
+  };
+  std::optional<u64> reserved = f.reserved;
+  if (!reserved && f.allocated && f.reserved_unallocated) reserved = *f.allocated + *f.reserved_unallocated;
+  above(reserved, "reserved", f.device_total, "device total");
+  above(f.allocated, "allocated", f.device_total, "device total");
+  above(f.device_free, "free on the device", f.device_total, "device total");
+  above(f.process_in_use, "in use by this process", f.device_total, "device total");
+  if (f.reserved) above(f.allocated, "allocated", f.reserved, "reserved");
+  if (reserved && f.device_free && f.device_total && *reserved <= *f.device_total)
+    above(*reserved + *f.device_free, "reserved + free on the device", f.device_total, "device total");
+  if (found.empty()) return false;
+  d.code = DiagnosisCode::inconsistent;
+  d.headline = "the figures contradict each other, so they cannot describe one moment of one device";
+  for (auto& r : found) d.reasons.push_back(std::move(r));
+  d.next_step =
+      "Paste one whole message as PyTorch printed it (a log with several failures: each message separately). If it "
+      "is one unedited message, the device's figures were misreported (a virtualised or shared GPU, a driver that "
+      "reports another device's total): record a trace with `vramtrace run` and use `vramtrace oom`.";
+  return true;
+}
+
+// --- Apple MPS: the watermark limit is the device ---------------------------------------------
+// The MPS allocator refuses a buffer when what it holds plus the process's other allocations plus
+// the request would pass its high watermark ("max allowed": PYTORCH_MPS_HIGH_WATERMARK_RATIO times
+// the device's recommended working set, 1.7 by default in aten/src/ATen/mps/MPSAllocator.h).
+void diagnose_mps(const OomFigures& f, u64 R, Diagnosis& d) {
+  const char* ratio = "PYTORCH_MPS_HIGH_WATERMARK_RATIO";
+  if (f.allowed && R > *f.allowed) {
+    d.code = DiagnosisCode::exceeds_device;
+    d.headline = "the request alone is larger than the MPS allocator's limit";
+    d.reasons.push_back(fmt::format("request {} > max allowed {}", fb(R), fb(*f.allowed)));
+    d.next_step = "Make this one tensor smaller (batch, sequence length, image size), or check its shape for a bug.";
+    return;
+  }
+  if (!f.allowed || !f.allocated) {
+    d.code = DiagnosisCode::undetermined;
+    d.headline = "the message lacks the MPS allocator's figures (MPS allocated, max allowed)";
+    d.next_step = "Paste the whole message: the figures are in the parentheses after \"MPS backend out of memory\".";
+    return;
+  }
+  const u64 other = f.mps_other.value_or(0);
+  const u64 used = *f.allocated + other;
+  derive(
+      d, "mps_in_use", static_cast<i64>(used),
+      fmt::format("in use = MPS allocated + other allocations = {} + {} = {}", fb(*f.allocated), fb(other), fb(used)));
+  const i64 head = static_cast<i64>(*f.allowed) - static_cast<i64>(used);
+  derive(d, "limit_headroom", head,
+         fmt::format("headroom under the limit = max allowed - in use = {} - {} = {}", fb(*f.allowed), fb(used),
+                     format_bytes(head, ByteStyle::pytorch)));
+  const u64 tol = printed_tolerance(f, *f.allowed, used);
+  if (head < static_cast<i64>(R + tol)) {
+    d.code = DiagnosisCode::capacity;
+    d.headline = "the MPS allocator's limit (its high watermark) is used up";
+    d.reasons.push_back(fmt::format("headroom {} < request {}{}", format_bytes(head, ByteStyle::pytorch), fb(R),
+                                    tol ? fmt::format(" + {} for the rounding of printed figures", fb(tol)) : ""));
+    if (other > *f.allocated)
+      d.reasons.push_back(
+          fmt::format("other allocations {} > MPS allocated {}: most of the memory is held outside "
+                      "the MPS allocator's heaps",
+                      fb(other), fb(*f.allocated)));
+    d.next_step = fmt::format(
+        "Need less memory: smaller batch or sequence length, float16/bfloat16, activation checkpointing. "
+        "torch.mps.empty_cache() returns the allocator's cached buffers between phases. The limit itself is {} "
+        "(1.7 by default: a multiple of the device's recommended working set); a higher ratio, or 0.0 for none, "
+        "lets the process use more of the unified memory at the risk of swapping or, as the message says, system "
+        "failure.",
+        ratio);
+    return;
+  }
+  d.code = DiagnosisCode::unexplained;
+  d.headline = "the figures leave room under the MPS limit, so the limit does not explain the failure";
+  d.reasons.push_back(fmt::format("headroom {} >= request {} + {} for rounding", format_bytes(head, ByteStyle::pytorch),
+                                  fb(R), fb(tol)));
+  d.next_step =
+      "The system could not give the buffer: other applications hold the unified memory (Activity Monitor, memory "
+      "pressure), or the request needs one Metal buffer larger than the device allows. Close other applications, "
+      "or make the tensor smaller.";
 }
 
 // --- TensorFlow BFC: the allocator's limit is its device ----------------------------------
@@ -232,8 +392,8 @@ void derive_device_avail(const OomFigures& f, Derived& x, Diagnosis& d) {
   if (f.allowed && x.reserved) {
     i64 head = static_cast<i64>(*f.allowed) - static_cast<i64>(*x.reserved);
     derive(d, "cap_headroom", head,
-           fmt::format("headroom under the cap = allowed - reserved = {} - {} = {}", fb(*f.allowed), fb(*x.reserved),
-                       format_bytes(head, ByteStyle::pytorch)));
+           fmt::format("headroom under the cap = {} - reserved = {} - {} = {}", f.allowed_name, fb(*f.allowed),
+                       fb(*x.reserved), format_bytes(head, ByteStyle::pytorch)));
     u64 h = head > 0 ? static_cast<u64>(head) : 0;
     if (!x.device_avail || h < *x.device_avail) {
       x.device_avail = h;
@@ -267,8 +427,10 @@ bool rule_exceeds_device(const OomFigures& f, const Derived& x, Diagnosis& d) {
   if (f.allowed && R > *f.allowed) {
     d.code = DiagnosisCode::exceeds_device;
     d.headline = "the request alone is larger than the per-process cap";
-    d.reasons.push_back(fmt::format("request {} > allowed {}", fb(R), fb(*f.allowed)));
-    d.next_step = "Raise the cap (torch.cuda.set_per_process_memory_fraction) or make this tensor smaller.";
+    d.reasons.push_back(fmt::format("request {} > {} {}", fb(R), f.allowed_name, fb(*f.allowed)));
+    d.next_step =
+        "Raise the cap (torch.cuda.set_per_process_memory_fraction, vramtrace run --limit) or make this "
+        "tensor smaller.";
     return true;
   }
   if (!f.device_total && R >= (1ull << 40)) {
@@ -285,19 +447,22 @@ bool rule_exceeds_device(const OomFigures& f, const Derived& x, Diagnosis& d) {
 }
 
 // --- 2. unexplained -----------------------------------------------------------------------
-bool rule_unexplained(const Derived& x, Diagnosis& d) {
+bool rule_unexplained(const OomFigures& f, const Derived& x, Diagnosis& d) {
   const u64 R = x.request;
   const u64 Rdev = x.device_request;
   if (!x.device_avail || *x.device_avail < Rdev + kDeviceSlackBytes) return false;
+  const PlatformWords w = words_of(f.platform);
   d.code = DiagnosisCode::unexplained;
   d.headline = "the device had room for the request, so this allocator's state does not explain the failure";
-  d.reasons.push_back(fmt::format("free on the device {} >= {} {} + {} slack", fb(*x.device_avail),
-                                  Rdev != R ? "new segment" : "request", fb(Rdev), fb(kDeviceSlackBytes)));
-  d.next_step =
-      "Check for: another process allocating at the same moment (watch nvidia-smi); the program running on a "
-      "different GPU than the message names (CUDA_VISIBLE_DEVICES); a limit the message does not show (MIG "
-      "slice, container, set_per_process_memory_fraction); a different CUDA error reported as out of memory "
-      "(rerun with CUDA_LAUNCH_BLOCKING=1).";
+  d.reasons.push_back(fmt::format("free {} {} >= {} {} + {} slack", x.cap_binds ? "under the cap" : "on the device",
+                                  fb(*x.device_avail), Rdev != R ? "new segment" : "request", fb(Rdev),
+                                  fb(kDeviceSlackBytes)));
+  d.next_step = fmt::format(
+      "Check for: another process allocating at the same moment (watch {}); the program running on a "
+      "different GPU than the message names ({}); a limit the figures do not show (MIG slice, container, "
+      "set_per_process_memory_fraction, vramtrace run --limit: `vramtrace oom --capacity SIZE` applies a cap the "
+      "trace does not record); a different error reported as out of memory (rerun with {}).",
+      w.smi, w.visible_devices, w.launch_blocking);
   return true;
 }
 
@@ -340,8 +505,12 @@ void rule_fragmentation(const OomFigures& f, const Derived& x, Diagnosis& d) {
   d.code = DiagnosisCode::fragmentation;
   d.headline = "enough memory is free in total, but no free block is large enough";
   d.reasons.push_back(fmt::format("free in all {} >= request {}", fb(total_free), fb(R)));
-  d.reasons.push_back(
-      fmt::format("free on the device {} < {}: a new segment does not fit", fb(*x.device_avail), fb(x.device_request)));
+  // What rule 3 compared: the free memory against the new segment plus the slack.
+  const std::string sum = fb(x.device_request + kDeviceSlackBytes);
+  d.reasons.push_back(fmt::format("free {} {} < {} {} + {} slack{}: a new segment does not fit",
+                                  x.cap_binds ? "under the cap" : "on the device", fb(*x.device_avail),
+                                  x.device_request != R ? "new segment" : "request", fb(x.device_request),
+                                  fb(kDeviceSlackBytes), sum == fb(x.device_request) ? "" : " = " + sum));
   if (f.largest_free_block) {
     d.reasons.push_back(
         fmt::format("largest free block in the cache {} < request {}", fb(*f.largest_free_block), fb(R)));
@@ -397,32 +566,37 @@ void rule_capacity(const Derived& x, Diagnosis& d) {
         fmt::format("the cap leaves {} of headroom; the device itself had more free", fb(*x.device_avail)));
 }
 
-// The next step of rules 3 to 6, by code.
-void set_next_step(Diagnosis& d, bool cap_binds) {
+// The next step of rules 4 to 7, by code.
+void set_next_step(Diagnosis& d, const OomFigures& f, bool cap_binds) {
+  const PlatformWords w = words_of(f.platform);
   switch (d.code) {
     case DiagnosisCode::fragmentation:
-      d.next_step =
-          "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1) so that free pages can be "
-          "combined, or max_split_size_mb:N (N a little above your usual large tensor, in MiB) so that large "
-          "cached blocks are not split. `vramtrace oom TRACE` replays a recorded run under these settings and "
-          "says which fits.";
+      d.next_step = fmt::format(
+          "Set {}=expandable_segments:True (PyTorch >= 2.1) so that free pages can be combined, or "
+          "max_split_size_mb:N (N a little above your usual large tensor, in MiB) so that large cached blocks are "
+          "not split. `vramtrace oom TRACE` replays a recorded run under these settings and says which fits.",
+          w.alloc_conf);
       break;
     case DiagnosisCode::outside_allocator:
-      d.next_step =
-          "Find who holds the memory outside the allocator: `nvidia-smi` for other processes; in this process, "
-          "other libraries (cuDNN/cuBLAS workspaces, NCCL buffers, a second framework such as JAX, which "
-          "preallocates 75% unless XLA_PYTHON_CLIENT_PREALLOCATE=false). Free them, limit them, or move them "
-          "to another device.";
+      d.next_step = fmt::format(
+          "Find who holds the memory outside the allocator: `{}` for other processes; in this process, other "
+          "libraries (cuDNN/cuBLAS workspaces, NCCL buffers, a second framework such as JAX, which preallocates 75% "
+          "unless XLA_PYTHON_CLIENT_PREALLOCATE=false). Free them, limit them, or move them to another device.",
+          w.smi);
       break;
     case DiagnosisCode::capacity:
+      // Note [what capacity says about settings]: at the failure the cache held too little free
+      // memory for any layout to serve the request; that is all the figures of one moment show. A
+      // setting changes what was reserved before that moment, so only a replay can say whether one
+      // gets past it (note_replays_in_diagnosis).
       d.next_step =
           cap_binds
-              ? "Raise the cap (torch.cuda.set_per_process_memory_fraction / per_process_memory_fraction) or need "
-                "less memory: smaller batch, mixed precision, activation checkpointing. Allocator settings cannot "
-                "fix this: the cache holds almost nothing free."
+              ? "Raise the cap (torch.cuda.set_per_process_memory_fraction, vramtrace run --limit) or need less "
+                "memory: smaller batch, mixed precision, activation checkpointing. At this moment the cache held too "
+                "little free memory for any layout to serve the request."
               : "Need less memory: smaller batch or sequence length, mixed precision, activation checkpointing, a "
-                "sharded optimizer (ZeRO/FSDP), CPU offload; or a device with more memory. Allocator settings "
-                "cannot fix this.";
+                "sharded optimizer (ZeRO/FSDP), CPU offload; or a device with more memory. At this moment the cache "
+                "held too little free memory for any layout to serve the request.";
       break;
     default:
       break;
@@ -431,18 +605,24 @@ void set_next_step(Diagnosis& d, bool cap_binds) {
 
 }  // namespace
 
-// The rules in the order of the comment at the top of this file (and of docs/reports.md,
-// "Diagnosis codes"): the first that decides, decides. Rules 3 and 4 decide by giving reasons.
+// The rules in the order of the comment at the top of this file (diagnosis_rule_order(), and
+// docs/reports.md, "Diagnosis codes"): the first that decides, decides. Rules 4 and 5 decide by
+// giving reasons.
 Diagnosis diagnose(const OomFigures& f) {
   Diagnosis d;
-  if (rule_exceeds_1eb(f, d) || undetermined_without_request(f, d)) return d;
+  if (rule_exceeds_1eb(f, d) || rule_inconsistent(f, d) || undetermined_without_request(f, d)) return d;
   const u64 R = *f.request;
   if (f.bfc) {
     diagnose_bfc(f, R, d);
     return d;
   }
+  if (f.platform == GpuPlatform::mps) {
+    diagnose_mps(f, R, d);
+    if (f.printed) d.notes.push_back(kPrintedNote);
+    return d;
+  }
   const Derived x = derive_figures(f, R, d);
-  if (rule_exceeds_device(f, x, d) || rule_unexplained(x, d) || undetermined_without_device_free(x, d)) return d;
+  if (rule_exceeds_device(f, x, d) || rule_unexplained(f, x, d) || undetermined_without_device_free(x, d)) return d;
   rule_outside_larger_than_inside(x, d);
   if (d.reasons.empty()) rule_fragmentation(f, x, d);
   if (d.reasons.empty()) {
@@ -450,10 +630,29 @@ Diagnosis diagnose(const OomFigures& f) {
     const u64 shortfall = derive_shortfall(x, d);
     if (!rule_outside_allocator(x, shortfall, d)) rule_capacity(x, d);
   }
-  set_next_step(d, x.cap_binds);
-  d.notes.push_back(
-      "figures printed with two decimals are exact to half a unit of the last digit; derived values carry that error");
+  set_next_step(d, f, x.cap_binds);
+  if (f.printed) d.notes.push_back(kPrintedNote);
   return d;
+}
+
+void note_replays_in_diagnosis(Diagnosis& d, const std::vector<std::string>& passing, std::size_t tried,
+                               bool reproduces) {
+  if (d.code != DiagnosisCode::capacity || tried == 0) return;
+  if (!reproduces) {
+    d.next_step +=
+        " The replays below do not reproduce this OOM, so they cannot say whether a setting would get past it.";
+    return;
+  }
+  if (passing.empty()) {
+    d.next_step += fmt::format(" None of the {} replayed settings gets past it either (the replays below).", tried);
+    return;
+  }
+  std::string list;
+  for (std::size_t i = 0; i < passing.size(); ++i) list += (i ? "; " : "") + passing[i];
+  d.next_step += fmt::format(
+      " But a setting changes what was reserved before it, and the replays below get past the failure under: {}. "
+      "Check that verdict on the real program before you cut the batch.",
+      list);
 }
 
 }  // namespace vramtrace

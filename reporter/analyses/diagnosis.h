@@ -12,18 +12,26 @@
 
 namespace vramtrace {
 
-/// The verdicts, in the order they are tested.
+/// The verdicts, in the order their rules are tested (diagnosis.cpp, docs/reports.md "Diagnosis
+/// codes"; diagnosis_rule_order() lists the order and a test holds the doc to it).
 enum class DiagnosisCode : std::uint8_t {
+  inconsistent,       ///< the figures contradict each other: no verdict from them
   exceeds_device,     ///< the request alone is larger than the device (or the cap)
   unexplained,        ///< the figures cannot produce an OOM (device had room): another cause
-  fragmentation,      ///< enough free memory in total, no block large enough
   outside_allocator,  ///< memory held by the context, other libraries or other processes
+  fragmentation,      ///< enough free memory in total, no block large enough
   capacity,           ///< not enough memory whatever the layout
   undetermined,       ///< the input lacks the figures to decide
 };
 
 /// Stable name ("exceeds_device", ...), used in --json. Never null.
 const char* diagnosis_code_name(DiagnosisCode c) noexcept;
+
+/// The rules of diagnose(), in the order they are tested: one entry per rule, named by the code it
+/// gives (outside_allocator twice: first when memory outside the allocator is larger than the
+/// allocator's own, then when freeing it would cover what the request lacks). undetermined is
+/// not a rule: it is what a rule gives when a figure it needs is missing.
+const std::vector<DiagnosisCode>& diagnosis_rule_order();
 
 /// Figures known at an OOM, in bytes. Unknown figures stay empty; the diagnosis never fills a
 /// missing one with a guess, it derives only what arithmetic on known figures gives.
@@ -38,17 +46,28 @@ struct OomFigures {
   std::optional<std::uint64_t> reserved;
   std::optional<std::uint64_t> reserved_unallocated;  ///< reserved - allocated, when printed directly
   std::optional<std::uint64_t> allowed;               ///< per-process cap on reserved memory
-  std::optional<std::uint64_t> process_in_use;        ///< NVML figure for this process
-  std::optional<std::uint64_t> other_processes;       ///< sum over other processes named
-  std::optional<std::uint64_t> private_pools;         ///< part of allocated held in private pools
+  /// What `allowed` is, for the reasons shown: "allowed" (a message's figure), "the cap of
+  /// vramtrace run --limit", "PyTorch's memory fraction", "--capacity", "max allowed" (MPS).
+  std::string allowed_name = "allowed";
+  std::optional<std::uint64_t> process_in_use;   ///< NVML figure for this process
+  std::optional<std::uint64_t> other_processes;  ///< sum over other processes named
+  std::optional<std::uint64_t> private_pools;    ///< part of allocated held in private pools
   /// Trace-only figures.
   std::optional<std::uint64_t> largest_free_block;  ///< largest inactive block in the cache
   std::optional<std::uint64_t> inactive_split;      ///< free bytes inside split segments
   /// Memory outside the allocator known directly (trace: the simulated device's other use).
   std::optional<std::uint64_t> outside_allocator;
+  /// MPS: memory of the process outside the MPS allocator's heaps ("other allocations").
+  std::optional<std::uint64_t> mps_other;
   bool exceeds_1eb = false;
   /// True for a TensorFlow BFC allocator, whose "device" is the allocator's memory limit.
   bool bfc = false;
+  /// Whose allocator failed: the advice names its variables (PYTORCH_HIP_ALLOC_CONF on ROCm, the
+  /// MPS watermark on Apple GPUs).
+  GpuPlatform platform = GpuPlatform::cuda;
+  /// The figures were printed with two decimals (a pasted message): comparisons allow for the
+  /// rounding. False for a trace's exact figures.
+  bool printed = false;
 };
 
 /// One line of arithmetic: "reserved = allocated + reserved but unallocated = 14.56 GiB + 12.76 MiB = 14.57 GiB".
@@ -75,10 +94,27 @@ inline constexpr std::uint64_t kDeviceSlackBytes = 2ull << 20;
 /// not something to hunt down.
 inline constexpr std::uint64_t kContextAllowanceBytes = 1280ull << 20;
 
-/// Decides the code from the figures. Order: exceeds_device, unexplained, (outside memory larger
-/// than the allocator's own: outside_allocator or capacity), fragmentation, outside_allocator,
-/// capacity; undetermined when the figures for a step are missing. Pure function.
+/// Decides the code from the figures, testing the rules in the order of diagnosis_rule_order()
+/// (inconsistent, exceeds_device, unexplained, outside_allocator when the outside is the larger
+/// part, fragmentation, outside_allocator when freeing it covers the shortfall, capacity);
+/// undetermined when the figures for a step are missing. TensorFlow's BFC figures and MPS
+/// messages have their own, shorter lists of the same codes. Pure function.
 Diagnosis diagnose(const OomFigures& f);
+
+/// What the verdict "capacity" can and cannot say about allocator settings, after replays:
+/// at the failure the cache held too little free memory for any layout, but a setting changes
+/// what was reserved before it. When a replay under another setting got past the failure
+/// (`passing` names each with its verdict and spare), the next step says so instead of "need less
+/// memory" alone; with no such replay it says that none of `tried` did. When the replay of the
+/// trace's own settings does not reproduce the OOM (`reproduces` false), the replays can say
+/// nothing and the next step says that. Other codes are left as they are.
+void note_replays_in_diagnosis(Diagnosis& d, const std::vector<std::string>& passing, std::size_t tried,
+                               bool reproduces);
+
+/// The environment variable that takes allocator settings on `p`: PYTORCH_CUDA_ALLOC_CONF,
+/// PYTORCH_HIP_ALLOC_CONF (ROCm); for MPS, which has no such settings, its watermark variable
+/// PYTORCH_MPS_HIGH_WATERMARK_RATIO. Never null.
+const char* alloc_conf_variable(GpuPlatform p) noexcept;
 
 /// The figures a message states (and nothing else).
 OomFigures figures_from_message(const OomMessage& m);

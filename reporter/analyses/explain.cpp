@@ -24,6 +24,7 @@ constexpr FigureField kFields[] = {
     {"allowed_bytes", "allowed (cap)", &OomMessage::allowed},
     {"process_in_use_bytes", "in use by this process", &OomMessage::process_in_use},
     {"private_pools_bytes", "in private pools", &OomMessage::private_pools},
+    {"mps_other_bytes", "other allocations (MPS)", &OomMessage::mps_other},
     {"bfc_limit_bytes", "BFC limit", &OomMessage::bfc_limit},
     {"bfc_in_use_bytes", "BFC in use", &OomMessage::bfc_in_use},
     {"bfc_max_in_use_bytes", "BFC max in use", &OomMessage::bfc_max_in_use},
@@ -34,11 +35,31 @@ constexpr FigureField kFields[] = {
 
 }  // namespace
 
-Explanation explain_message(std::string_view text) {
+namespace {
+
+Explanation explain_one(OomMessage m) {
   Explanation e;
-  e.message = parse_oom_message(text);
+  e.message = std::move(m);
   e.diagnosis = diagnose(figures_from_message(e.message));
+  if (e.message.format == OomMessageFormat::pytorch_thc) {
+    // The request is not missing from a cut message here: this generation never printed it.
+    e.diagnosis.headline = "PyTorch 0.4 and older print no figures with this error, so no verdict is possible";
+    e.diagnosis.next_step =
+        "Rerun with a newer PyTorch (1.0 and later print the request, the device total and free memory, and the "
+        "allocator's figures), or record a trace (vramtrace run) and use `vramtrace oom`. Meanwhile "
+        "torch.cuda.memory_allocated() and max_memory_allocated() before the failing step show how close it was.";
+  }
   return e;
+}
+
+}  // namespace
+
+Explanation explain_message(std::string_view text) { return explain_one(parse_oom_message(text)); }
+
+std::vector<Explanation> explain_messages(std::string_view text) {
+  std::vector<Explanation> out;
+  for (OomMessage& m : parse_oom_messages(text)) out.push_back(explain_one(std::move(m)));
+  return out;
 }
 
 std::string render_explain_text(const Explanation& e) {
@@ -46,6 +67,7 @@ std::string render_explain_text(const Explanation& e) {
   const Diagnosis& d = e.diagnosis;
   std::string out;
   out += fmt::format("Message: {}\n", oom_message_format_description(m.format));
+  if (m.platform == GpuPlatform::rocm) out += "Platform: ROCm (HIP)\n";
   if (m.device) out += fmt::format("Device: {}\n", *m.device);
   if (!m.allocator_name.empty()) out += fmt::format("Allocator: {}\n", m.allocator_name);
   bool any = false;
@@ -90,11 +112,30 @@ std::string render_explain_text(const Explanation& e) {
   return out;
 }
 
+std::string render_explain_text(const std::vector<Explanation>& all) {
+  if (all.size() == 1) return render_explain_text(all.front());
+  std::string out =
+      fmt::format("{} out-of-memory messages in this text; each is explained from its own figures.\n", all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    out += fmt::format("\n=== Message {} of {} ===\n", i + 1, all.size());
+    out += render_explain_text(all[i]);
+  }
+  return out;
+}
+
+nlohmann::json explain_json(const std::vector<Explanation>& all) {
+  if (all.size() == 1) return explain_json(all.front());
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& e : all) arr.push_back(explain_json(e));
+  return nlohmann::json{{"messages", arr}};
+}
+
 nlohmann::json explain_json(const Explanation& e) {
   const OomMessage& m = e.message;
   const Diagnosis& d = e.diagnosis;
   nlohmann::json j;
   j["format"] = oom_message_format_name(m.format);
+  j["platform"] = gpu_platform_name(m.platform);
   j["diagnosis"] = diagnosis_code_name(d.code);
   j["headline"] = d.headline;
   if (m.device) j["device"] = *m.device;

@@ -4,6 +4,7 @@
 #include "analyses/oom_message.h"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -259,6 +260,19 @@ void read_bfc_dump(std::string_view s, OomMessage& m) {
   }
 }
 
+// PyTorch on Apple MPS (aten/src/ATen/mps/MPSAllocator.mm): "MPS backend out of memory (MPS
+// allocated: 18.04 GB, other allocations: 2.55 MB, max allowed: 18.13 GB). Tried to allocate 96.00 MB
+// on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 ...". Its "GB" and "MB" are binary
+// multiples (the allocator's format_size divides by 1024). `at` is the start of the phrase.
+void read_mps(std::string_view s, std::size_t at, OomMessage& m) {
+  m.format = OomMessageFormat::mps;
+  m.platform = GpuPlatform::mps;
+  m.allocated = size_after_phrase(s, "MPS allocated", at);
+  m.mps_other = size_after_phrase(s, "other allocations", at);
+  m.allowed = size_after_phrase(s, "max allowed", at);
+  m.requested = size_after_phrase(s, "Tried to allocate", at);
+}
+
 // PyTorch's caching allocator: the form is told by what follows "Tried to allocate" (at `tried`).
 void read_pytorch(std::string_view s, std::size_t tried, OomMessage& m) {
   std::size_t after = tried + 17;
@@ -331,6 +345,7 @@ void mark_truncated(std::string_view s, bool is_pytorch, OomMessage& m) {
                         : (m.reserved.has_value() || m.reserved_unallocated.has_value());
     if (!complete) m.truncated = true;
   }
+  if (m.format == OomMessageFormat::mps && !m.truncated && !m.allowed) m.truncated = true;
   if (m.truncated) m.truncated_after = last_words(s);
 }
 
@@ -346,6 +361,7 @@ void list_findings(bool is_pytorch, OomMessage& m) {
   found(m, "allowed (cap)", m.allowed);
   found(m, "in use by this process", m.process_in_use);
   found(m, "allocated in private pools", m.private_pools);
+  found(m, "MPS other allocations", m.mps_other);
   for (const auto& p : m.other_processes)
     m.findings.push_back(fmt::format("process {} in use: \"{}\"", p.pid, p.in_use.text));
   found(m, "BFC limit", m.bfc_limit);
@@ -362,6 +378,12 @@ void list_findings(bool is_pytorch, OomMessage& m) {
     if (!m.device_free) missing(m, "device free");
     if (!m.allocated) missing(m, "allocated");
   }
+  if (m.format == OomMessageFormat::mps) {
+    if (!m.allocated) missing(m, "MPS allocated");
+    if (!m.allowed) missing(m, "max allowed");
+  }
+  if (m.platform == GpuPlatform::rocm)
+    m.findings.push_back("a ROCm (HIP) message: its settings are PYTORCH_HIP_ALLOC_CONF");
   if (m.truncated) m.findings.push_back(fmt::format("the message is cut off after \"{}\"", m.truncated_after));
   if (m.capacity_typo) m.findings.push_back("spelling \"capacty\": PyTorch 2.1");
   if (m.expandable_hint)
@@ -370,6 +392,18 @@ void list_findings(bool is_pytorch, OomMessage& m) {
 }
 
 }  // namespace
+
+const char* gpu_platform_name(GpuPlatform p) noexcept {
+  switch (p) {
+    case GpuPlatform::cuda:
+      return "cuda";
+    case GpuPlatform::rocm:
+      return "rocm";
+    case GpuPlatform::mps:
+      return "mps";
+  }
+  return "cuda";
+}
 
 const char* oom_message_format_name(OomMessageFormat f) noexcept {
   switch (f) {
@@ -391,6 +425,10 @@ const char* oom_message_format_name(OomMessageFormat f) noexcept {
       return "xla";
     case OomMessageFormat::cuda_error:
       return "cuda_error";
+    case OomMessageFormat::pytorch_thc:
+      return "pytorch_thc";
+    case OomMessageFormat::mps:
+      return "mps";
   }
   return "unknown";
 }
@@ -415,6 +453,10 @@ const char* oom_message_format_description(OomMessageFormat f) noexcept {
       return "XLA/JAX RESOURCE_EXHAUSTED form";
     case OomMessageFormat::cuda_error:
       return "bare CUDA out-of-memory error";
+    case OomMessageFormat::pytorch_thc:
+      return "PyTorch <= 0.4 form (\"cuda runtime error (2) : out of memory\", no figures)";
+    case OomMessageFormat::mps:
+      return "PyTorch on Apple MPS (\"MPS backend out of memory\")";
   }
   return "unknown";
 }
@@ -450,7 +492,11 @@ OomMessage parse_oom_message(std::string_view raw) {
   std::size_t xla2 = find(s, "Attempting to allocate");
   std::size_t xla3 = find(s, "Failed to allocate request for");
 
-  if (async != std::string_view::npos) {
+  std::size_t mps = find(s, "MPS backend out of memory");
+  std::size_t thc = find(s, "runtime error (2) : out of memory");
+  if (mps != std::string_view::npos) {
+    read_mps(s, mps, m);
+  } else if (async != std::string_view::npos) {
     read_pytorch_async(
         s, find(s, "Allocation on device") == std::string_view::npos ? async : find(s, "Allocation on device"), m);
   } else if (tried != std::string_view::npos) {
@@ -459,7 +505,17 @@ OomMessage parse_oom_message(std::string_view raw) {
     read_tensorflow(s, bfc, m);
   } else if (xla != std::string_view::npos || xla2 != std::string_view::npos || xla3 != std::string_view::npos) {
     read_xla(s, xla, xla2, xla3, m);
+  } else if (thc != std::string_view::npos) {
+    // PyTorch 0.4 and older (THC): "RuntimeError: cuda runtime error (2) : out of memory at
+    // /pytorch/aten/src/THC/generic/THCStorage.cu:58". cudaErrorMemoryAllocation is error 2; the
+    // caching allocator of that era printed no figures.
+    m.format = OomMessageFormat::pytorch_thc;
+    m.findings.push_back(
+        "PyTorch 0.4 or older (THC): \"cuda runtime error (2) : out of memory\" carries no figures (no request, no "
+        "device state)");
   } else if (find(s, "CUDA error: out of memory") != std::string_view::npos ||
+             find(s, "HIP error: out of memory") != std::string_view::npos ||
+             find(s, "hipErrorOutOfMemory") != std::string_view::npos ||
              find(s, "CUDA_ERROR_OUT_OF_MEMORY") != std::string_view::npos ||
              find(s, "cudaErrorMemoryAllocation") != std::string_view::npos ||
              find(s, "CUDA out of memory") != std::string_view::npos) {
@@ -471,9 +527,16 @@ OomMessage parse_oom_message(std::string_view raw) {
     m.findings.push_back(
         "no known out-of-memory text: looked for PyTorch's \"Tried to allocate\", the cudaMallocAsync "
         "\"would exceed allowed memory\", TensorFlow's \"ran out of memory trying to allocate\" / \"Limit:\", "
-        "XLA's \"Out of memory while trying to allocate\"");
+        "XLA's \"Out of memory while trying to allocate\", the MPS \"MPS backend out of memory\", PyTorch 0.4's "
+        "\"cuda runtime error (2) : out of memory\"");
     return m;
   }
+  // ROCm builds of PyTorch print the CUDA layout with "HIP" in place of "CUDA" and name their own
+  // variable (c10/hip, hipified from c10/cuda).
+  if (m.format != OomMessageFormat::mps &&
+      (find(s, "HIP out of memory") != std::string_view::npos || find(s, "HIP error") != std::string_view::npos ||
+       find(s, "hipError") != std::string_view::npos || find(s, "PYTORCH_HIP_ALLOC_CONF") != std::string_view::npos))
+    m.platform = GpuPlatform::rocm;
 
   if (find(s, "expandable_segments:True") != std::string_view::npos) m.expandable_hint = true;
   if (find(s, "max_split_size_mb") != std::string_view::npos) m.max_split_hint = true;
@@ -483,6 +546,57 @@ OomMessage parse_oom_message(std::string_view raw) {
   mark_truncated(s, is_pytorch, m);
   list_findings(is_pytorch, m);
   return m;
+}
+
+namespace {
+
+// Where each message of a log begins. A message is found by its head (the phrase every message of
+// its form has once: "Tried to allocate", "would exceed allowed memory", "runtime error (2) : out
+// of memory") and begins at the first opening phrase ("CUDA out of memory", "MPS backend out of
+// memory", ...) between the previous head and this one, close before it; else at the head itself.
+std::vector<std::size_t> message_starts(std::string_view s) {
+  constexpr std::string_view kHeads[] = {"Tried to allocate", "would exceed allowed memory",
+                                         "runtime error (2) : out of memory"};
+  constexpr std::string_view kOpenings[] = {"OutOfMemoryError",  "CUDA out of memory",        "Cuda out of memory",
+                                            "HIP out of memory", "MPS backend out of memory", "Allocation on device",
+                                            "cuda runtime error"};
+  constexpr std::size_t kOpeningWindow = 320;  // an opening more than this before its head is another text
+  std::vector<std::size_t> heads;
+  for (std::string_view h : kHeads)
+    for (std::size_t p = s.find(h); p != std::string_view::npos; p = s.find(h, p + h.size())) heads.push_back(p);
+  std::sort(heads.begin(), heads.end());
+  std::vector<std::size_t> starts;
+  std::size_t floor = 0;
+  for (std::size_t head : heads) {
+    std::size_t lo = std::max(floor, head > kOpeningWindow ? head - kOpeningWindow : 0);
+    std::size_t start = head;
+    for (std::string_view o : kOpenings) {
+      std::size_t q = s.find(o, lo);
+      if (q != std::string_view::npos && q < start) start = q;
+    }
+    if (starts.empty() || start > starts.back()) starts.push_back(start);
+    floor = head + 1;
+  }
+  return starts;
+}
+
+}  // namespace
+
+std::vector<OomMessage> parse_oom_messages(std::string_view raw) {
+  const std::string norm = normalise(raw.substr(0, std::min(raw.size(), kMaxMessageBytes)));
+  const std::vector<std::size_t> starts = message_starts(norm);
+  if (starts.size() <= 1) return {parse_oom_message(raw)};
+  std::vector<OomMessage> out;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    std::size_t end = i + 1 < starts.size() ? starts[i + 1] : norm.size();
+    // The text before the first message (the traceback's head) belongs to the first.
+    std::size_t begin = i == 0 ? 0 : starts[i];
+    out.push_back(parse_oom_message(std::string_view(norm).substr(begin, end - begin)));
+  }
+  if (raw.size() > kMaxMessageBytes)
+    out.front().findings.push_back(
+        fmt::format("input is {} bytes; only the first {} were read", raw.size(), kMaxMessageBytes));
+  return out;
 }
 
 }  // namespace vramtrace

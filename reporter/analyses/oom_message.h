@@ -14,6 +14,17 @@
 
 namespace vramtrace {
 
+/// Whose allocator wrote the message: it decides which variables the advice names
+/// (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_HIP_ALLOC_CONF, PYTORCH_MPS_HIGH_WATERMARK_RATIO).
+enum class GpuPlatform : std::uint8_t {
+  cuda,  ///< NVIDIA CUDA (also the default when the text does not say)
+  rocm,  ///< AMD ROCm/HIP: PyTorch prints "HIP out of memory" and names PYTORCH_HIP_ALLOC_CONF
+  mps,   ///< Apple Metal (MPS): its own allocator, limited by a watermark, not by a device total
+};
+
+/// Stable name ("cuda", "rocm", "mps"), used in --json. Never null.
+const char* gpu_platform_name(GpuPlatform p) noexcept;
+
 /// Which generation of message the text is.
 enum class OomMessageFormat : std::uint8_t {
   unknown,           ///< no known OOM text found
@@ -25,6 +36,8 @@ enum class OomMessageFormat : std::uint8_t {
   tensorflow_bfc,    ///< TensorFlow/XLA BFC allocator: "ran out of memory trying to allocate ..." / "Limit: ..."
   xla,               ///< XLA/JAX: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes"
   cuda_error,        ///< a bare CUDA error ("CUDA error: out of memory") without figures
+  pytorch_thc,       ///< PyTorch <= 0.4 (THC): "cuda runtime error (2) : out of memory at ...", no figures
+  mps,               ///< PyTorch on Apple MPS: "MPS backend out of memory (MPS allocated: ..., max allowed: ...)"
 };
 
 /// Stable name of a format ("pytorch_sentence", ...), used in --json. Never null.
@@ -49,18 +62,22 @@ struct ProcessUse {
 /// figure; nothing is derived here.
 struct OomMessage {
   OomMessageFormat format = OomMessageFormat::unknown;
-  std::optional<int> device;                ///< "GPU 0", "device 1", "GPU_0_bfc"
-  std::optional<PrintedSize> requested;     ///< "Tried to allocate" / "Requested" / "trying to allocate"
-  std::optional<PrintedSize> rounded;       ///< TensorFlow "(rounded to N)"
-  std::optional<PrintedSize> device_total;  ///< "total capacity" / "Device limit"
-  std::optional<PrintedSize> device_free;   ///< "free" (cudaMemGetInfo) / "There are N free"
-  std::optional<PrintedSize> allocated;     ///< "already allocated" / "is allocated by PyTorch" / "Currently allocated"
-  std::optional<PrintedSize> reserved;      ///< "reserved in total by PyTorch" (total reserved)
+  GpuPlatform platform = GpuPlatform::cuda;  ///< rocm when the text says HIP, mps for the MPS form
+  std::optional<int> device;                 ///< "GPU 0", "device 1", "GPU_0_bfc"
+  std::optional<PrintedSize> requested;      ///< "Tried to allocate" / "Requested" / "trying to allocate"
+  std::optional<PrintedSize> rounded;        ///< TensorFlow "(rounded to N)"
+  std::optional<PrintedSize> device_total;   ///< "total capacity" / "Device limit"
+  std::optional<PrintedSize> device_free;    ///< "free" (cudaMemGetInfo) / "There are N free"
+  std::optional<PrintedSize> allocated;  ///< "already allocated" / "is allocated by PyTorch" / "Currently allocated"
+  std::optional<PrintedSize> reserved;   ///< "reserved in total by PyTorch" (total reserved)
   std::optional<PrintedSize> reserved_unallocated;  ///< "cached" (<= 1.3) / "reserved by PyTorch but unallocated"
   std::optional<PrintedSize> allowed;         ///< "N allowed" / "PyTorch limit (set by user-supplied memory fraction)"
   std::optional<PrintedSize> process_in_use;  ///< "Including non-PyTorch memory, this process has N memory in use"
   std::optional<PrintedSize> private_pools;   ///< "with N allocated in private pools (e.g., CUDA Graphs)"
   std::vector<ProcessUse> other_processes;    ///< "Process P has N memory in use"
+  /// MPS: "other allocations: N" (memory of this process outside the MPS allocator's heaps);
+  /// the MPS allocator's own figure is `allocated` and its "max allowed" is `allowed`.
+  std::optional<PrintedSize> mps_other;
   // TensorFlow BFC dump figures.
   std::string allocator_name;                         ///< "GPU_0_bfc"
   std::optional<PrintedSize> bfc_limit;               ///< "Limit:"
@@ -84,8 +101,19 @@ struct OomMessage {
 /// Reads `text`, which may be a whole traceback or log: the OOM sentence is found inside it.
 /// Whitespace and line breaks are normalised first. Never throws on any input (including empty
 /// and binary text); a text without a known form returns format == unknown with findings saying
-/// so. Thread-safe (no shared state).
+/// so. Reads one message: for a log that may hold several, use parse_oom_messages. Thread-safe
+/// (no shared state).
 OomMessage parse_oom_message(std::string_view text);
+
+/// Reads every PyTorch out-of-memory message of `text`, in order: a log of several failures (two
+/// processes, a retry with a smaller batch) holds one "Tried to allocate" (or cudaMallocAsync
+/// "would exceed allowed memory", or PyTorch 0.4 "cuda runtime error (2)") per message. The text
+/// is cut before each message's start ("CUDA out of memory", "HIP out of memory", "MPS backend out
+/// of memory", "Allocation on device" just before its request), and each piece is read with
+/// parse_oom_message, so that no message borrows another's figures. A text with at most one such
+/// message gives one result, the same as parse_oom_message (TensorFlow and XLA logs included).
+/// Never empty. Thread-safe.
+std::vector<OomMessage> parse_oom_messages(std::string_view text);
 
 /// Parses a printed size: "26.39 MiB", "0 bytes", "765.00MiB", "1.54G", "3.50 GB", "802160640".
 /// Binary units (KiB, MiB, GiB, TiB, PiB, EiB; also K/M/G/T and KB/MB/GB/TB, which these

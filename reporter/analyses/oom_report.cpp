@@ -92,9 +92,34 @@ OomCase case_without_entry(const TraceModel& m, const DeviceModel& d, const OomW
   return c;
 }
 
+// Every limit known on `device` besides its total: the trace's smallest cap, then --capacity
+// when it is smaller. The diagnosis compares reserved memory with it (cap_headroom).
+void apply_limits(const TraceModel& m, std::int32_t device, const OomOptions& options, OomFigures& f) {
+  if (const TraceHeader::Cap* cap = m.header.cap_of(device)) {
+    f.allowed = cap->bytes;
+    f.allowed_name = cap->what;
+  }
+  if (options.capacity_bytes && (!f.allowed || *options.capacity_bytes < *f.allowed)) {
+    f.allowed = *options.capacity_bytes;
+    f.allowed_name = "--capacity";
+  }
+}
+
 }  // namespace
 
-std::vector<OomCase> oom_cases(const TraceModel& m) {
+const char* whatif_covers_name(WhatIfCovers c) noexcept {
+  switch (c) {
+    case WhatIfCovers::to_failure:
+      return "to_failure";
+    case WhatIfCovers::full_trace:
+      return "full_trace";
+    case WhatIfCovers::whole_trace:
+      break;
+  }
+  return "whole_trace";
+}
+
+std::vector<OomCase> oom_cases(const TraceModel& m, const OomOptions& options) {
   std::vector<OomCase> out;
   const bool counts_retries = m.header.format == "vramtrace";  // Note [one OOM per failed request]
   for (const auto& d : m.devices) {
@@ -110,6 +135,7 @@ std::vector<OomCase> oom_cases(const TraceModel& m) {
       c.time_ns = o.time_ns - d.first_time_ns;
       c.figures = figures_for(m, d.device, o.state, o.request_bytes, o.device_free_bytes);
       c.attempts = o.attempts;
+      apply_limits(m, d.device, options, c.figures);
       if (counts_retries) c.retries = retried;
       c.allocator_retries = o.retries;
       c.request_stack = o.stack;
@@ -125,6 +151,7 @@ std::vector<OomCase> oom_cases(const TraceModel& m) {
       c.event_index = d.at_end.event_index;
       c.time_ns = d.at_end.time_ns - d.first_time_ns;
       c.figures = figures_for(m, d.device, d.at_end, std::nullopt, std::nullopt);
+      apply_limits(m, d.device, options, c.figures);
       c.diagnosis = diagnose(c.figures);
       c.diagnosis.headline = "the trace ends abruptly; the request that failed (if any) is not in it";
       c.state = &d.at_end;
@@ -143,8 +170,82 @@ std::vector<RetriedFailure> retried_failures(const TraceModel& m) {
   return out;
 }
 
-std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cases, const std::vector<WhatIf>& whatifs,
-                            std::uint64_t capacity) {
+namespace {
+
+std::string settings_label(const WhatIf& w) { return w.settings.empty() ? "(trace's own)" : w.settings; }
+
+// One sentence per setting: its verdict, what it rests on, and what the replay covers.
+std::string verdict_sentence(const WhatIfRun& run, const WhatIf& w) {
+  const std::string bound = fb(static_cast<i64>(run.bound_bytes));
+  const bool to_failure = run.covers == WhatIfCovers::to_failure;
+  switch (w.verdict) {
+    case WhatIfVerdict::fits:
+      return to_failure ? fmt::format(
+                              "gets past the failure with {} spare (above the {} bound); the rest of the run "
+                              "was never recorded",
+                              fb(w.margin_bytes), bound)
+                        : fmt::format("fits, {} spare (above the {} bound)", fb(w.margin_bytes), bound);
+    case WhatIfVerdict::marginal:
+      if (w.ooms == 0)
+        return fmt::format("marginal: {} {} spare, within the {} bound: verify on the real program{}",
+                           to_failure ? "gets past the failure with" : "fits with", fb(w.margin_bytes), bound,
+                           to_failure ? "; the rest of the run was never recorded" : "");
+      return fmt::format("marginal: {} OOM{} on this capacity, none with {} more{}: verify on the real program", w.ooms,
+                         w.ooms == 1 ? "" : "s", bound,
+                         w.shortfall_bytes && *w.shortfall_bytes > 0
+                             ? fmt::format(" (short by about {})", fb(static_cast<i64>(*w.shortfall_bytes)))
+                             : "");
+    case WhatIfVerdict::does_not_fit:
+      return fmt::format("does not fit: {} OOM{}, also with {} more", w.ooms, w.ooms == 1 ? "" : "s", bound);
+    case WhatIfVerdict::failed:
+      break;
+  }
+  return "replay failed: " + w.error;
+}
+
+}  // namespace
+
+std::string render_whatif_text(const WhatIfRun& run) {
+  if (run.rows.empty()) return {};
+  std::string what;
+  switch (run.covers) {
+    case WhatIfCovers::whole_trace:
+      what = "the whole trace";
+      break;
+    case WhatIfCovers::to_failure:
+      what = "the trace up to its failure (it ends there)";
+      break;
+    case WhatIfCovers::full_trace:
+      what = fmt::format("{} (a complete trace of the same program, --full)", run.full_path);
+      break;
+  }
+  std::string out = fmt::format(
+      "\nReplays of {}, each failed request put back at its moment,\non a simulated device of {} ({}).\n"
+      "Error bound {} ({}).\n",
+      what, fb(static_cast<i64>(run.capacity_bytes)), run.capacity_source, fb(static_cast<i64>(run.bound_bytes)),
+      whatif_bound_source());
+  for (const auto& w : run.warnings) out += fmt::format("WARNING: {}\n", w);
+  out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>14}\n", "settings", "verdict", "peak reserved", "peak allocated",
+                     "spare");
+  for (const auto& w : run.rows) {
+    if (!w.error.empty()) {
+      out += fmt::format("  {:<44} replay failed: {}\n", settings_label(w), w.error);
+      continue;
+    }
+    out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>14}\n", settings_label(w), whatif_verdict_words(w.verdict),
+                       fb(w.peak_reserved), fb(w.peak_allocated),
+                       w.ooms == 0 ? fb(w.margin_bytes) : fmt::format("{} OOM{}", w.ooms, w.ooms == 1 ? "" : "s"));
+  }
+  out +=
+      "(spare = capacity - peak reserved; fits = spare above the bound; marginal = within the bound either way;\n"
+      " does not fit = out of memory even with the bound added)\n";
+  for (const auto& w : run.rows)
+    if (!w.settings.empty() && w.error.empty()) out += fmt::format("  {}: {}.\n", w.settings, verdict_sentence(run, w));
+  for (const auto& n : run.notes) out += fmt::format("Note: {}\n", n);
+  return out;
+}
+
+std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cases, const WhatIfRun& run) {
   std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format,
                                 m.header.workload.empty() ? "" : ", ", m.header.workload);
   if (cases.empty() && m.incomplete) {
@@ -205,9 +306,13 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     line("allocated", f.allocated);
     line("reserved", f.reserved);
     line("free in the cache (reserved - active)", f.reserved_unallocated);
+    if (f.allowed) {
+      const std::string name =
+          f.allowed_name.empty() ? std::string("allowed (a cap below the device)") : fmt::format("cap ({})", f.allowed_name);
+      line(name.c_str(), f.allowed);
+    }
     line("largest free block in the cache", f.largest_free_block);
     line("inactive split (non-releasable)", f.inactive_split);
-    line("allowed (a cap below the device)", f.allowed);
     if (c.state) out += fmt::format("  {:<38} {:>12}\n", "active", fb(c.state->stats.active_bytes[kStatAll].current));
     if (c.attempts > 1)
       out += fmt::format("  {:<38} {:>12}  (the program released memory and tried again)\n",
@@ -243,28 +348,11 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     }
     if (retried.size() > kShown) out += fmt::format("  ... and {} more\n", retried.size() - kShown);
   }
-  if (!whatifs.empty()) {
-    out += fmt::format(
-        "\nReplays of the whole trace, each failed request put back at its moment, on a simulated device of {}\n"
-        "(spare = capacity - peak reserved; a row that does not fit gives its number of OOMs):\n",
-        fb(static_cast<i64>(capacity)));
-    out += fmt::format("  {:<44} {:>6} {:>14} {:>14} {:>14}\n", "settings", "fits", "peak reserved", "peak allocated",
-                       "spare");
-    for (const auto& w : whatifs) {
-      if (!w.error.empty()) {
-        out += fmt::format("  {:<44} replay failed: {}\n", w.settings.empty() ? "(trace's own)" : w.settings, w.error);
-        continue;
-      }
-      out += fmt::format("  {:<44} {:>6} {:>14} {:>14} {:>14}\n", w.settings.empty() ? "(trace's own)" : w.settings,
-                         w.fits ? "yes" : "no", fb(w.peak_reserved), fb(w.peak_allocated),
-                         w.fits ? fb(w.margin_bytes) : fmt::format("{} OOM{}", w.ooms, w.ooms == 1 ? "" : "s"));
-    }
-  }
+  out += render_whatif_text(run);
   return out;
 }
 
-nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, const std::vector<WhatIf>& whatifs,
-                        std::uint64_t capacity) {
+nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, const WhatIfRun& run) {
   nlohmann::json j;
   j["path"] = m.header.path;
   j["format"] = m.header.format;
@@ -305,7 +393,8 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     put("cache_free_bytes", f.reserved_unallocated);
     put("largest_free_block_bytes", f.largest_free_block);
     put("inactive_split_bytes", f.inactive_split);
-    put("allowed_bytes", f.allowed);
+    put("cap_bytes", f.allowed);
+    if (f.allowed && !f.allowed_name.empty()) fig["cap_source"] = f.allowed_name;
     if (c.state) fig["active_bytes"] = c.state->stats.active_bytes[kStatAll].current;
     if (c.retries)
       fig["num_alloc_retries"] = *c.retries;
@@ -341,16 +430,34 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
                        {"fate", oom_fate_name(r.fate)}});
   j["retried_failures"] = retried;
   nlohmann::json w = nlohmann::json::array();
-  for (const auto& x : whatifs)
-    w.push_back({{"settings", x.settings},
-                 {"fits", x.fits},
-                 {"peak_reserved_bytes", x.peak_reserved},
-                 {"peak_allocated_bytes", x.peak_allocated},
-                 {"margin_bytes", x.margin_bytes},
-                 {"ooms", x.ooms},
-                 {"error", x.error}});
+  for (const auto& x : run.rows) {
+    nlohmann::json r = {{"settings", x.settings},
+                        {"verdict", whatif_verdict_name(x.verdict)},
+                        {"fits", x.fits},
+                        {"peak_reserved_bytes", x.peak_reserved},
+                        {"peak_allocated_bytes", x.peak_allocated},
+                        {"margin_bytes", x.margin_bytes},
+                        {"bound_bytes", run.bound_bytes},
+                        {"ooms", x.ooms},
+                        {"error", x.error}};
+    r["shortfall_bytes"] = x.shortfall_bytes ? nlohmann::json(*x.shortfall_bytes) : nlohmann::json(nullptr);
+    w.push_back(std::move(r));
+  }
   j["replays"] = w;
-  j["capacity_bytes"] = capacity;
+  j["capacity_bytes"] = run.capacity_bytes;
+  if (!run.rows.empty()) {
+    j["whatif"] = {{"capacity_bytes", run.capacity_bytes},
+                   {"capacity_source", run.capacity_source},
+                   {"bound_bytes", run.bound_bytes},
+                   {"bound_source", whatif_bound_source()},
+                   {"covers", whatif_covers_name(run.covers)},
+                   {"full_trace", run.full_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.full_path)},
+                   {"allocs_after_failure", run.allocs_after_failure},
+                   {"marks_before_failure", run.marks_before_failure},
+                   {"reproduces", run.reproduces},
+                   {"notes", run.notes},
+                   {"warnings", run.warnings}};
+  }
   return j;
 }
 

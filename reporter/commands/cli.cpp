@@ -50,7 +50,7 @@ CLI::Validator size_check(bool allow_zero) {
         if (v.empty()) return kEmptyValue;
         std::uint64_t bytes = 0;
         std::string error;
-        if (!parse_size(v, bytes, error)) return error + " (e.g. 512MiB, 14.58GiB, 16GB)";
+        if (!parse_size(v, bytes, error)) return error;  // it gives examples, card names among them
         if (bytes == 0 && !allow_zero) return "must be greater than 0";
         return {};
       },

@@ -12,7 +12,9 @@
 namespace vramtrace::cli {
 
 void register_explain(CLI::App& app) {
-  auto* cmd = app.add_subcommand("explain", "Explain a pasted out-of-memory message (PyTorch, TensorFlow, XLA/JAX)");
+  auto* cmd = app.add_subcommand(
+      "explain",
+      "Explain pasted out-of-memory messages (PyTorch on CUDA, ROCm and MPS, TensorFlow, XLA/JAX), each on its own");
   struct Opts {
     std::vector<std::string> words;
     std::string file;
@@ -46,15 +48,15 @@ void register_explain(CLI::App& app) {
       set_exit_code(2);
       return;
     }
-    Explanation e = explain_message(text);
+    const std::vector<Explanation> all = explain_messages(text);
     if (opts->json) {
-      std::fputs(explain_json(e).dump(2).c_str(), stdout);
+      std::fputs(explain_json(all).dump(2).c_str(), stdout);
       std::fputc('\n', stdout);
     } else {
-      std::fputs(render_explain_text(e).c_str(), stdout);
+      std::fputs(render_explain_text(all).c_str(), stdout);
     }
     // An unreadable message is unusable input.
-    set_exit_code(e.message.format == OomMessageFormat::unknown ? 2 : 0);
+    set_exit_code(all.size() == 1 && all.front().message.format == OomMessageFormat::unknown ? 2 : 0);
   });
 }
 

@@ -10,6 +10,7 @@
 #include "commands/log.h"
 #include "model/load_models.h"
 #include "readers/trace_paths.h"
+#include "vramtrace/units.h"
 
 namespace vramtrace::cli {
 
@@ -21,6 +22,7 @@ void register_oom(CLI::App& app) {
     bool json = false;
     bool no_replay = false;
     std::string capacity;
+    std::string full;
     std::string level = "auto";
   };
   auto opts = std::make_shared<Opts>();
@@ -29,34 +31,62 @@ void register_oom(CLI::App& app) {
   cmd->add_flag("--no-replay", opts->no_replay, "Skip the replays under other settings");
   add_level_option(cmd, opts->level);
   cmd->add_option("--capacity", opts->capacity,
-                  "Simulated device capacity for the replays (e.g. 80GiB); default: the trace's device")
+                  "The memory the program could use, for the diagnosis and the replays: a size (80GiB) or a card "
+                  "name (T4); default: the smallest limit the trace records")
       ->check(size_check());
+  cmd->add_option("--full", opts->full,
+                  "A complete trace of the same program (e.g. a run without the cap): the replays judge the whole "
+                  "run on it, where the trace itself ends at its OOM");
   cmd->callback([opts]() {
     try {
       const auto paths = traces_to_read(opts->traces, opts->level, "oom");
+      if (!opts->full.empty() && paths.size() != 1) {
+        logger().error("vramtrace oom: --full takes one trace to compare with; {} were given", paths.size());
+        set_exit_code(2);
+        return;
+      }
+      std::string full;
+      if (!opts->full.empty()) {
+        const auto full_paths = traces_to_read({opts->full}, opts->level, "oom");
+        if (full_paths.size() != 1) {
+          logger().error("vramtrace oom: --full {} names {} traces; give one", opts->full, full_paths.size());
+          set_exit_code(2);
+          return;
+        }
+        full = full_paths.front();
+      }
+      OomOptions oom_options;
+      if (!opts->capacity.empty()) {
+        std::uint64_t bytes = 0;
+        std::string err;
+        if (!parse_size(opts->capacity, bytes, err)) {  // size_check() has accepted it already
+          logger().error("vramtrace oom: --capacity {}: {}", opts->capacity, err);
+          set_exit_code(2);
+          return;
+        }
+        oom_options.capacity_bytes = bytes;
+      }
       auto models = load_models(paths);
       std::string text;
       nlohmann::json traces = nlohmann::json::array();
       for (std::size_t i = 0; i < models.size(); ++i) {
         const TraceModel& m = models[i];
-        auto cases = oom_cases(m);
-        std::vector<WhatIf> whatifs;
-        std::uint64_t capacity = 0;
+        auto cases = oom_cases(m, oom_options);
+        WhatIfRun run;
         if (!opts->no_replay && !cases.empty()) {
-          std::string err;
-          capacity = whatif_capacity(m, cases, opts->capacity, err);
-          if (!err.empty()) {
-            logger().error("vramtrace oom: {}", err);
-            set_exit_code(2);
-            return;
+          const WhatIfCapacity capacity = whatif_capacity(m, cases, oom_options.capacity_bytes);
+          if (capacity.bytes) {
+            WhatIfOptions wo;
+            wo.full_path = full;
+            run = run_whatifs(paths[i], m, capacity, wo);
+            note_replays_in_cases(cases, run);
           }
-          if (capacity) whatifs = run_whatifs(paths[i], m, capacity);
         }
         if (opts->json) {
-          traces.push_back(oom_json(m, cases, whatifs, capacity));
+          traces.push_back(oom_json(m, cases, run));
         } else {
           if (models.size() > 1) text += "\n=== " + paths[i] + " ===\n";
-          text += render_oom_text(m, cases, whatifs, capacity);
+          text += render_oom_text(m, cases, run);
         }
       }
       if (opts->json) {

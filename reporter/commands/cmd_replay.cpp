@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analyses/oom_whatif.h"
 #include "analyses/replay.h"
+#include "analyses/verdict.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 
@@ -18,6 +20,7 @@ namespace {
 
 struct ReplayArgs {
   std::string trace;
+  std::string full;
   std::string capacity;
   std::vector<std::string> confs;
   bool json = false;
@@ -39,6 +42,36 @@ std::string oom_cell(const ReplayResult& r) {
   const FirstOom& o = *r.first_oom;
   return fmt::format("{} (first: alloc #{} of {}, with {} allocated, {} reserved)", r.stats.num_ooms, o.alloc_index,
                      format_size(o.requested_bytes), format_size(o.allocated_bytes), format_size(o.reserved_bytes));
+}
+
+/// What the replay ran on and how each result is judged (analyses/verdict.h).
+struct Verdicts {
+  std::uint64_t capacity_bytes = 0;
+  std::string capacity_source;
+  bool known = false;  ///< a real capacity (given or recorded): without one there is no verdict
+  std::uint64_t bound_bytes = 0;
+  std::vector<Judgement> judged;  ///< per shown result, in order
+  std::string covers = "whole_trace";
+  std::string covers_text;  ///< one line for people, empty for a whole trace
+  std::vector<std::string> warnings;
+};
+
+std::string verdict_cell(const Judgement& j, std::uint64_t ooms) {
+  switch (j.verdict) {
+    case WhatIfVerdict::fits:
+      return fmt::format("fits ({} spare > {} bound)", format_size(static_cast<std::uint64_t>(j.margin_bytes)),
+                         format_size(j.bound_bytes));
+    case WhatIfVerdict::marginal:
+      if (ooms == 0)
+        return fmt::format("marginal ({} spare <= {} bound: verify)",
+                           format_size(static_cast<std::uint64_t>(j.margin_bytes)), format_size(j.bound_bytes));
+      return fmt::format("marginal (OOM here, none with {} more: verify)", format_size(j.bound_bytes));
+    case WhatIfVerdict::does_not_fit:
+      return fmt::format("does not fit (OOM also with {} more)", format_size(j.bound_bytes));
+    case WhatIfVerdict::failed:
+      break;
+  }
+  return "-";
 }
 
 /// Rows of the report: label and one cell per result.
@@ -68,7 +101,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::ve
   return out;
 }
 
-void print_text(const ReplayReport& rep, bool multi_device) {
+void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
   const TraceHeader& h = rep.header;
   fmt::print("trace     {} ({}{}{})\n", h.path, h.format, h.workload.empty() ? "" : ", workload " + h.workload,
              fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : h.settings));
@@ -76,7 +109,17 @@ void print_text(const ReplayReport& rep, bool multi_device) {
              rep.incomplete
                  ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event"
                  : "");
+  if (!v.covers_text.empty()) fmt::print("covers    {}\n", v.covers_text);
+  fmt::print("capacity  {} ({})\n", format_size(v.capacity_bytes), v.capacity_source);
+  if (v.known) fmt::print("bound     {} ({})\n", format_size(v.bound_bytes), whatif_bound_source());
+  for (const auto& w : v.warnings) fmt::print("WARNING: {}\n", w);
   auto table = rows(rep.results);
+  if (v.known) {
+    std::vector<std::string> cells;
+    for (std::size_t i = 0; i < rep.results.size(); ++i)
+      cells.push_back(verdict_cell(v.judged[i], rep.results[i].failed_allocs));
+    table.emplace_back("verdict", std::move(cells));
+  }
   if (rep.results.size() == 1) {
     const ReplayResult& r = rep.results[0];
     fmt::print("settings  {}\n\n", settings_label(r.config));
@@ -112,16 +155,31 @@ void print_text(const ReplayReport& rep, bool multi_device) {
   }
 }
 
-void print_json(const ReplayReport& rep, bool multi_device) {
+void print_json(const ReplayReport& rep, const Verdicts& v, bool multi_device, const std::string& trace) {
   nlohmann::ordered_json j;
-  j["trace"] = rep.header.path;
+  j["trace"] = trace;
+  if (rep.header.path != trace) j["full_trace"] = rep.header.path;
   j["events"] = rep.events;
+  j["capacity_source"] = v.capacity_source;
+  j["bound_bytes"] = v.known ? nlohmann::ordered_json(v.bound_bytes) : nlohmann::ordered_json(nullptr);
+  j["covers"] = v.covers;
+  j["warnings"] = v.warnings;
   j["results"] = nlohmann::ordered_json::array();
-  for (const auto& r : rep.results) {
+  for (std::size_t i = 0; i < rep.results.size(); ++i) {
+    const ReplayResult& r = rep.results[i];
     nlohmann::ordered_json o;
     o["settings"] = r.config.settings.text;
     if (multi_device) o["device"] = r.device;
     o["capacity_bytes"] = r.config.capacity_bytes;
+    if (v.known) {
+      const Judgement& jd = v.judged[i];
+      o["verdict"] = whatif_verdict_name(jd.verdict);
+      o["margin_bytes"] = jd.margin_bytes;
+      o["shortfall_bytes"] =
+          jd.shortfall_bytes ? nlohmann::ordered_json(*jd.shortfall_bytes) : nlohmann::ordered_json(nullptr);
+    } else {
+      o["verdict"] = nullptr;
+    }
     nlohmann::ordered_json stats = nlohmann::ordered_json::object();
     for (const auto& [name, value] : flatten_stats(r.stats)) stats[name] = value;
     o["stats"] = std::move(stats);
@@ -198,20 +256,74 @@ int run_replay(const ReplayArgs& args) {
   }
   try {
     auto reader = open_trace(args.trace);
-    std::uint64_t cap = capacity ? capacity : reader->header().device_total_bytes;
-    if (cap == 0) cap = kFallbackCapacity;
-    for (auto& c : configs) c.capacity_bytes = cap;
+    Verdicts v;
+    v.capacity_bytes = capacity;
+    v.capacity_source = "--capacity";
+    if (!capacity) {
+      // The trace's device, capped where the trace records a cap (TraceHeader::cap_of).
+      const TraceHeader& h = reader->header();
+      v.capacity_bytes = h.device_total_bytes;
+      v.capacity_source = "the trace's device total";
+      if (const TraceHeader::Cap* c = h.cap_of(0); c && (!v.capacity_bytes || c->bytes < v.capacity_bytes)) {
+        v.capacity_bytes = c->bytes;
+        v.capacity_source = c->what;
+      }
+    }
+    v.known = v.capacity_bytes != 0;
+    if (!v.known) {
+      v.capacity_bytes = kFallbackCapacity;
+      v.capacity_source = "the trace records no device total: 1 TiB, and no verdicts (give --capacity)";
+    }
+    v.bound_bytes = whatif_error_bound(v.capacity_bytes);
+    for (auto& c : configs) c.capacity_bytes = v.capacity_bytes;
+    std::unique_ptr<TraceReader> full;
+    if (!args.full.empty()) {
+      const TraceMatch match = match_traces(args.trace, args.full);
+      full = open_trace(args.full);
+      v.covers = "full_trace";
+      v.covers_text = fmt::format(
+          "{}, a complete trace of the same program (--full), replayed on this trace's capacity", args.full);
+      if (!match.first_difference.empty())
+        v.warnings.push_back(
+            fmt::format("the full trace differs from {} at {} ({} of {} allocations before its "
+                        "failure match): it may not be the same program or input",
+                        args.trace, match.first_difference, match.matching, match.compared));
+      if (match.full_ooms > 0 || match.full_incomplete)
+        v.warnings.push_back("the full trace is not a complete run (it records an OOM, or it ends abruptly)");
+    }
+    FailureCounter counter(full ? *full : *reader);
+    OomAsAllocReader wrapped(counter);
     Progress progress;
     ReplayOptions opts;
     opts.progress = [&](std::uint64_t n, std::uint64_t b, std::uint64_t t) { progress.update(n, b, t); };
-    ReplayReport rep = replay(*reader, configs, opts);
+    const std::vector<ReplayConfig> lanes = v.known ? with_bound_lanes(configs, v.bound_bytes) : configs;
+    ReplayReport rep = replay(wrapped, lanes, opts);
     progress.done();
+    if (!full && counter.ends_at_failure()) {
+      v.covers = "to_failure";
+      v.covers_text = fmt::format(
+          "the run up to its failed request (the trace ends at its OOM, after allocation #{}): the rest of the run "
+          "was never recorded; --full TRACE replays a complete trace of the same program",
+          counter.allocs_before_last_oom());
+    }
+    // The table shows the settings on the capacity; the bound's lanes only judge them.
+    std::vector<ReplayResult> shown;
+    for (const auto& r : rep.results) {
+      if (r.config.capacity_bytes != v.capacity_bytes) continue;
+      if (v.known) {
+        ReplayConfig wide = r.config;
+        wide.capacity_bytes += v.bound_bytes;
+        v.judged.push_back(judge_replay(r, result_of(rep.results, wide, r.device), v.capacity_bytes, v.bound_bytes));
+      }
+      shown.push_back(r);
+    }
+    rep.results = std::move(shown);
     bool multi_device = false;
     for (const auto& r : rep.results) multi_device |= r.device != 0;
     if (args.json)
-      print_json(rep, multi_device);
+      print_json(rep, v, multi_device, args.trace);
     else
-      print_text(rep, multi_device);
+      print_text(rep, v, multi_device);
     return 0;
   } catch (const TraceError& e) {
     logger().error("vramtrace replay: {}", e.what());
@@ -233,7 +345,11 @@ void register_replay(CLI::App& app) {
          "PyTorch allocator history (JSON lines, .gz/.zst), snapshot pickle (_dump_snapshot), or vramtrace trace")
       ->required();
   sub->add_option("--capacity", args->capacity,
-                  "simulated GPU memory, e.g. 14.58GiB, 16GB, 512MiB, 1048576 (default: the trace's device total)");
+                  "simulated GPU memory: a size (14.58GiB, 16GB, 512MiB, 1048576) or a card name (T4, A100-40GB); "
+                  "default: the trace's device total, or its cap");
+  sub->add_option("--full", args->full,
+                  "a complete trace of the same program (e.g. run without the cap), replayed instead of TRACE on "
+                  "TRACE's capacity: for a TRACE that ends at its OOM");
   sub->add_option("--conf", args->confs,
                   "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax; repeat for a side-by-side comparison")
       ->allow_extra_args(false);

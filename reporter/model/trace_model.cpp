@@ -1082,7 +1082,7 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
   // The OOMs and the cap the reader found (a header, a sidecar), as it knows them at the end.
   impl_->header.recorded_ooms = reader.header().recorded_ooms;
-  impl_->header.allowed_bytes = reader.header().allowed_bytes;
+  impl_->header.caps = reader.header().caps;
   TraceModel m = impl_->finish(reader.incomplete(), reader.final_state());
   if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
   if (auto stacks = reader.stacks(); stacks && stacks->size() != 0) {

@@ -23,7 +23,7 @@ constexpr std::int64_t us_to_ns(std::int64_t us) noexcept {
 /// then one entry per line {"action", "addr", "size", "stream", "time_us"} (oom entries:
 /// "device_free" instead of "addr"). A header's "oom" is the message of the OutOfMemoryError the
 /// run died of (TraceHeader::recorded_ooms) and "cap_gib" the memory fraction's cap in GiB
-/// (TraceHeader::allowed_bytes); null for neither. Streams with bounded memory. Throws TraceError
+/// (TraceHeader::caps); null for neither. Streams with bounded memory. Throws TraceError
 /// (file and line) on malformed input.
 std::unique_ptr<TraceReader> open_torch_trace(const std::string& path);
 

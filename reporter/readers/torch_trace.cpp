@@ -93,22 +93,25 @@ class TorchTraceReader final : public TraceReader {
     header_.settings = str("conf");
     if (auto it = h.find("total"); it != h.end() && it->is_number_unsigned())
       header_.device_total_bytes = it->get<std::uint64_t>();
+    // The cap the run was under, "cap_gib": set_per_process_memory_fraction's share of the device
+    // in GiB (null without one). A cap is a positive size below 2^63 bytes; anything else is not
+    // one and is left out.
+    if (auto it = h.find("cap_gib"); it != h.end() && it->is_number()) {
+      const double gib = it->get<double>();
+      if (gib > 0 && gib < 8.0e9)
+        header_.caps.push_back(
+            {-1, static_cast<std::uint64_t>(std::llround(gib * 1073741824.0)), "PyTorch's memory fraction"});
+    }
     if (auto it = h.find("stats"); it != h.end() && it->is_object()) {
       for (const auto& [k, v] : it->items())
         if (v.is_number_integer()) header_.recorded_stats.emplace_back(k, v.get<std::int64_t>());
     }
-    // A run that died of an OOM: the message PyTorch raised ("oom", null otherwise) and the cap it
-    // ran under ("cap_gib": set_per_process_memory_fraction in GiB, null without one). The
+    // A run that died of an OOM: the message PyTorch raised ("oom", null otherwise). The
     // history may hold no `oom` entry for it (Note [one OOM per failed request]).
     if (auto it = h.find("oom"); it != h.end() && it->is_string() && !it->get<std::string>().empty()) {
       RecordedOom o;
       o.message = it->get<std::string>();
       header_.recorded_ooms.push_back(std::move(o));
-    }
-    if (auto it = h.find("cap_gib"); it != h.end() && it->is_number()) {
-      const double gib = it->get<double>();
-      // A cap is a positive size below 2^63 bytes; anything else is not a cap (ignored).
-      if (gib > 0 && gib < 8.0e9) header_.allowed_bytes = static_cast<std::uint64_t>(std::llround(gib * 1073741824.0));
     }
   }
 

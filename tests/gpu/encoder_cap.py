@@ -63,6 +63,8 @@ def main():
         sys.exit(3)
     print("RESULT " + json.dumps({"ok": True, "steps_done": done, "lengths": lengths,
                                   "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                                  "peak_allocated": torch.cuda.max_memory_allocated(),
+                                  "peak_reserved": torch.cuda.max_memory_reserved(),
                                   "mem_get_info": list(torch.cuda.mem_get_info())}), flush=True)
 
 

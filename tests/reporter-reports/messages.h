@@ -119,4 +119,22 @@ inline constexpr const char* kXlaAttempting =
 
 inline constexpr const char* kExabyte = "RuntimeError: CUDA out of memory. Tried to allocate more than 1EB memory.";
 
+// Apple MPS (its GB and MB are binary multiples).
+inline constexpr const char* kMps =
+    "RuntimeError: MPS backend out of memory (MPS allocated: 18.04 GB, other allocations: 2.55 MB, max allowed: 18.13 "
+    "GB). Tried to allocate 256.00 MB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper "
+    "limit for memory allocations (may cause system failure).";
+
+// PyTorch 0.4 (THC): no figures at all.
+inline constexpr const char* kThc =
+    "THCudaCheck FAIL file=/pytorch/aten/src/THC/generic/THCStorage.cu line=58 error=2 : out of memory\n"
+    "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/generic/THCStorage.cu:58";
+
+// ROCm: the CUDA sentence form with HIP's words.
+inline constexpr const char* kHip =
+    "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 63.98 GiB "
+    "of which 1.08 GiB is free. Of the allocated memory 58.31 GiB is allocated by PyTorch, and 3.83 GiB is reserved "
+    "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+
 }  // namespace vramtrace::test_messages

@@ -1,6 +1,9 @@
 // Diagnoses of OOM messages (cases M1-M4, C2-C4, C12 of docs/cases.md) and the arithmetic shown.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <sstream>
+
 #include "analyses/diagnosis.h"
 #include "analyses/explain.h"
 #include "messages.h"
@@ -148,4 +151,180 @@ TEST_CASE("json carries the diagnosis and every figure in bytes", "[explain][jso
   CHECK(u["diagnosis"] == "undetermined");
   CHECK(u["figures"].empty());
   CHECK(u["format"] == "unknown");
+}
+
+// --- The rule order, the printed comparisons, platforms, several messages ------------------
+
+namespace {
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+bool any_contains(const std::vector<std::string>& v, const std::string& what) {
+  for (const auto& s : v)
+    if (contains(s, what)) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("docs/reports.md lists the diagnosis rules in the order the code tests them", "[diagnosis][docs]") {
+  const std::string doc = read_text(std::string(VRAMTRACE_REPORTS_TEST_DIR) + "/../../docs/reports.md");
+  const auto at = doc.find("## Diagnosis codes");
+  REQUIRE(at != std::string::npos);
+  // The table rows of that section: "| `code` | ...".
+  std::vector<std::string> listed;
+  std::istringstream lines(doc.substr(at));
+  std::string line;
+  bool in_table = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("| `", 0) == 0) {
+      in_table = true;
+      listed.push_back(line.substr(3, line.find('`', 3) - 3));
+    } else if (in_table) {
+      break;
+    }
+  }
+  std::vector<std::string> code;
+  for (DiagnosisCode c : diagnosis_rule_order()) code.emplace_back(diagnosis_code_name(c));
+  code.emplace_back("undetermined");  // not a rule: what any rule gives without its figures
+  CHECK(listed == code);
+}
+
+TEST_CASE("figures that contradict each other are flagged, not diagnosed", "[explain][diagnosis]") {
+  // Reserved 20.61 GiB on a 10.92 GiB card: no moment of one device looks like this.
+  auto e = explain_message(
+      "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.92 GiB total capacity; 19.80 GiB "
+      "already allocated; 0 bytes free; 20.61 GiB reserved in total by PyTorch)");
+  CHECK(e.diagnosis.code == DiagnosisCode::inconsistent);
+  CHECK(any_contains(e.diagnosis.reasons, "reserved 20.61 GiB > device total 10.92 GiB"));
+  CHECK(contains(e.diagnosis.next_step, "one whole message"));
+  // Allocated above reserved (sentence form cannot say it; the 1.4-2.0 form can).
+  CHECK(code_of("RuntimeError: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 15.78 GiB total capacity; "
+                "9.00 GiB already allocated; 1.00 GiB free; 4.00 GiB reserved in total by PyTorch)") ==
+        DiagnosisCode::inconsistent);
+  // Rounding of printed figures is not a contradiction: 14.58 GiB reserved on a "14.58 GiB" card.
+  CHECK(code_of("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 14.58 GiB total capacity; "
+                "14.50 GiB already allocated; 0 bytes free; 14.58 GiB reserved in total by PyTorch)") !=
+        DiagnosisCode::inconsistent);
+  // Every case message of the tests is consistent.
+  for (const char* m : {msg::kM1, msg::kM2, msg::kM3Full, msg::kC2, msg::kC3, msg::kC4, msg::kTypoWithProcesses,
+                        msg::kPrivatePools, msg::kAsync})
+    CHECK(code_of(m) != DiagnosisCode::inconsistent);
+}
+
+TEST_CASE("a reason prints what it compared: the 2 MiB segment and the slack", "[explain][diagnosis]") {
+  auto e = explain_message(
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 KiB. GPU 0 has a total capacity of 7.79 "
+      "GiB of which 1.06 MiB is free. Including non-PyTorch memory, this process has 7.78 GiB memory in use. Of the "
+      "allocated memory 7.50 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.");
+  CHECK(e.diagnosis.code == DiagnosisCode::fragmentation);
+  CHECK_FALSE(any_contains(e.diagnosis.reasons, "1.06 MiB < 512.00 KiB"));
+  CHECK(any_contains(e.diagnosis.reasons,
+                     "free on the device 1.06 MiB < new segment 2.00 MiB + 2.00 MiB slack = 4.00 MiB"));
+}
+
+TEST_CASE("ROCm messages name PYTORCH_HIP_ALLOC_CONF", "[explain][diagnosis]") {
+  auto e = explain_message(
+      "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 63.98 GiB "
+      "of which 1.08 GiB is free. Of the allocated memory 58.31 GiB is allocated by PyTorch, and 3.83 GiB is reserved "
+      "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+      "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.");
+  CHECK(e.message.platform == GpuPlatform::rocm);
+  CHECK(e.diagnosis.code == DiagnosisCode::fragmentation);
+  CHECK(contains(e.diagnosis.next_step, "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True"));
+  CHECK_FALSE(contains(e.diagnosis.next_step, "PYTORCH_CUDA_ALLOC_CONF"));
+  CHECK(explain_json(e)["platform"] == "rocm");
+  CHECK(contains(render_explain_text(e), "Platform: ROCm"));
+  // A CUDA message stays CUDA.
+  CHECK(explain_message(msg::kC4).message.platform == GpuPlatform::cuda);
+}
+
+TEST_CASE("MPS messages are MPS, with their own limit and variable", "[explain][diagnosis]") {
+  auto e = explain_message(
+      "RuntimeError: MPS backend out of memory (MPS allocated: 18.04 GB, other allocations: 2.55 MB, max allowed: "
+      "18.13 GB). Tried to allocate 256.00 MB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable "
+      "upper limit for memory allocations (may cause system failure).");
+  CHECK(e.message.format == OomMessageFormat::mps);
+  CHECK(e.message.platform == GpuPlatform::mps);
+  CHECK_FALSE(e.message.truncated);  // not a cut-off CUDA message
+  CHECK(e.message.allocated->bytes == static_cast<std::uint64_t>(18.04 * GiB + 0.5));
+  CHECK(e.message.allowed->bytes == static_cast<std::uint64_t>(18.13 * GiB + 0.5));
+  CHECK(e.message.requested->bytes == 256ull << 20);
+  CHECK(e.diagnosis.code == DiagnosisCode::capacity);
+  CHECK(contains(e.diagnosis.next_step, "PYTORCH_MPS_HIGH_WATERMARK_RATIO"));
+  CHECK_FALSE(contains(e.diagnosis.next_step, "PYTORCH_CUDA_ALLOC_CONF"));
+  CHECK(find_derived(e.diagnosis, "limit_headroom") != nullptr);
+  // Room under the watermark: the limit does not explain it.
+  auto room = explain_message(
+      "RuntimeError: MPS backend out of memory (MPS allocated: 2.00 GB, other allocations: 1.00 GB, max allowed: "
+      "18.13 GB). Tried to allocate 1.00 GB on private pool.");
+  CHECK(room.diagnosis.code == DiagnosisCode::unexplained);
+  // Larger than the limit.
+  CHECK(code_of("RuntimeError: MPS backend out of memory (MPS allocated: 0 bytes, other allocations: 0 bytes, max "
+                "allowed: 9.07 GB). Tried to allocate 12.00 GB on private pool.") == DiagnosisCode::exceeds_device);
+  CHECK(explain_json(e)["format"] == "mps");
+}
+
+TEST_CASE("PyTorch 0.4's cuda runtime error (2) is known, and has no figures", "[explain][diagnosis]") {
+  auto e = explain_message(
+      "THCudaCheck FAIL file=/pytorch/aten/src/THC/generic/THCStorage.cu line=58 error=2 : out of memory\n"
+      "Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n"
+      "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/generic/THCStorage.cu:58");
+  CHECK(e.message.format == OomMessageFormat::pytorch_thc);
+  CHECK(e.diagnosis.code == DiagnosisCode::undetermined);
+  CHECK(contains(e.diagnosis.next_step, "newer PyTorch"));
+  CHECK(contains(render_explain_text(e), "PyTorch <= 0.4"));
+}
+
+TEST_CASE("two messages in one log are explained one by one", "[explain][diagnosis]") {
+  // A fragmentation OOM, then (after a retry with a cap) a capacity OOM with "allowed".
+  const std::string log =
+      std::string("step 10 ...\n") + msg::kC4 + "\nretrying with a memory fraction\n" + msg::kM3Full + "\n";
+  auto all = explain_messages(log);
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].diagnosis.code == DiagnosisCode::fragmentation);
+  CHECK_FALSE(all[0].message.allowed.has_value());  // the second message's cap is not the first's
+  CHECK(all[0].message.requested->bytes == static_cast<std::uint64_t>(1.96 * GiB + 0.5));
+  CHECK(all[1].diagnosis.code == DiagnosisCode::capacity);
+  CHECK(all[1].message.allowed.has_value());
+  CHECK(all[1].message.requested->bytes == 44ull << 20);
+  const std::string text = render_explain_text(all);
+  CHECK(contains(text, "2 out-of-memory messages"));
+  CHECK(contains(text, "=== Message 2 of 2 ==="));
+  auto j = explain_json(all);
+  REQUIRE(j["messages"].size() == 2);
+  CHECK(j["messages"][1]["diagnosis"] == "capacity");
+  // One message: the same object as before, no "messages" wrapper.
+  CHECK(explain_json(explain_messages(msg::kC4)).contains("diagnosis"));
+  CHECK(explain_messages(msg::kC4).size() == 1);
+  // An MPS message has "Tried to allocate" once: one message, not two.
+  CHECK(explain_messages("RuntimeError: MPS backend out of memory (MPS allocated: 1.00 GB, other allocations: 1.00 "
+                         "MB, max allowed: 9.07 GB). Tried to allocate 8.00 GB on private pool.")
+            .size() == 1);
+}
+
+TEST_CASE("capacity never says settings cannot help, and takes the replays in", "[diagnosis]") {
+  for (const char* m : {msg::kM1, msg::kM3Full, msg::kTfCapacity}) {
+    auto e = explain_message(m);
+    CHECK_FALSE(contains(e.diagnosis.next_step, "cannot fix"));
+  }
+  auto e = explain_message(msg::kM3Full);
+  REQUIRE(e.diagnosis.code == DiagnosisCode::capacity);
+  Diagnosis d = e.diagnosis;
+  note_replays_in_diagnosis(d, {"expandable_segments:True (fits, 1.83 GiB spare)"}, 5, true);
+  CHECK(contains(d.next_step, "get past the failure under: expandable_segments:True (fits, 1.83 GiB spare)"));
+  d = e.diagnosis;
+  note_replays_in_diagnosis(d, {}, 5, true);
+  CHECK(contains(d.next_step, "None of the 5 replayed settings"));
+  d = e.diagnosis;
+  note_replays_in_diagnosis(d, {"x"}, 5, false);
+  CHECK(contains(d.next_step, "do not reproduce this OOM"));
+  // Other codes are left alone.
+  auto f = explain_message(msg::kC4);
+  Diagnosis g = f.diagnosis;
+  note_replays_in_diagnosis(g, {"x"}, 5, true);
+  CHECK(g.next_step == f.diagnosis.next_step);
 }

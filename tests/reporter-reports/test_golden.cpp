@@ -53,15 +53,19 @@ TEST_CASE("golden: oom post-mortem of the small trace, with replays", "[golden][
   REQUIRE(cases.size() == 1);
   CHECK(cases[0].diagnosis.code == DiagnosisCode::fragmentation);
   CHECK(*cases[0].figures.largest_free_block == 60u << 20);
-  std::string err;
-  auto cap = whatif_capacity(m, cases, "", err);
-  CHECK(cap == (122u + 150u) << 20);  // reserved + free on the device at the OOM
-  auto whatifs = run_whatifs(kDir + "/data/golden_small.torchtrace.jsonl", m, cap);
-  REQUIRE(!whatifs.empty());
-  CHECK(whatifs[0].settings.empty());
-  CHECK(whatifs[0].error.empty());
-  CHECK_FALSE(whatifs[0].fits);  // the trace's own settings reproduce the OOM
-  check_golden("oom_small.txt", render_oom_text(m, cases, whatifs, cap));
+  auto cap = whatif_capacity(m, cases, std::nullopt);
+  CHECK(cap.bytes == (122u + 150u) << 20);  // reserved + free on the device at the OOM
+  auto run = run_whatifs(kDir + "/data/golden_small.torchtrace.jsonl", m, cap);
+  REQUIRE(!run.rows.empty());
+  CHECK(run.rows[0].settings.empty());
+  CHECK(run.rows[0].error.empty());
+  CHECK_FALSE(run.rows[0].fits);  // the trace's own settings reproduce the OOM
+  CHECK(run.rows[0].verdict == WhatIfVerdict::does_not_fit);
+  CHECK(run.reproduces);
+  // The trace stops at its OOM (only frees follow): "fits" covers the run up to the failure.
+  CHECK(run.covers == WhatIfCovers::to_failure);
+  note_replays_in_cases(cases, run);
+  check_golden("oom_small.txt", render_oom_text(m, cases, run));
 }
 
 TEST_CASE("golden: explain M1 and C4", "[golden][explain]") {

@@ -189,8 +189,8 @@ namespace {
 /// Every figure read must appear in the text as printed: the reader never invents a number.
 void check_figures_are_in_text(const OomMessage& m, const std::string& norm_text) {
   for (const auto* p : {&m.requested, &m.rounded, &m.device_total, &m.device_free, &m.allocated, &m.reserved,
-                        &m.reserved_unallocated, &m.allowed, &m.process_in_use, &m.private_pools, &m.bfc_limit,
-                        &m.bfc_in_use, &m.bfc_max_in_use, &m.bfc_region_bytes}) {
+                        &m.reserved_unallocated, &m.allowed, &m.process_in_use, &m.private_pools, &m.mps_other,
+                        &m.bfc_limit, &m.bfc_in_use, &m.bfc_max_in_use, &m.bfc_region_bytes}) {
     if (*p) {
       INFO((*p)->text);
       CHECK(norm_text.find((*p)->text) != std::string::npos);
@@ -230,7 +230,10 @@ TEST_CASE("every prefix of every message is read without a crash or an invented 
                        msg::kTfFragmented,
                        msg::kXla,
                        msg::kXlaAttempting,
-                       msg::kExabyte};
+                       msg::kExabyte,
+                       msg::kMps,
+                       msg::kThc,
+                       msg::kHip};
   for (const char* text : all) {
     std::string full(text);
     for (std::size_t n = 0; n <= full.size(); ++n) {
@@ -241,6 +244,44 @@ TEST_CASE("every prefix of every message is read without a crash or an invented 
   }
 }
 
+TEST_CASE("MPS, PyTorch 0.4 and ROCm forms", "[explain][parse]") {
+  auto mps = parse_oom_message(msg::kMps);
+  CHECK(mps.format == OomMessageFormat::mps);
+  CHECK(mps.platform == GpuPlatform::mps);
+  CHECK(mps.mps_other->bytes == approx(2.55, MiB));
+  CHECK(mps.allowed->text == "18.13 GB");
+  CHECK_FALSE(mps.truncated);
+  // Cut before "max allowed": cut off, not read as a CUDA message.
+  auto cut = parse_oom_message("RuntimeError: MPS backend out of memory (MPS allocated: 18.04 GB, other allo");
+  CHECK(cut.format == OomMessageFormat::mps);
+  CHECK(cut.truncated);
+  auto thc = parse_oom_message(msg::kThc);
+  CHECK(thc.format == OomMessageFormat::pytorch_thc);
+  CHECK_FALSE(thc.requested.has_value());
+  auto hip = parse_oom_message(msg::kHip);
+  CHECK(hip.format == OomMessageFormat::pytorch_sentence);
+  CHECK(hip.platform == GpuPlatform::rocm);
+  CHECK(hip.requested->bytes == approx(1.96, GiB));
+  CHECK(parse_oom_message("RuntimeError: HIP error: out of memory").format == OomMessageFormat::cuda_error);
+  CHECK(parse_oom_message("RuntimeError: HIP error: out of memory").platform == GpuPlatform::rocm);
+}
+
+TEST_CASE("several messages: each piece is one message, and no figure is shared", "[explain][parse]") {
+  const std::string log = std::string(msg::kC3) + "\nthen\n" + msg::kM2 + "\nand\n" + msg::kMps;
+  auto all = parse_oom_messages(log);
+  REQUIRE(all.size() == 3);
+  CHECK(all[0].format == OomMessageFormat::pytorch_reserved);
+  CHECK(all[0].reserved.has_value());
+  CHECK(all[1].format == OomMessageFormat::pytorch_cached);
+  CHECK_FALSE(all[1].reserved.has_value());  // "reserved in total" is the first message's
+  CHECK(all[2].format == OomMessageFormat::mps);
+  for (const auto& m : all) CHECK_FALSE(m.truncated);
+  // A text with one message, or none: one result, as parse_oom_message gives it.
+  CHECK(parse_oom_messages(msg::kTfFragmented).size() == 1);
+  CHECK(parse_oom_messages("").size() == 1);
+  CHECK(parse_oom_messages("Killed").front().format == OomMessageFormat::unknown);
+}
+
 TEST_CASE("random bytes do not crash the reader", "[explain][parse]") {
   std::mt19937 rng(12345);
   for (int i = 0; i < 200; ++i) {
@@ -249,6 +290,8 @@ TEST_CASE("random bytes do not crash the reader", "[explain][parse]") {
     if (i % 2) s = std::string("Tried to allocate ") + s;
     auto m = parse_oom_message(s);
     (void)m;
+    auto all = parse_oom_messages(s + " Tried to allocate " + s);
+    CHECK_FALSE(all.empty());
   }
   SUCCEED();
 }

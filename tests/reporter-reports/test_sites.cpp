@@ -269,11 +269,11 @@ TEST_CASE("sites: summary and oom show them; JSON has full stacks", "[sites]") {
 
   auto cases = oom_cases(models[0]);
   REQUIRE(cases.size() == 1);
-  std::string oom = render_oom_text(models[0], cases, {}, 0);
+  std::string oom = render_oom_text(models[0], cases, WhatIfRun{});
   CHECK_THAT(oom, Catch::Contains("requested at                           train.py:70 in step"));
   CHECK_THAT(oom, Catch::Contains("Top allocation sites alive at this moment:"));
   CHECK_THAT(oom, Catch::Contains("train.py:60 in step"));
-  nlohmann::json oj = oom_json(models[0], cases, {}, 0);
+  nlohmann::json oj = oom_json(models[0], cases, WhatIfRun{});
   CHECK(oj["ooms"][0]["request_site"] == "train.py:70 in step");
   CHECK(oj["ooms"][0]["sites"]["sites"][0]["site"] == "train.py:42 in step");
 }

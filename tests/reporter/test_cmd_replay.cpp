@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "analyses/verdict.h"
 #include "test_util.h"
+#include "vramtrace/units.h"
 
 using vramtrace::test::write_file;
 namespace test = vramtrace::test;
@@ -51,7 +53,12 @@ TEST_CASE("vramtrace replay --json prints the documented object", "[cli]") {
   const auto& res = j["results"][0];
   std::vector<std::string> keys;
   for (auto it = res.begin(); it != res.end(); ++it) keys.push_back(it.key());
-  CHECK(keys == std::vector<std::string>{"capacity_bytes", "first_oom", "settings", "stats"});  // nlohmann sorts
+  CHECK(keys == std::vector<std::string>{"capacity_bytes", "first_oom", "margin_bytes", "settings", "shortfall_bytes",
+                                         "stats", "verdict"});  // nlohmann sorts
+  CHECK(res["verdict"] == "fits");                              // 125 GiB spare on the H200's total
+  CHECK(j["capacity_source"] == "the trace's device total");
+  CHECK(j["covers"] == "whole_trace");
+  CHECK(j["bound_bytes"].get<std::uint64_t>() == vramtrace::whatif_error_bound(150109880320ull));
   CHECK(res["settings"] == "");
   CHECK(res["capacity_bytes"] == 150109880320ull);  // the trace's device total
   CHECK(res["first_oom"].is_null());
@@ -132,4 +139,100 @@ TEST_CASE("vramtrace replay: unusable input exits 2 with a message naming the fi
   CHECK_THAT(r.err, Catch::Contains("/nonexistent.jsonl: cannot open"));
   r = run_cli("replay");
   CHECK(r.code == 2);
+}
+
+TEST_CASE("vramtrace replay: a card name is a capacity, and every column gets a verdict", "[cli]") {
+  std::uint64_t t4 = 0;
+  std::string err;
+  REQUIRE(vramtrace::parse_size("T4", t4, err));
+  Run r = run_cli("replay " + gpt2() + " --capacity T4 --conf '' --conf max_split_size_mb:20 --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["results"].size() == 2);  // the lanes with the bound judge, they are not shown
+  for (const auto& res : j["results"]) {
+    CHECK(res["capacity_bytes"] == t4);
+    CHECK(res["verdict"].is_string());
+  }
+  CHECK(j["capacity_source"] == "--capacity");
+  r = run_cli("replay " + gpt2() + " --capacity t4");
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("capacity  14.58 GiB (--capacity)") && Catch::Contains("verdict "));
+  // Without a capacity (a snapshot records none): no verdicts rather than verdicts against 1 TiB.
+  auto snap = test::data_path("torch-h200/encoder_varlen.snapshot.pickle");
+  r = run_cli("replay " + quote(snap) + " --json");
+  REQUIRE(r.code == 0);
+  auto s = nlohmann::json::parse(r.out);
+  CHECK(s["results"][0]["verdict"].is_null());
+  CHECK(s["bound_bytes"].is_null());
+}
+
+TEST_CASE("vramtrace replay: a trace that ends at its OOM, and --full", "[cli]") {
+  // Two 60 MiB blocks under a 128 MiB device, then a 20 MiB request that failed: the process died.
+  const std::string died = kHeader.substr(0, kHeader.size() - 1) + R"(, "cap_gib": 0.125})" + "\n" +
+                           R"({"action": "segment_alloc", "addr": 4294967296, "size": 62914560, "stream": 0})" + "\n" +
+                           R"({"action": "alloc", "addr": 4294967296, "size": 62914560, "stream": 0})" + "\n" +
+                           R"({"action": "segment_alloc", "addr": 8589934592, "size": 62914560, "stream": 0})" + "\n" +
+                           R"({"action": "alloc", "addr": 8589934592, "size": 62914560, "stream": 0})" + "\n" +
+                           R"({"action": "oom", "size": 20971520, "stream": 0, "device_free": 900000000})" + "\n";
+  auto path = write_file("died.torchtrace.jsonl", died);
+  Run r = run_cli("replay " + quote(path) + " --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["covers"] == "to_failure");
+  CHECK(j["capacity_source"] == "PyTorch's memory fraction");
+  CHECK(j["results"][0]["capacity_bytes"] == 134217728);
+  CHECK(j["results"][0]["first_oom"].is_object());  // the failed request, put back, fails again
+  r = run_cli("replay " + quote(path));
+  CHECK_THAT(r.out, Catch::Contains("the rest of the run was never recorded") && Catch::Contains("--full"));
+
+  // The same program run to its end elsewhere: the same first allocations, then more.
+  const std::string full_text = kHeader + "\n" +
+                                R"({"action": "alloc", "addr": 4294967296, "size": 62914560, "stream": 0})" + "\n" +
+                                R"({"action": "alloc", "addr": 8589934592, "size": 62914560, "stream": 0})" + "\n" +
+                                R"({"action": "alloc", "addr": 12884901888, "size": 20971520, "stream": 0})" + "\n";
+  auto full = write_file("full.torchtrace.jsonl", full_text);
+  r = run_cli("replay " + quote(path) + " --full " + quote(full) + " --json");
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["covers"] == "full_trace");
+  CHECK(j["full_trace"] == full);
+  CHECK(j["warnings"].empty());
+  CHECK(j["results"][0]["capacity_bytes"] == 134217728);  // the failing trace's cap, not the full run's device
+  // The full run needs 140 MiB: out of memory on 128 MiB, not with the 40 MiB bound added.
+  CHECK(j["results"][0]["verdict"] == "marginal");
+  CHECK(j["results"][0]["shortfall_bytes"] == 12ull << 20);
+  // Another program as --full is named.
+  auto other = write_file("other.torchtrace.jsonl",
+                          kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 512, "stream": 0})" + "\n");
+  r = run_cli("replay " + quote(path) + " --full " + quote(other) + " --json");
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  REQUIRE(j["warnings"].size() == 1);
+  CHECK_THAT(j["warnings"][0].get<std::string>(), Catch::Contains("may not be the same program"));
+}
+
+TEST_CASE("vramtrace oom: --capacity takes card names and applies to the diagnosis", "[cli]") {
+  // The device had 900 MB free, the trace records no cap: unexplained, until --capacity says 128 MiB.
+  const std::string t = kHeader + "\n" +
+                        R"({"action": "segment_alloc", "addr": 4294967296, "size": 125829120, "stream": 0})" + "\n" +
+                        R"({"action": "alloc", "addr": 4294967296, "size": 125829120, "stream": 0})" + "\n" +
+                        R"({"action": "oom", "size": 20971520, "stream": 0, "device_free": 900000000})" + "\n";
+  auto path = write_file("nocap.torchtrace.jsonl", t);
+  Run r = run_cli("oom " + quote(path) + " --json");
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out)["ooms"][0]["diagnosis"] == "unexplained");
+  r = run_cli("oom " + quote(path) + " --capacity 128MiB --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["ooms"][0]["diagnosis"] == "capacity");
+  CHECK(j["ooms"][0]["figures"]["cap_source"] == "--capacity");
+  CHECK(j["replays"][0]["verdict"] == "does_not_fit");
+  r = run_cli("oom " + quote(path) + " --capacity T4");
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("14.58 GiB (--capacity)"));
+  r = run_cli("oom " + quote(path) + " --capacity lots");
+  CHECK(r.code == 2);
+  r = run_cli("oom " + quote(path) + " --full /nonexistent.jsonl");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("/nonexistent.jsonl"));
 }

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "vramtrace/device_limits.h"
 #include "vramtrace/trace/byte_source.h"
 #include "vramtrace/trace/schema.h"
 
@@ -501,6 +502,23 @@ class Reader final : public VramtraceTraceReader {
     header_.local_rank = details_.local_rank;
     header_.cuda_visible_devices = details_.cuda_visible_devices;
     for (const auto& d : details_.devices) note_device_total(d.id, d.total_bytes);
+    note_caps();
+  }
+
+  // The shim's `limit` setting ("settings": {"limit": "[0:15654932480,*:21474836480]"} or one
+  // size) as the header's caps. A value this reader cannot parse is left out: the devices' totals
+  // are the capped ones anyway, and a report must not fail on a setting it only adds to.
+  void note_caps() {
+    for (const auto& [key, value] : details_.settings) {
+      if (key != "limit") continue;
+      DeviceLimits limits;
+      std::string rest, error;
+      if (!split_device_limits("limit:" + value, rest, limits, error)) continue;
+      header_.caps.clear();
+      constexpr const char* kWhat = "the cap of vramtrace run --limit";
+      if (limits.others_bytes) header_.caps.push_back({-1, limits.others_bytes, kWhat});
+      for (const auto& [d, b] : limits.by_device) header_.caps.push_back({d, b, kWhat});
+    }
   }
 
   // Devices by ordinal; device_total_bytes is the lowest-numbered one's.

@@ -147,10 +147,6 @@ struct TraceHeader {
   /// header's `devices` and later `device` records; the shim's totals are the capped ones);
   /// empty otherwise. Use total_bytes_of.
   std::vector<std::pair<std::int32_t, std::uint64_t>> device_totals;
-  /// A cap below the device's total that the run was under, in bytes (torchtrace header
-  /// "cap_gib": PyTorch's set_per_process_memory_fraction); 0 = none recorded. Traces of the shim
-  /// need none: their device totals are the capped ones already.
-  std::uint64_t allowed_bytes = 0;
   /// OOMs the trace records beyond its `oom` entries (RecordedOom), oldest first.
   std::vector<RecordedOom> recorded_ooms;
 
@@ -162,11 +158,43 @@ struct TraceHeader {
       if (d == device) return b;
     return 0;
   }
-  /// What the process could use of `device`, in bytes: total_bytes_of, or allowed_bytes when a
-  /// recorded cap is lower (or the total is unknown); 0 when neither is known. O(devices).
+  /// A cap on the memory the program could use on a device, below the device's own total.
+  struct Cap {
+    std::int32_t device = -1;  ///< CUDA ordinal; -1 = every device without a cap of its own
+    std::uint64_t bytes = 0;
+    /// What set it, in words for a report: "the cap of vramtrace run --limit" (the shim's `limit`
+    /// setting, which counts every device allocation of the process through the shim) or
+    /// "PyTorch's memory fraction" (set_per_process_memory_fraction, which caps the reserved
+    /// memory of PyTorch's allocator).
+    std::string what;
+  };
+  /// The caps the trace records: a vramtrace header's `limit` setting (its devices' totals are
+  /// already the capped ones), a torchtrace header's "cap_gib" (PyTorch's memory fraction, GiB).
+  /// Empty when none is recorded. Reports take cap_of.
+  std::vector<Cap> caps;
+  /// The smallest cap that applies to `device` (its own entries and those for every device);
+  /// null when none does. O(caps).
+  const Cap* cap_of(std::int32_t device) const noexcept {
+    const Cap* best = nullptr;
+    for (const Cap& c : caps) {
+      bool own = c.device == device;
+      bool any = c.device == -1;
+      if (any) {
+        bool shadowed = false;  // an ordinal with an entry of the same kind is not covered by `*`
+        for (const Cap& o : caps) shadowed = shadowed || (o.device == device && o.what == c.what);
+        if (shadowed) continue;
+      }
+      if ((own || any) && (!best || c.bytes < best->bytes)) best = &c;
+    }
+    return best;
+  }
+  /// What the process could use of `device`, in bytes: total_bytes_of, or the smallest cap
+  /// that applies to it (cap_of) when that is lower or the total is unknown; 0 when neither is
+  /// known. O(devices + caps).
   std::uint64_t usable_bytes_of(std::int32_t device) const noexcept {
     const std::uint64_t total = total_bytes_of(device);
-    if (allowed_bytes != 0 && (total == 0 || allowed_bytes < total)) return allowed_bytes;
+    const Cap* cap = cap_of(device);
+    if (cap && cap->bytes != 0 && (total == 0 || cap->bytes < total)) return cap->bytes;
     return total;
   }
   /// The traced process, when the trace says (vramtrace traces; PyTorch's traces do not): its

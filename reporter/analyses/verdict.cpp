@@ -1,0 +1,91 @@
+#include "analyses/verdict.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "vramtrace/units.h"
+
+namespace vramtrace {
+
+std::uint64_t whatif_error_bound(std::uint64_t capacity) noexcept {
+  const auto relative = static_cast<std::uint64_t>(std::ceil(static_cast<double>(capacity) * kWhatIfRelativeBound));
+  return std::max(relative, kWhatIfAbsoluteBoundBytes);
+}
+
+std::string whatif_bound_source() {
+  return fmt::format(
+      "the larger of {:.0f} % of the capacity and {}: conservative until tests/gpu/whatif_accuracy.py measures "
+      "replays against real runs",
+      kWhatIfRelativeBound * 100, format_size(kWhatIfAbsoluteBoundBytes));
+}
+
+const char* whatif_verdict_name(WhatIfVerdict v) noexcept {
+  switch (v) {
+    case WhatIfVerdict::fits:
+      return "fits";
+    case WhatIfVerdict::marginal:
+      return "marginal";
+    case WhatIfVerdict::does_not_fit:
+      return "does_not_fit";
+    case WhatIfVerdict::failed:
+      break;
+  }
+  return "failed";
+}
+
+const char* whatif_verdict_words(WhatIfVerdict v) noexcept {
+  switch (v) {
+    case WhatIfVerdict::fits:
+      return "fits";
+    case WhatIfVerdict::marginal:
+      return "marginal";
+    case WhatIfVerdict::does_not_fit:
+      return "does not fit";
+    case WhatIfVerdict::failed:
+      break;
+  }
+  return "failed";
+}
+
+Judgement judge_replay(const ReplayResult& at, const ReplayResult* with_bound, std::uint64_t capacity,
+                       std::uint64_t bound) noexcept {
+  Judgement j;
+  j.bound_bytes = bound;
+  const std::int64_t peak = at.stats.reserved_bytes[kStatAll].peak;
+  j.margin_bytes = std::max<std::int64_t>(0, static_cast<std::int64_t>(capacity) - peak);
+  if (at.failed_allocs == 0) {
+    j.verdict = static_cast<std::uint64_t>(j.margin_bytes) > bound ? WhatIfVerdict::fits : WhatIfVerdict::marginal;
+    return j;
+  }
+  if (with_bound && with_bound->failed_allocs == 0) {
+    j.verdict = WhatIfVerdict::marginal;
+    const std::int64_t over = with_bound->stats.reserved_bytes[kStatAll].peak - static_cast<std::int64_t>(capacity);
+    j.shortfall_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, over));
+    return j;
+  }
+  j.verdict = WhatIfVerdict::does_not_fit;
+  return j;
+}
+
+std::vector<ReplayConfig> with_bound_lanes(const std::vector<ReplayConfig>& configs, std::uint64_t bound) {
+  std::vector<ReplayConfig> out = configs;
+  for (const ReplayConfig& c : configs) {
+    ReplayConfig b = c;
+    b.capacity_bytes = c.capacity_bytes + bound;
+    out.push_back(b);
+  }
+  return out;
+}
+
+const ReplayResult* result_of(const std::vector<ReplayResult>& results, const ReplayConfig& config,
+                              std::int32_t device) noexcept {
+  for (const ReplayResult& r : results)
+    if (r.device == device && r.config.capacity_bytes == config.capacity_bytes &&
+        r.config.settings.text == config.settings.text)
+      return &r;
+  return nullptr;
+}
+
+}  // namespace vramtrace
