@@ -25,7 +25,9 @@ namespace vramtrace::shim {
   X(resolver_substitutions) /* cuGetProcAddress / cudaGetDriverEntryPoint results replaced */          \
   X(resolver_unmapped)      /* a hooked family resolved to a pointer we could not map (bypasses us) */ \
   X(exit_frees)             /* frees after process exit began (forgotten, no driver call) */           \
-  X(oom_fallbacks)          /* allocator OOMs served by forwarding the exact request (no spurious OOM) */
+  X(oom_fallbacks)          /* allocator OOMs served by forwarding the exact request (no spurious OOM) */ \
+  X(stacks_captured)        /* call stacks captured (once per allocating call; base/stacks.h) */       \
+  X(python_stacks)          /* of those, with Python frames (the thread held the GIL) */
 
 struct Counters {
 #define VT_DECLARE_COUNTER(name) std::atomic<std::uint64_t> name{0};

@@ -1,0 +1,260 @@
+// Capturing call stacks (Note [stack capture] in base/stacks.h).
+#include "base/stacks.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/types.h>
+#include <unwind.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string_view>
+
+#include "base/config.h"
+#include "base/counters.h"
+#include "base/entry.h"
+#include "base/log.h"
+#include "base/real.h"
+#include "base/sink.h"
+#include "vramtrace/trace/writer.h"
+
+namespace vramtrace::shim {
+
+namespace {
+
+using trace::FrameWord;
+
+// --- native frames ----------------------------------------------------------------------------
+
+// The address range of the shim's own loadable segments: frames there are left out. Found once,
+// lock-free (two threads finding it at once store the same values).
+std::atomic<std::uintptr_t> g_self_lo{0};
+std::atomic<std::uintptr_t> g_self_hi{0};
+
+void find_self() noexcept {
+  struct Probe {
+    std::uintptr_t address, lo, hi;
+  } probe{reinterpret_cast<std::uintptr_t>(&find_self), 0, 0};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* arg) -> int {
+        auto* p = static_cast<Probe*>(arg);
+        std::uintptr_t lo = ~std::uintptr_t{0}, hi = 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          lo = std::min<std::uintptr_t>(lo, info->dlpi_addr + ph.p_vaddr);
+          hi = std::max<std::uintptr_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+        }
+        if (p->address < lo || p->address >= hi) return 0;
+        p->lo = lo;
+        p->hi = hi;
+        return 1;
+      },
+      &probe);
+  g_self_lo.store(probe.lo, std::memory_order_relaxed);
+  g_self_hi.store(probe.hi != 0 ? probe.hi : 1, std::memory_order_release);
+}
+
+struct Walk {
+  FrameWord* out;
+  unsigned n;
+  unsigned max;
+  std::uintptr_t self_lo;
+  std::uintptr_t self_hi;
+};
+
+_Unwind_Reason_Code on_frame(_Unwind_Context* context, void* arg) {
+  auto* w = static_cast<Walk*>(arg);
+  int exact = 0;
+  std::uintptr_t pc = _Unwind_GetIPInfo(context, &exact);
+  if (pc == 0) return _URC_END_OF_STACK;
+  if (pc >= w->self_lo && pc < w->self_hi) return _URC_NO_REASON;  // the shim's own frame
+  // A signal frame's pc is the interrupted instruction itself, every other one a return address:
+  // one more makes "pc - 1 lies in the call" (what the reports look up) true of every frame.
+  if (exact) ++pc;
+  if ((pc & trace::kPythonFrame) != 0) return _URC_NO_REASON;  // not a user-space address
+  w->out[w->n++] = pc;
+  return w->n >= w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+unsigned native_frames(FrameWord* out, unsigned max) noexcept {
+  if (g_self_hi.load(std::memory_order_acquire) == 0) find_self();
+  Walk w{out, 0, max, g_self_lo.load(std::memory_order_relaxed), g_self_hi.load(std::memory_order_relaxed)};
+  _Unwind_Backtrace(on_frame, &w);
+  return w.n;
+}
+
+// --- Python frames -----------------------------------------------------------------------------
+
+// The C API functions the walk uses, found with dlsym(RTLD_DEFAULT): in the python executable or
+// the libpython it loaded. PyObject* is void* here: the shim has no Python headers.
+struct PyApi {
+  int (*is_initialized)();
+  int (*is_finalizing)();  // Py_IsFinalizing (3.13) or _Py_IsFinalizing; may be null
+  void* (*thread_state)();  // PyThreadState_GetUnchecked (3.13) or _PyThreadState_UncheckedGet
+  int (*gil_check)();
+  void* (*get_frame)();             // borrowed reference
+  void* (*frame_back)(void*);       // new reference (3.9)
+  void* (*frame_code)(void*);       // new reference (3.9)
+  int (*frame_line)(void*);
+  void* (*get_attr)(void*, const char*);  // new reference
+  const char* (*utf8)(void*, ssize_t*);
+  void (*incref)(void*);
+  void (*decref)(void*);
+  void (*err_fetch)(void**, void**, void**);
+  void (*err_restore)(void*, void*, void*);
+  void (*err_clear)();
+  int (*gc_disable)();  // PyGC_Disable (3.10); may be null
+  int (*gc_enable)();
+};
+
+// Published once found; a Python older than 3.9 leaves it null for good (g_py_old).
+std::atomic<const PyApi*> g_py{nullptr};
+std::atomic<bool> g_py_old{false};
+std::atomic<std::uint64_t> g_py_misses{0};
+
+template <class Fn>
+bool look_up(Fn& slot, DlsymFn sym, const char* name) noexcept {
+  slot = reinterpret_cast<Fn>(sym(RTLD_DEFAULT, name));
+  return slot != nullptr;
+}
+
+// The API, or null when this process has no Python we can walk. A process without libpython
+// looks again now and then (a program may load an interpreter later): at the 1st, 2nd, 4th,
+// 8th ... capture, so a plain CUDA program pays a few dlsym calls in all.
+const PyApi* python_api() noexcept {
+  if (const PyApi* p = g_py.load(std::memory_order_acquire)) return p;
+  if (g_py_old.load(std::memory_order_relaxed)) return nullptr;
+  const std::uint64_t miss = g_py_misses.fetch_add(1, std::memory_order_relaxed) + 1;
+  if ((miss & (miss - 1)) != 0) return nullptr;
+  DlsymFn sym = real_dlsym();
+  PyApi api{};
+  if (!look_up(api.is_initialized, sym, "Py_IsInitialized") || !look_up(api.gil_check, sym, "PyGILState_Check"))
+    return nullptr;  // no interpreter (yet)
+  if (!look_up(api.frame_back, sym, "PyFrame_GetBack") || !look_up(api.frame_code, sym, "PyFrame_GetCode")) {
+    if (!g_py_old.exchange(true))
+      log_line(LogLevel::debug,
+               "Python before 3.9 (no PyFrame_GetBack / PyFrame_GetCode): call stacks have native frames only");
+    return nullptr;
+  }
+  if (!look_up(api.thread_state, sym, "PyThreadState_GetUnchecked"))
+    look_up(api.thread_state, sym, "_PyThreadState_UncheckedGet");
+  if (!look_up(api.is_finalizing, sym, "Py_IsFinalizing")) look_up(api.is_finalizing, sym, "_Py_IsFinalizing");
+  look_up(api.gc_disable, sym, "PyGC_Disable");
+  look_up(api.gc_enable, sym, "PyGC_Enable");
+  if (!api.gc_enable) api.gc_disable = nullptr;
+  const bool complete = api.thread_state && look_up(api.get_frame, sym, "PyEval_GetFrame") &&
+                        look_up(api.frame_line, sym, "PyFrame_GetLineNumber") &&
+                        look_up(api.get_attr, sym, "PyObject_GetAttrString") &&
+                        look_up(api.utf8, sym, "PyUnicode_AsUTF8AndSize") && look_up(api.incref, sym, "Py_IncRef") &&
+                        look_up(api.decref, sym, "Py_DecRef") && look_up(api.err_fetch, sym, "PyErr_Fetch") &&
+                        look_up(api.err_restore, sym, "PyErr_Restore") && look_up(api.err_clear, sym, "PyErr_Clear");
+  if (!complete) {
+    if (!g_py_old.exchange(true))
+      log_line(LogLevel::debug, "this Python lacks a function of the C API the stack walk needs: native frames only");
+    return nullptr;
+  }
+  auto* fresh = new (std::nothrow) PyApi(api);
+  if (!fresh) return nullptr;
+  const PyApi* expected = nullptr;
+  if (!g_py.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) {
+    delete fresh;  // another thread published the same functions first
+    return expected;
+  }
+  log_line(LogLevel::debug, "Python found: call stacks get Python frames on threads that hold the GIL");
+  return fresh;
+}
+
+// A string attribute of `code` as UTF-8, kept alive by `*holder` (a new reference, or null).
+std::string_view code_text(const PyApi& py, void* code, const char* attr, void** holder) noexcept {
+  *holder = py.get_attr(code, attr);
+  if (*holder) {
+    ssize_t size = 0;
+    if (const char* text = py.utf8(*holder, &size); text && size >= 0) return {text, static_cast<std::size_t>(size)};
+  }
+  py.err_clear();  // no such attribute, or not encodable as UTF-8 (lone surrogates)
+  return "??";
+}
+
+unsigned python_frames(FrameWord* out, unsigned max, trace::StackInterner& table) noexcept {
+  const PyApi* api = python_api();
+  if (!api) return 0;
+  const PyApi& py = *api;
+  // Never call Python from a thread that does not hold the GIL, nor outside the interpreter's life.
+  if (!py.is_initialized() || (py.is_finalizing && py.is_finalizing()) || !py.thread_state() || py.gil_check() != 1)
+    return 0;
+  void *type = nullptr, *value = nullptr, *traceback = nullptr;
+  py.err_fetch(&type, &value, &traceback);
+  const int gc_was_enabled = py.gc_disable ? py.gc_disable() : 0;
+  unsigned n = 0;
+  void* frame = py.get_frame();
+  if (frame) py.incref(frame);
+  while (frame && n < max) {
+    if (void* code = py.frame_code(frame)) {
+      const int line = py.frame_line(frame);
+      void *file_ref = nullptr, *name_ref = nullptr;
+      const std::string_view file = code_text(py, code, "co_filename", &file_ref);
+      const std::string_view name = code_text(py, code, "co_name", &name_ref);
+      if (const std::uint32_t id = table.intern_code(file, name); id != 0)
+        out[n++] = trace::python_frame(id, line > 0 ? static_cast<std::uint32_t>(line) : 0);
+      if (file_ref) py.decref(file_ref);
+      if (name_ref) py.decref(name_ref);
+      py.decref(code);
+    }
+    void* back = py.frame_back(frame);
+    py.decref(frame);
+    frame = back;
+  }
+  if (frame) py.decref(frame);
+  if (gc_was_enabled) py.gc_enable();
+  py.err_restore(type, value, traceback);
+  return n;
+}
+
+// --- capture ---------------------------------------------------------------------------------
+
+std::uint32_t capture() noexcept {
+  const StackSettings& s = config().stacks;
+  if (!s.native && !s.python) return 0;
+  trace::TraceWriter* w = trace_writer();
+  if (!w || !w->accepting()) return 0;
+  ThreadEntry& t = t_entry;
+  if (t.capturing) return 0;  // entered again from inside a capture: no stack, no recursion
+  t.capturing = true;
+  FrameWord words[2 * StackSettings::kMaxDepth];
+  unsigned n = s.native ? native_frames(words, s.depth) : 0;
+  const unsigned python = s.python ? python_frames(words + n, s.depth, w->stacks()) : 0;
+  n += python;
+  t.capturing = false;
+  bump(g_counters.stacks_captured);
+  if (python != 0) bump(g_counters.python_stacks);
+  const std::uint32_t id = w->stacks().intern_stack(words, n);
+  if (id == 0 && n != 0 && w->stacks().full()) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log_line(LogLevel::warn,
+               "the table of call stacks is full ({} stacks or {} Python functions); later allocations are traced "
+               "without their stack",
+               trace::StackInterner::kMaxStacks, trace::StackInterner::kMaxCodes);
+  }
+  return id;
+}
+
+}  // namespace
+
+std::uint32_t call_stack() noexcept {
+  ThreadEntry& t = t_entry;
+  if (t.stack_taken) return t.stack;
+  const std::uint32_t id = capture();
+  // Kept for the rest of the outermost call; outside any hook (no call to share it with) and
+  // inside a capture (the outer capture's result is the call's) it is not.
+  if (t.entry != 0 && !t.capturing) {
+    t.stack = id;
+    t.stack_taken = true;
+  }
+  return id;
+}
+
+std::uint32_t current_call_stack() noexcept { return t_entry.stack_taken ? t_entry.stack : 0; }
+
+}  // namespace vramtrace::shim
