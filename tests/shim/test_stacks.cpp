@@ -36,8 +36,8 @@ Run run(std::vector<std::string> argv, std::vector<std::string> env) {
   test::TempDir dir("vt-stacks-run");
   env.push_back(std::string("LD_PRELOAD=") + VT_SHIM_PATH);
   Run r;
-  r.exit_code = test::wait_exit_code(test::spawn_captured(argv, test::clean_environment(env, VT_FAKELIB_DIR),
-                                                           dir.file("out"), dir.file("err")));
+  r.exit_code = test::wait_exit_code(
+      test::spawn_captured(argv, test::clean_environment(env, VT_FAKELIB_DIR), dir.file("out"), dir.file("err")));
   r.out = test::slurp(dir.file("out"));
   r.err = test::slurp(dir.file("err"));
   std::istringstream in(r.out);
@@ -195,9 +195,9 @@ TEST_CASE("call stacks: a known chain of functions, innermost first, in the prog
     if (rec.action == Action::alloc && rec.size == (1u << 20)) {
       ++chain;
       chain_stacks.insert(rec.stack_id);
-      CHECK(missing_in_order(frames, {{lib, "stack_lib_alloc"}, {prog, "stack_level_2"}, {prog, "stack_level_1"},
-                                      {prog, "main"}},
-                             syms) == "");
+      CHECK(missing_in_order(
+                frames, {{lib, "stack_lib_alloc"}, {prog, "stack_level_2"}, {prog, "stack_level_1"}, {prog, "main"}},
+                syms) == "");
     } else if (rec.action == Action::alloc && rec.size == (3u << 20)) {
       ++driver;
       // cuMemAlloc_v2 called directly: the first frame is the program's own caller.
@@ -242,7 +242,8 @@ TEST_CASE("call stacks: a known chain of functions, innermost first, in the prog
   CHECK(!build_ids[lib].empty());
 }
 
-TEST_CASE("call stacks: VRAMTRACE_STACKS none, native and python; VRAMTRACE_STACK_DEPTH; bad values keep the defaults") {
+TEST_CASE(
+    "call stacks: VRAMTRACE_STACKS none, native and python; VRAMTRACE_STACK_DEPTH; bad values keep the defaults") {
   test::TempDir dir("vt-stacks");
   auto stacks_in = [&](const std::vector<std::string>& env, std::string* err = nullptr) {
     const std::string trace = dir.file("s.jsonl");
@@ -388,4 +389,30 @@ TEST_CASE("call stacks: Python frames with file, line and function when the GIL 
     CHECK(pending[0].name == "pending");
     check_records_before_use(json_lines(trace));
   }
+}
+
+TEST_CASE("call stacks: `vramtrace summary` names the native sites of a shim trace, `--json` their frames") {
+  const std::string vramtrace = VT_VRAMTRACE_PATH;
+  test::TempDir dir("vt-stacks");
+  const std::string trace = dir.file("t.jsonl");
+  REQUIRE(run({kRoad}, {"VRAMTRACE_OUTPUT=" + trace}).exit_code == 0);
+  const std::string text = command_output(vramtrace + " summary " + trace + " 2>&1");
+  INFO(text);
+  // The chain's allocations: the first frame of the program's own code is libstack_lib.so's.
+  CHECK(text.find("Top allocation sites") != std::string::npos);
+  CHECK(text.find("libstack_lib.so+0x") != std::string::npos);
+  const auto j = nlohmann::json::parse(command_output(vramtrace + " summary --json " + trace));
+  const auto& sites = j["traces"][0]["sites"];
+  REQUIRE(sites["devices"].size() == 1);
+  const auto& end = sites["devices"][0]["at_end"];
+  CHECK(end["no_stack_bytes"] == 0);
+  bool module_frame = false;
+  for (const auto& s : sites["devices"][0]["at_peak"]["sites"])
+    for (const auto& f : s["frames"])
+      if (f.contains("module")) {
+        module_frame = true;
+        CHECK(f["address"].get<std::uint64_t>() > 0);
+        CHECK(f["kind"] != "");
+      }
+  CHECK(module_frame);
 }

@@ -153,8 +153,7 @@ std::uint32_t StackInterner::intern_code(std::string_view file, std::string_view
           full_.store(true, std::memory_order_relaxed);
           return 0;
         }
-        fresh = new (raw)
-            Code{h, id, static_cast<std::uint32_t>(file.size()), static_cast<std::uint32_t>(name.size())};
+        fresh = new (raw) Code{h, id, static_cast<std::uint32_t>(file.size()), static_cast<std::uint32_t>(name.size())};
         char* text = reinterpret_cast<char*>(fresh + 1);
         if (!file.empty()) std::memcpy(text, file.data(), file.size());
         if (!name.empty()) std::memcpy(text + file.size(), name.data(), name.size());

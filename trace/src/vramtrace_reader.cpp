@@ -816,7 +816,8 @@ class Reader final : public VramtraceTraceReader {
       }
     }
     if (stack_ids_.count(id) != 0) {
-      note_once(redefined_example_, where + ": stack " + std::to_string(id) + " is defined a second time; the first is kept");
+      note_once(redefined_example_,
+                where + ": stack " + std::to_string(id) + " is defined a second time; the first is kept");
       return;
     }
     stack_ids_[id] = stacks_->intern(out);
@@ -851,8 +852,8 @@ class Reader final : public VramtraceTraceReader {
     fr.build_id = m->build_id;
     fr.address = f.pc - m->bias;
     const std::size_t slash = m->path.rfind('/');
-    text.push_back(fmt::format("{}+0x{:x}", slash == std::string::npos ? m->path : m->path.substr(slash + 1),
-                               fr.address));
+    text.push_back(
+        fmt::format("{}+0x{:x}", slash == std::string::npos ? m->path : m->path.substr(slash + 1), fr.address));
     fr.name = text.back();
     return fr;
   }
@@ -872,13 +873,14 @@ class Reader final : public VramtraceTraceReader {
   std::vector<std::string> notes() const override {
     std::vector<std::string> out;
     if (unknown_stack_events_ != 0)
-      out.push_back(fmt::format(
-          "{} events name a call stack that the trace never defined (first at line {}); they are counted "
-          "without a stack",
-          unknown_stack_events_, unknown_stack_example_));
+      out.push_back(
+          fmt::format("{} events name a call stack that the trace never defined (first at line {}); they are counted "
+                      "without a stack",
+                      unknown_stack_events_, unknown_stack_example_));
     if (damaged_records_ != 0)
-      out.push_back(fmt::format("{} damaged call-stack records were skipped ({}); their events are counted without a stack",
-                                damaged_records_, damaged_example_));
+      out.push_back(
+          fmt::format("{} damaged call-stack records were skipped ({}); their events are counted without a stack",
+                      damaged_records_, damaged_example_));
     if (unknown_modules_ != 0)
       out.push_back(fmt::format("{} native frames name a module the trace never defined ({}); shown by address",
                                 unknown_modules_, unknown_module_example_));
@@ -890,7 +892,6 @@ class Reader final : public VramtraceTraceReader {
   }
 
  private:
-
   std::unique_ptr<LineSource> source_;
   TraceHeader header_;
   VramtraceHeaderDetails details_;

@@ -53,8 +53,9 @@ StackSettings load_stacks() noexcept {
   const StackSettings defaults;
   if (const char* v = std::getenv("VRAMTRACE_STACKS"); v && *v && !parse_stacks(v, s)) {
     s = defaults;
-    log_line(LogLevel::warn, "VRAMTRACE_STACKS: '{}' is not a stack setting (native,python, native, python, none); using {}",
-             v, defaults.name());
+    log_line(LogLevel::warn,
+             "VRAMTRACE_STACKS: '{}' is not a stack setting (native,python, native, python, none); using {}", v,
+             defaults.name());
   }
   if (const char* v = std::getenv("VRAMTRACE_STACK_DEPTH"); v && *v) {
     unsigned depth = 0;

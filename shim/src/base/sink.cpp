@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "base/config.h"
-#include "base/hooks.h"
 #include "base/entry.h"
+#include "base/hooks.h"
 #include "base/log.h"
 #include "base/stacks.h"
 #include "base/streams.h"

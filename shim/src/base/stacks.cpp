@@ -90,12 +90,12 @@ unsigned native_frames(FrameWord* out, unsigned max) noexcept {
 // the libpython it loaded. PyObject* is void* here: the shim has no Python headers.
 struct PyApi {
   int (*is_initialized)();
-  int (*is_finalizing)();  // Py_IsFinalizing (3.13) or _Py_IsFinalizing; may be null
+  int (*is_finalizing)();   // Py_IsFinalizing (3.13) or _Py_IsFinalizing; may be null
   void* (*thread_state)();  // PyThreadState_GetUnchecked (3.13) or _PyThreadState_UncheckedGet
   int (*gil_check)();
-  void* (*get_frame)();             // borrowed reference
-  void* (*frame_back)(void*);       // new reference (3.9)
-  void* (*frame_code)(void*);       // new reference (3.9)
+  void* (*get_frame)();        // borrowed reference
+  void* (*frame_back)(void*);  // new reference (3.9)
+  void* (*frame_code)(void*);  // new reference (3.9)
   int (*frame_line)(void*);
   void* (*get_attr)(void*, const char*);  // new reference
   const char* (*utf8)(void*, ssize_t*);

@@ -14,8 +14,8 @@ extern "C" __attribute__((visibility("default"), noinline)) int stack_lib_alloc(
 // as it was, after the allocation (the stack walk saved and restored it), and clears it.
 #include <dlfcn.h>
 
-extern "C" __attribute__((visibility("default"), noinline)) int stack_lib_alloc_with_pending_error(void** p,
-                                                                                                   unsigned long bytes) {
+extern "C" __attribute__((visibility("default"), noinline)) int stack_lib_alloc_with_pending_error(
+    void** p, unsigned long bytes) {
   using SetString = void (*)(void*, const char*);
   using Occurred = void* (*)();
   using Clear = void (*)();

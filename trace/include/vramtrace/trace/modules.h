@@ -19,12 +19,12 @@ namespace vramtrace::trace {
 
 /// One loaded module as the `module` record describes it (schema.def).
 struct ModuleInfo {
-  std::uint32_t id = 0;        ///< dense from 1 in order of first use by a stack; 0 = not yet written
-  std::string path;            ///< as the loader names it; the executable's from /proc/self/exe
-  std::uint64_t bias = 0;      ///< load bias (dlpi_addr): link-time address = pc - bias
-  std::uint64_t start = 0;     ///< first mapped byte of its loadable segments
-  std::uint64_t size = 0;      ///< from `start` to the end of its last loadable segment
-  std::string build_id;        ///< GNU build-id (NT_GNU_BUILD_ID of its loaded PT_NOTE), hex; "" if none
+  std::uint32_t id = 0;     ///< dense from 1 in order of first use by a stack; 0 = not yet written
+  std::string path;         ///< as the loader names it; the executable's from /proc/self/exe
+  std::uint64_t bias = 0;   ///< load bias (dlpi_addr): link-time address = pc - bias
+  std::uint64_t start = 0;  ///< first mapped byte of its loadable segments
+  std::uint64_t size = 0;   ///< from `start` to the end of its last loadable segment
+  std::string build_id;     ///< GNU build-id (NT_GNU_BUILD_ID of its loaded PT_NOTE), hex; "" if none
 };
 
 class ModuleMap {
@@ -41,7 +41,7 @@ class ModuleMap {
 
  private:
   void read_loader_list();
-  std::vector<ModuleInfo> modules_;  // sorted by start, non-overlapping
+  std::vector<ModuleInfo> modules_;               // sorted by start, non-overlapping
   std::uint64_t loads_seen_ = ~std::uint64_t{0};  // dlpi_adds + dlpi_subs at the last read
   std::uint32_t next_id_ = 1;
 };

@@ -41,8 +41,8 @@ struct Frame {
   std::string_view build_id;
   std::uint64_t address = 0;
   bool operator==(const Frame& o) const noexcept {
-    return line == o.line && address == o.address && filename == o.filename && name == o.name &&
-           module == o.module && build_id == o.build_id;
+    return line == o.line && address == o.address && filename == o.filename && name == o.name && module == o.module &&
+           build_id == o.build_id;
   }
 };
 

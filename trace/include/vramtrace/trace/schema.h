@@ -42,7 +42,8 @@ struct block_state {};      ///< "active_allocated", "active_pending_free" or "i
 struct action_counts {};    ///< an object: action name -> event lines, actions with none left out
 struct device_stats {};     ///< an array of per-device objects (VRAMTRACE_TRAILER_DEVICE_FIELD)
 struct flat_stats {};       ///< an object: PyTorch flat statistic name -> integer
-struct frames {};           ///< an array of frame objects: native (VRAMTRACE_NATIVE_FRAME_FIELD, with "pc") or Python (VRAMTRACE_PYTHON_FRAME_FIELD, with "f")
+struct frames {};           ///< an array of frame objects: native (VRAMTRACE_NATIVE_FRAME_FIELD, with "pc") or Python
+                            ///< (VRAMTRACE_PYTHON_FRAME_FIELD, with "f")
 
 /// The bit of `a` in a set of actions.
 constexpr std::uint32_t bit(Action a) noexcept { return std::uint32_t{1} << static_cast<unsigned>(a); }

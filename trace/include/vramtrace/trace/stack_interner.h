@@ -15,8 +15,8 @@
 //
 // Capacity is fixed: kMaxStacks stacks and kMaxCodes Python functions, tables at most half full
 // (short probes). The tables are allocated at the first intern (about 4.5 MiB of address space,
-// calloc'd, so that pages are touched as the tables fill). When a table is full, new stacks (or Python frames) are not recorded
-// and full() says so; events then carry no stack.
+// calloc'd, so that pages are touched as the tables fill). When a table is full, new stacks (or Python frames) are not
+// recorded and full() says so; events then carry no stack.
 #pragma once
 
 #include <atomic>
@@ -67,9 +67,7 @@ class StackInterner {
     std::uint32_t file_size;
     std::uint32_t name_size;
     std::string_view file() const noexcept { return {reinterpret_cast<const char*>(this + 1), file_size}; }
-    std::string_view name() const noexcept {
-      return {reinterpret_cast<const char*>(this + 1) + file_size, name_size};
-    }
+    std::string_view name() const noexcept { return {reinterpret_cast<const char*>(this + 1) + file_size, name_size}; }
   };
 
   StackInterner() noexcept = default;

@@ -246,7 +246,7 @@ class TraceWriter final : public EventSink {
   // Note [records before use], owned by the background thread (by start_locked before it runs):
   // which stacks, strings and modules the file has already.
   ModuleMap modules_;
-  std::vector<bool> stack_written_;                              // by stack id
+  std::vector<bool> stack_written_;                                    // by stack id
   std::vector<std::pair<std::uint32_t, std::uint32_t>> code_strings_;  // code id -> (file, name) string ids
   std::unordered_map<std::string, std::uint32_t> string_ids_;
 
