@@ -98,6 +98,10 @@ struct PyApi {
   void* (*frame_code)(void*);  // new reference (3.9)
   int (*frame_line)(void*);
   void* (*get_attr)(void*, const char*);  // new reference
+  void* (*get_attr_object)(void*, void*);  // PyObject_GetAttr: new reference
+  void* (*intern)(const char*);            // PyUnicode_InternFromString: new reference
+  void* (*interpreter_of)(void*);          // PyThreadState_GetInterpreter (3.9)
+  void* (*main_interpreter)();             // PyInterpreterState_Main
   const char* (*utf8)(void*, ssize_t*);
   void (*incref)(void*);
   void (*decref)(void*);
@@ -146,6 +150,10 @@ const PyApi* python_api() noexcept {
   const bool complete = api.thread_state && look_up(api.get_frame, sym, "PyEval_GetFrame") &&
                         look_up(api.frame_line, sym, "PyFrame_GetLineNumber") &&
                         look_up(api.get_attr, sym, "PyObject_GetAttrString") &&
+                        look_up(api.get_attr_object, sym, "PyObject_GetAttr") &&
+                        look_up(api.intern, sym, "PyUnicode_InternFromString") &&
+                        look_up(api.interpreter_of, sym, "PyThreadState_GetInterpreter") &&
+                        look_up(api.main_interpreter, sym, "PyInterpreterState_Main") &&
                         look_up(api.utf8, sym, "PyUnicode_AsUTF8AndSize") && look_up(api.incref, sym, "Py_IncRef") &&
                         look_up(api.decref, sym, "Py_DecRef") && look_up(api.err_fetch, sym, "PyErr_Fetch") &&
                         look_up(api.err_restore, sym, "PyErr_Restore") && look_up(api.err_clear, sym, "PyErr_Clear");
@@ -165,9 +173,31 @@ const PyApi* python_api() noexcept {
   return fresh;
 }
 
+// The attribute names "co_filename" and "co_name" as interned strings of the main interpreter,
+// made at the first walk there and kept for the life of the process (the only references the
+// walk keeps, as a C extension keeps its module's names): PyObject_GetAttrString would make and
+// hash a new string for every frame, most of a frame's cost. Other interpreters (isolated
+// sub-interpreters own their strings) take the slow path.
+std::atomic<void*> g_co_filename{nullptr};
+std::atomic<void*> g_co_name{nullptr};
+
+void* attribute_name(const PyApi& py, std::atomic<void*>& slot, const char* text) noexcept {
+  if (void* name = slot.load(std::memory_order_acquire)) return name;
+  void* fresh = py.intern(text);
+  if (!fresh) {
+    py.err_clear();
+    return nullptr;
+  }
+  void* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
+  py.decref(fresh);  // another thread (a build without the GIL) made it first
+  return expected;
+}
+
 // A string attribute of `code` as UTF-8, kept alive by `*holder` (a new reference, or null).
-std::string_view code_text(const PyApi& py, void* code, const char* attr, void** holder) noexcept {
-  *holder = py.get_attr(code, attr);
+// `name` is the attribute's interned name, or null for the slow path.
+std::string_view code_text(const PyApi& py, void* code, void* name, const char* attr, void** holder) noexcept {
+  *holder = name ? py.get_attr_object(code, name) : py.get_attr(code, attr);
   if (*holder) {
     ssize_t size = 0;
     if (const char* text = py.utf8(*holder, &size); text && size >= 0) return {text, static_cast<std::size_t>(size)};
@@ -187,14 +217,20 @@ unsigned python_frames(FrameWord* out, unsigned max, trace::StackInterner& table
   py.err_fetch(&type, &value, &traceback);
   const int gc_was_enabled = py.gc_disable ? py.gc_disable() : 0;
   unsigned n = 0;
+  void *co_filename = nullptr, *co_name = nullptr;
+  if (py.interpreter_of(py.thread_state()) == py.main_interpreter()) {
+    co_filename = attribute_name(py, g_co_filename, "co_filename");
+    co_name = co_filename ? attribute_name(py, g_co_name, "co_name") : nullptr;
+    if (!co_name) co_filename = nullptr;
+  }
   void* frame = py.get_frame();
   if (frame) py.incref(frame);
   while (frame && n < max) {
     if (void* code = py.frame_code(frame)) {
       const int line = py.frame_line(frame);
       void *file_ref = nullptr, *name_ref = nullptr;
-      const std::string_view file = code_text(py, code, "co_filename", &file_ref);
-      const std::string_view name = code_text(py, code, "co_name", &name_ref);
+      const std::string_view file = code_text(py, code, co_filename, "co_filename", &file_ref);
+      const std::string_view name = code_text(py, code, co_name, "co_name", &name_ref);
       if (const std::uint32_t id = table.intern_code(file, name); id != 0)
         out[n++] = trace::python_frame(id, line > 0 ? static_cast<std::uint32_t>(line) : 0);
       if (file_ref) py.decref(file_ref);

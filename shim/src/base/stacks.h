@@ -16,8 +16,9 @@
 //    or is finalising. The walk uses the stable C API (PyEval_GetFrame, PyFrame_GetBack,
 //    PyFrame_GetCode, PyFrame_GetLineNumber, Python 3.9 and later; older Pythons get native frames
 //    and one debug line), saves and restores a pending exception around it, releases every
-//    reference it takes, and turns the cyclic garbage collector off while it runs (3.10 and later),
-//    so that no finalizer can run Python code, and so no CUDA call of ours, inside the walk.
+//    reference it takes (it keeps only the interned names "co_filename" and "co_name"), and turns
+//    the cyclic garbage collector off while it runs (3.10 and later), so that no finalizer can run
+//    Python code, and so no CUDA call of ours, inside the walk.
 //  - A stack is captured once per outermost hook call (cudaMalloc and the cuMemAlloc_v2 that
 //    cudart makes for it share one), before the caching allocator takes its lock, and interned in
 //    the trace writer's lock-free table (Note [stacks without locks],
