@@ -276,9 +276,25 @@ std::uint32_t capture() noexcept {
   return id;
 }
 
+// Whether a stack can ever be captured in this process: there is a trace writer and the settings
+// ask for frames. Settled at the first call (the writer is made once and lives to the end), so
+// that a process without a trace pays one relaxed load per allocation.
+enum : int { kUnknown, kNever, kMaybe };
+std::atomic<int> g_capturing{kUnknown};
+
+bool may_capture() noexcept {
+  const int c = g_capturing.load(std::memory_order_relaxed);
+  if (c != kUnknown) return c == kMaybe;
+  const StackSettings& s = config().stacks;
+  const bool maybe = (s.native || s.python) && trace_writer() != nullptr;
+  g_capturing.store(maybe ? kMaybe : kNever, std::memory_order_relaxed);
+  return maybe;
+}
+
 }  // namespace
 
 std::uint32_t call_stack() noexcept {
+  if (!may_capture()) return 0;
   ThreadEntry& t = t_entry;
   if (t.stack_taken) return t.stack;
   const std::uint32_t id = capture();
