@@ -164,6 +164,18 @@ std::size_t check_records_before_use(const std::vector<nlohmann::json>& lines) {
 
 const std::string kRoad = std::string(VT_ROAD_DIR) + "/road_stacks";
 
+std::vector<std::string> pythons();
+
+/// The "key value" lines of a stats file (VRAMTRACE_TEST_STATS_FILE).
+std::map<std::string, long long> read_stats(const std::string& path) {
+  std::map<std::string, long long> out;
+  std::istringstream in(test::slurp(path));
+  std::string k;
+  long long v;
+  while (in >> k >> v) out[k] = v;
+  return out;
+}
+
 std::string canonical(const std::string& p) { return std::filesystem::canonical(p).string(); }
 
 }  // namespace
@@ -179,7 +191,7 @@ TEST_CASE("call stacks: a known chain of functions, innermost first, in the prog
   CHECK(t.notes.empty());
   REQUIRE(t.stacks);
 
-  int chain = 0, driver = 0, managed = 0, threads = 0;
+  int chain = 0, driver = 0, managed = 0, threads = 0, qsorted = 0, signalled = 0;
   std::set<std::uint32_t> chain_stacks;
   for (const TraceRecord& rec : t.records) {
     if (!vramtrace::carries_stack(rec.action)) {
@@ -203,6 +215,15 @@ TEST_CASE("call stacks: a known chain of functions, innermost first, in the prog
       // cuMemAlloc_v2 called directly: the first frame is the program's own caller.
       CHECK(function_at(frames[0], prog, syms.at(prog)) == "stack_driver_alloc");
       CHECK(missing_in_order(frames, {{prog, "stack_driver_alloc"}, {prog, "main"}}, syms) == "");
+    } else if (rec.action == Action::alloc && rec.size == (5u << 20)) {
+      ++qsorted;  // through libc's qsort: its frames between the comparator and main
+      CHECK(function_at(frames[0], prog, syms.at(prog)) == "stack_compare");
+      CHECK(missing_in_order(frames, {{prog, "stack_compare"}, {prog, "main"}}, syms) == "");
+      CHECK(std::any_of(frames.begin(), frames.end(),
+                        [](const Frame& f) { return f.module.find("libc.so") != std::string_view::npos; }));
+    } else if (rec.action == Action::alloc && rec.size == (6u << 20)) {
+      ++signalled;  // through the signal frame: the handler, then main where raise() was called
+      CHECK(missing_in_order(frames, {{prog, "stack_on_signal"}, {prog, "main"}}, syms) == "");
     } else if (rec.action == Action::segment_alloc) {
       ++managed;  // pass-through memory (kind managed) has its stack too
       CHECK(missing_in_order(frames, {{prog, "main"}}, syms) == "");
@@ -218,6 +239,8 @@ TEST_CASE("call stacks: a known chain of functions, innermost first, in the prog
     }
   }
   CHECK(chain == r.program["chain_allocs"]);
+  CHECK(qsorted == 1);
+  CHECK(signalled == 1);
   CHECK(driver == r.program["driver_allocs"]);
   CHECK(managed == 1);
   CHECK(threads == r.program["thread_allocs"]);
@@ -240,6 +263,28 @@ TEST_CASE("call stacks: a known chain of functions, innermost first, in the prog
   CHECK(build_ids[prog] == build_id_of(prog));
   CHECK(build_ids[lib] == build_id_of(lib));
   CHECK(!build_ids[lib].empty());
+}
+
+TEST_CASE("call stacks: the cached unwinder gives libgcc's frames, and leaves signal frames to it") {
+  // VRAMTRACE_TEST_UNWIND_CHECK=1: every stack is walked both ways and compared (Note [cached
+  // unwinding]); the program's and Python's stacks, through libc, libstdc++'s threads and the
+  // interpreter.
+  test::TempDir dir("vt-stacks");
+  std::vector<std::vector<std::string>> programs = {{kRoad}};
+  for (const std::string& python : pythons())
+    programs.push_back({python, "-B", canonical(VT_STACKS_PY_PATH), VT_STACK_LIB_PATH});
+  for (const auto& argv : programs) {
+    INFO(argv[0]);
+    std::filesystem::remove(dir.file("t.jsonl"));
+    Run r = run(argv, {"VRAMTRACE_OUTPUT=" + dir.file("t.jsonl"), "VRAMTRACE_TEST_UNWIND_CHECK=1",
+                       "VRAMTRACE_TEST_STATS_FILE=" + dir.file("stats")});
+    REQUIRE(r.exit_code == 0);
+    const auto stats = read_stats(dir.file("stats"));
+    CHECK(stats.at("shim.unwind_mismatches") == 0);
+    CHECK(stats.at("shim.unwind_cached") > 0);
+    CHECK(stats.at("shim.unwind_cached") + stats.at("shim.unwind_full") == stats.at("shim.stacks_captured"));
+    if (argv[0] == kRoad) CHECK(stats.at("shim.unwind_full") >= 1);  // the signal handler's stack
+  }
 }
 
 TEST_CASE(

@@ -28,19 +28,25 @@ std::uint64_t hash_words(const FrameWord* w, std::size_t n) noexcept {
   return h | 1;  // never 0
 }
 
-std::uint64_t hash_bytes(std::uint64_t h, std::string_view s) noexcept {
+}  // namespace
+
+std::uint64_t StackInterner::hash_text(std::string_view s) noexcept {
+  // Eight bytes a step with one multiply (the path of a Python file is most of a frame's text);
+  // the avalanche once, at the end.
   const char* p = s.data();
   std::size_t n = s.size();
-  h = mix(h, n);
+  std::uint64_t h = 0x13198A2E03707344ull ^ (n * 0x9E3779B97F4A7C15ull);
   for (; n >= 8; n -= 8, p += 8) {
     std::uint64_t v;
     std::memcpy(&v, p, 8);
-    h = mix(h, v);
+    h = (h ^ v) * 0x100000001B3ull;
   }
   std::uint64_t tail = 0;
   std::memcpy(&tail, p, n);
   return mix(h, tail);
 }
+
+namespace {
 
 // Slots are plain pointers accessed through atomic_ref, so that the calloc'd tables need no
 // construction.
@@ -133,10 +139,15 @@ std::uint32_t StackInterner::intern_stack(const FrameWord* frames, std::size_t n
 }
 
 std::uint32_t StackInterner::intern_code(std::string_view file, std::string_view name) noexcept {
+  return intern_code(file, hash_text(file), name);
+}
+
+std::uint32_t StackInterner::intern_code(std::string_view file, std::uint64_t file_hash,
+                                         std::string_view name) noexcept {
   if (file.size() > 0xFFFFFF || name.size() > 0xFFFFFF) return 0;
   Tables* t = tables();
   if (!t) return 0;
-  const std::uint64_t h = hash_bytes(hash_bytes(0x13198A2E03707344ull, file), name) | 1;
+  const std::uint64_t h = mix(file_hash, hash_text(name)) | 1;
   Code* fresh = nullptr;
   for (std::uint32_t probe = 0, i = static_cast<std::uint32_t>(h) & (kCodeSlots - 1); probe < kCodeSlots;
        ++probe, i = (i + 1) & (kCodeSlots - 1)) {

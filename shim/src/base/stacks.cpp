@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <sys/types.h>
-#include <unwind.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +15,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "base/sink.h"
+#include "base/unwind.h"
 #include "vramtrace/trace/writer.h"
 
 namespace vramtrace::shim {
@@ -55,33 +55,15 @@ void find_self() noexcept {
   g_self_hi.store(probe.hi != 0 ? probe.hi : 1, std::memory_order_release);
 }
 
-struct Walk {
-  FrameWord* out;
-  unsigned n;
-  unsigned max;
-  std::uintptr_t self_lo;
-  std::uintptr_t self_hi;
-};
-
-_Unwind_Reason_Code on_frame(_Unwind_Context* context, void* arg) {
-  auto* w = static_cast<Walk*>(arg);
-  int exact = 0;
-  std::uintptr_t pc = _Unwind_GetIPInfo(context, &exact);
-  if (pc == 0) return _URC_END_OF_STACK;
-  if (pc >= w->self_lo && pc < w->self_hi) return _URC_NO_REASON;  // the shim's own frame
-  // A signal frame's pc is the interrupted instruction itself, every other one a return address:
-  // one more makes "pc - 1 lies in the call" (what the reports look up) true of every frame.
-  if (exact) ++pc;
-  if ((pc & trace::kPythonFrame) != 0) return _URC_NO_REASON;  // not a user-space address
-  w->out[w->n++] = pc;
-  return w->n >= w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
 unsigned native_frames(FrameWord* out, unsigned max) noexcept {
   if (g_self_hi.load(std::memory_order_acquire) == 0) find_self();
-  Walk w{out, 0, max, g_self_lo.load(std::memory_order_relaxed), g_self_hi.load(std::memory_order_relaxed)};
-  _Unwind_Backtrace(on_frame, &w);
-  return w.n;
+  const unsigned n = native_backtrace(out, max, g_self_lo.load(std::memory_order_relaxed),
+                                      g_self_hi.load(std::memory_order_relaxed));
+  // A word with the top bit set would read as a Python frame; no user-space address has it.
+  unsigned kept = 0;
+  for (unsigned i = 0; i < n; ++i)
+    if ((out[i] & trace::kPythonFrame) == 0) out[kept++] = out[i];
+  return kept;
 }
 
 // --- Python frames -----------------------------------------------------------------------------
@@ -223,6 +205,8 @@ unsigned python_frames(FrameWord* out, unsigned max, trace::StackInterner& table
     co_name = co_filename ? attribute_name(py, g_co_name, "co_name") : nullptr;
     if (!co_name) co_filename = nullptr;
   }
+  std::string_view last_file;
+  std::uint64_t last_file_hash = 0;
   void* frame = py.get_frame();
   if (frame) py.incref(frame);
   while (frame && n < max) {
@@ -231,7 +215,13 @@ unsigned python_frames(FrameWord* out, unsigned max, trace::StackInterner& table
       void *file_ref = nullptr, *name_ref = nullptr;
       const std::string_view file = code_text(py, code, co_filename, "co_filename", &file_ref);
       const std::string_view name = code_text(py, code, co_name, "co_name", &name_ref);
-      if (const std::uint32_t id = table.intern_code(file, name); id != 0)
+      // A stack's frames often share a file (the same string object of the module's code): its
+      // text is hashed once per walk.
+      if (file.data() != last_file.data() || file.size() != last_file.size()) {
+        last_file = file;
+        last_file_hash = trace::StackInterner::hash_text(file);
+      }
+      if (const std::uint32_t id = table.intern_code(file, last_file_hash, name); id != 0)
         out[n++] = trace::python_frame(id, line > 0 ? static_cast<std::uint32_t>(line) : 0);
       if (file_ref) py.decref(file_ref);
       if (name_ref) py.decref(name_ref);

@@ -2,12 +2,16 @@
 //   main -> stack_level_1 -> stack_level_2 -> stack_lib_alloc (libstack_lib.so) -> cudaMalloc,
 // repeated (one stack, many events); the driver road, main -> stack_driver_alloc ->
 // cuMemAlloc_v2; managed memory (a pass-through segment); and threads that each allocate at their
-// own recursion depth (distinct stacks recorded at once). The test resolves the frames' addresses
-// with `nm` and checks the chain, innermost first.
+// own recursion depth (distinct stacks recorded at once); an allocation from inside qsort's
+// comparator (a libc frame between two of ours) and one from a signal handler (a signal frame,
+// which the cached unwinder leaves to libgcc's). The test resolves the frames' addresses with `nm`
+// and checks the chain, innermost first.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -43,6 +47,21 @@ extern "C" __attribute__((noinline)) void* stack_recurse(int depth, unsigned lon
   return p;
 }
 
+void* g_from_qsort = nullptr;
+extern "C" __attribute__((noinline)) int stack_compare(const void* a, const void* b) {
+  if (g_from_qsort == nullptr) CHECK_EQ(cudaMalloc(&g_from_qsort, 5 << 20), cudaSuccess);
+  VT_KEEP_FRAME();
+  return *static_cast<const int*>(a) - *static_cast<const int*>(b);
+}
+
+void* g_from_signal = nullptr;
+// Allocating in a signal handler is not async-signal-safe in general; raise() below delivers it
+// synchronously in a single-threaded moment of this test program, where nothing is held.
+extern "C" __attribute__((noinline)) void stack_on_signal(int) {
+  CHECK_EQ(cudaMalloc(&g_from_signal, 6 << 20), cudaSuccess);
+  VT_KEEP_FRAME();
+}
+
 int main() {
   Tally tally;
   std::vector<void*> live;
@@ -66,6 +85,12 @@ int main() {
   }
   for (auto& t : ts) t.join();
   tally.add("thread_allocs", threads * 20);
+  int values[] = {3, 1, 2};
+  std::qsort(values, 3, sizeof(int), stack_compare);
+  CHECK_EQ(cudaFree(g_from_qsort), cudaSuccess);
+  std::signal(SIGUSR1, stack_on_signal);
+  std::raise(SIGUSR1);
+  CHECK_EQ(cudaFree(g_from_signal), cudaSuccess);
   tally.print();
   return 0;
 }

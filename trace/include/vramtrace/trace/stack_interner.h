@@ -80,6 +80,11 @@ class StackInterner {
   std::uint32_t intern_stack(const FrameWord* frames, std::size_t n) noexcept;
   /// The id of the Python function (file, name), adding it when new; 0 as intern_stack.
   std::uint32_t intern_code(std::string_view file, std::string_view name) noexcept;
+  /// The same with `file_hash` = hash_text(file) given, for a caller that meets the same file in
+  /// frame after frame (a stack walk hashes each file once).
+  std::uint32_t intern_code(std::string_view file, std::uint64_t file_hash, std::string_view name) noexcept;
+  /// The hash intern_code uses for a text. Pure.
+  static std::uint64_t hash_text(std::string_view s) noexcept;
 
   /// The stack or function of an id that intern_* returned; null for 0 or any other id.
   const Stack* stack(std::uint32_t id) const noexcept;
