@@ -4,12 +4,12 @@
 // Note [stack capture]: the traced process only records return addresses and, for Python, the
 // (file, function, line) of each frame; names are found later, by the reports, on another
 // machine (heaptrack's model: the recorder stays small and fast).
-//  - Native frames come from libgcc's unwinder (_Unwind_Backtrace), linked into the shim with the
-//    static C++ runtime. It reads the DWARF call-frame information of every module, so it walks
-//    PyTorch, libcudart and distribution libraries, which are built without frame pointers; it
-//    finds a module's unwind tables with glibc's lock-free _dl_find_object. The shim's own frames
-//    (the hook, the allocator, the unwinder) are left out: a stack starts at the caller of the
-//    CUDA function.
+//  - Native frames come from the DWARF call-frame information of every module (base/unwind.h,
+//    Note [cached unwinding]: libgcc's _Unwind_Backtrace, linked into the shim with the static C++
+//    runtime, with each return address's rule cached on x86-64), so the walk goes through PyTorch,
+//    libcudart and distribution libraries, which are built without frame pointers; modules' unwind
+//    tables are found with glibc's lock-free _dl_find_object. The shim's own frames (the hook, the
+//    allocator, the unwinder) are left out: a stack starts at the caller of the CUDA function.
 //  - Python frames are added (outermost, after the native ones) only when the allocating thread
 //    already holds the GIL: PyGILState_Check and a current thread state, looked up with dlsym at
 //    run time (the shim does not link libpython), never while the interpreter is not initialised
