@@ -138,8 +138,9 @@ FrameKind module_kind(std::string_view module) noexcept {
 }
 
 FrameKind frame_kind(const Frame& f) noexcept {
-  const FrameKind by_file = frame_kind(f.filename);
-  return by_file == FrameKind::native && !f.module.empty() ? module_kind(f.module) : by_file;
+  // Only native frames have a module; once symbolized their file is a source file of any
+  // language, which says nothing of whose code it is.
+  return f.module.empty() ? frame_kind(f.filename) : module_kind(f.module);
 }
 
 namespace {
@@ -162,7 +163,7 @@ SiteFrames site_frames(const std::vector<Frame>& stack) {
   std::vector<bool> native(stack.size());
   bool python = false, modules = false;
   for (std::size_t i = 0; i < stack.size(); ++i) {
-    native[i] = frame_kind(stack[i].filename) == FrameKind::native;
+    native[i] = !stack[i].module.empty() || frame_kind(stack[i].filename) == FrameKind::native;
     kind[i] = frame_kind(stack[i]);
     python = python || !native[i];
     modules = modules || !stack[i].module.empty();
@@ -233,7 +234,7 @@ std::string frame_label(const Frame& f) {
   std::string_view name = f.name;
   // C++ signatures run to hundreds of characters; the parameter list (the balanced parentheses
   // at the end, "(anonymous namespace)" kept) says little in a table.
-  if (frame_kind(f.filename) == FrameKind::native && !name.empty() && name.back() == ')') {
+  if ((!f.module.empty() || frame_kind(f.filename) == FrameKind::native) && !name.empty() && name.back() == ')') {
     int depth = 0;
     for (std::size_t i = name.size(); i-- > 0;) {
       if (name[i] == ')') ++depth;

@@ -33,8 +33,8 @@ enum class FrameKind : std::uint8_t {
 /// Files are matched by their name and by whole directory components, as frame_kind.
 FrameKind module_kind(std::string_view module) noexcept;
 
-/// The kind of a frame: by its module for a native frame of a vramtrace trace (module_kind), by
-/// its file name otherwise (frame_kind of the name).
+/// The kind of a frame: by its module for a native frame of a vramtrace trace (module_kind, named
+/// or not), by its file name otherwise (frame_kind of the name).
 FrameKind frame_kind(const Frame& f) noexcept;
 
 /// The kind of a frame from its file name alone. Paths may be absolute or relative, as PyTorch

@@ -18,7 +18,7 @@ const std::string kData = VRAMTRACE_TEST_DATA_DIR;
 const std::string kSites = kData + "/pickle/sites.snapshot.pickle";
 constexpr std::uint64_t MiB = 1 << 20;
 
-Frame fr(std::string_view file, std::uint32_t line, std::string_view name) { return {file, line, name, {}, {}, 0}; }
+Frame fr(std::string_view file, std::uint32_t line, std::string_view name) { return {file, line, name}; }
 
 std::string label(const std::vector<Frame>& st, std::size_t i) {
   return i == SiteFrames::none ? "none" : frame_label(st[i]);
@@ -197,6 +197,21 @@ TEST_CASE("sites: the user's line of native stacks, Python frames preferred", "[
   std::vector<Frame> ctypes = {native("/usr/lib/x86_64-linux-gnu/libffi.so.8", "libffi.so.8+0x7"),
                                native(py, "libpython3.12.so.1.0+0x99")};
   CHECK(site_frames(ctypes).user == 0);
+  // Once symbolized (reporter/readers/native_names.h): the source line and the function, its
+  // parameters dropped; the kind still by module.
+  Frame named = native(app, "solver+0x1200");
+  named.filename = "/home/me/src/solver.rs";
+  named.line = 88;
+  named.name = "solver::run(int)";
+  CHECK(frame_label(named) == "/home/me/src/solver.rs:88 in solver::run");
+  CHECK(frame_kind(named) == FrameKind::user);
+  Frame only_name = native(cudart, "cudaMalloc");
+  CHECK(frame_label(only_name) == "cudaMalloc");
+  CHECK(frame_kind(only_name) == FrameKind::native);
+  std::vector<Frame> symbolized = {only_name, named, native(libc, "__libc_start_call_main")};
+  s = site_frames(symbolized);
+  CHECK(label(symbolized, s.user) == "/home/me/src/solver.rs:88 in solver::run");
+  CHECK(label(symbolized, s.via) == "cudaMalloc");
   // A return address in no known module reads as its address.
   Frame lost;
   lost.name = "0x7f0012345678";

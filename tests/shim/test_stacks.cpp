@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -443,21 +444,39 @@ TEST_CASE("call stacks: `vramtrace summary` names the native sites of a shim tra
   REQUIRE(run({kRoad}, {"VRAMTRACE_OUTPUT=" + trace}).exit_code == 0);
   const std::string text = command_output(vramtrace + " summary " + trace + " 2>&1");
   INFO(text);
-  // The chain's allocations: the first frame of the program's own code is libstack_lib.so's.
+  // The chain's allocations: the first frame of the program's own code is libstack_lib.so's,
+  // named by the reporter's symbolizer from the library's symbols and DWARF lines.
   CHECK(text.find("Top allocation sites") != std::string::npos);
-  CHECK(text.find("libstack_lib.so+0x") != std::string::npos);
+  CHECK(text.find("stack_lib.cpp:") != std::string::npos);
+  CHECK(text.find("in stack_lib_alloc") != std::string::npos);
   const auto j = nlohmann::json::parse(command_output(vramtrace + " summary --json " + trace));
   const auto& sites = j["traces"][0]["sites"];
   REQUIRE(sites["devices"].size() == 1);
   const auto& end = sites["devices"][0]["at_end"];
   CHECK(end["no_stack_bytes"] == 0);
-  bool module_frame = false;
+  bool named = false;
   for (const auto& s : sites["devices"][0]["at_peak"]["sites"])
-    for (const auto& f : s["frames"])
-      if (f.contains("module")) {
-        module_frame = true;
-        CHECK(f["address"].get<std::uint64_t>() > 0);
-        CHECK(f["kind"] != "");
+    for (const auto& f : s["frames"]) {
+      REQUIRE(f.contains("module"));  // native frames only: a C++ program
+      CHECK(f["address"].get<std::uint64_t>() > 0);
+      if (f["name"] == "stack_lib_alloc") {
+        named = true;
+        CHECK(f["kind"] == "user");
+        CHECK(f["line"].get<int>() > 0);
+        CHECK(f["filename"].get<std::string>().find("stack_lib.cpp") != std::string::npos);
       }
-  CHECK(module_frame);
+    }
+  CHECK(named);
+
+  // The same trace read where the library is gone: its frames fall back to module+offset, and a
+  // note says why.
+  std::string moved = test::slurp(trace);
+  const std::string lib = canonical(VT_STACK_LIB_PATH);
+  for (std::size_t at; (at = moved.find(lib)) != std::string::npos;)
+    moved.replace(at, lib.size(), dir.path + "/gone/libstack_lib.so");
+  std::ofstream(dir.file("moved.jsonl")) << moved;
+  const std::string fallback = command_output(vramtrace + " summary " + dir.file("moved.jsonl") + " 2>&1");
+  INFO(fallback);
+  CHECK(fallback.find("libstack_lib.so+0x") != std::string::npos);
+  CHECK(fallback.find("native frames: " + dir.path + "/gone/libstack_lib.so: not symbolised") != std::string::npos);
 }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "trace_test_util.h"
 #include "vramtrace/trace/modules.h"
@@ -363,4 +364,48 @@ TEST_CASE("stacks: a trace of format 1.1 reads as before, without stacks", "[tra
   CHECK(r.records[0].stack_id == 0);
   CHECK(r.stacks->size() == 0);
   CHECK(r.notes.empty());
+}
+
+TEST_CASE("stacks: a frame namer names each native frame once, when the stacks are asked for", "[trace][stacks][reader]") {
+  struct Namer : FrameNamer {
+    std::vector<std::tuple<std::string, std::string, std::uint64_t>> asked;
+    std::optional<Name> name(std::string_view module, std::string_view build_id, std::uint64_t address) override {
+      asked.emplace_back(std::string(module), std::string(build_id), address);
+      if (address == 0x234) return Name{"foo::bar(int)", "/src/foo.cpp", 12};
+      if (address == 0x300) return Name{"only_a_name", "", 0};
+      return std::nullopt;
+    }
+    std::vector<std::string> notes() const override { return {"namer note"}; }
+  };
+  ScratchDir dir;
+  const std::string path = write_lines(
+      dir, "n.jsonl",
+      {kHeader,
+       R"({"a":"module","id":1,"path":"/usr/lib/libfoo.so.1","bias":4096,"start":4096,"size":8192,"build_id":"ab12"})",
+       R"({"a":"string","id":1,"text":"app.py"})",
+       R"({"a":"stack","id":1,"frames":[{"m":1,"pc":4660},{"m":1,"pc":4864},{"m":1,"pc":5000},{"f":1,"l":3,"n":1}]})",
+       R"({"a":"alloc","t":1,"p":4096,"r":512,"st":1})",
+       R"({"a":"trailer","t":5,"events":1,"dropped":0,"counts":{},"devices":[]})"});
+  auto reader = open_vramtrace_trace(path);
+  auto namer = std::make_shared<Namer>();
+  reader->set_frame_namer(namer);
+  for (TraceRecord rec; reader->next(rec);) {
+  }
+  const auto stacks = reader->stacks();
+  const std::vector<Frame>& f = *stacks->get(1);
+  CHECK(f[0].filename == "/src/foo.cpp");
+  CHECK(f[0].line == 12);
+  CHECK(f[0].name == "foo::bar(int)");
+  CHECK(f[0].module == "/usr/lib/libfoo.so.1");  // still a native frame of its module
+  CHECK(f[0].address == 0x234);
+  CHECK(f[1].filename.empty());  // a function name alone
+  CHECK(f[1].name == "only_a_name");
+  CHECK(f[2].name == "libfoo.so.1+0x388");  // unknown to the namer: as read
+  CHECK(f[3].filename == "app.py");         // Python frames are not the namer's
+  REQUIRE(namer->asked.size() == 3);
+  CHECK(std::get<1>(namer->asked[0]) == "ab12");
+  (void)reader->stacks();
+  CHECK(namer->asked.size() == 3);  // each frame once
+  const auto notes = reader->notes();
+  CHECK(std::find(notes.begin(), notes.end(), "namer note") != notes.end());
 }

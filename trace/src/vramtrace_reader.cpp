@@ -868,9 +868,15 @@ class Reader final : public VramtraceTraceReader {
   }
 
  public:
-  std::shared_ptr<const StackTable> stacks() const override { return stacks_; }
+  std::shared_ptr<const StackTable> stacks() const override {
+    name_frames();
+    return stacks_;
+  }
+
+  void set_frame_namer(std::shared_ptr<FrameNamer> namer) override { namer_ = std::move(namer); }
 
   std::vector<std::string> notes() const override {
+    name_frames();
     std::vector<std::string> out;
     if (unknown_stack_events_ != 0)
       out.push_back(
@@ -888,7 +894,31 @@ class Reader final : public VramtraceTraceReader {
       out.push_back(fmt::format("{} Python frames name a string the trace never defined ({}); shown as ??",
                                 unknown_strings_, unknown_string_example_));
     if (!redefined_example_.empty()) out.push_back(redefined_example_);
+    if (namer_)
+      for (std::string& n : namer_->notes()) out.push_back(std::move(n));
     return out;
+  }
+
+ private:
+  // The namer's names for the native frames of the stacks read since the last call (const: the
+  // names are found when the stacks are asked for; nothing the caller sees changes but names).
+  void name_frames() const {
+    if (!namer_) return;
+    for (std::uint32_t id = named_ + 1; id <= stacks_->size(); ++id) {
+      const std::vector<Frame>& frames = *stacks_->get(id);
+      for (std::size_t i = 0; i < frames.size(); ++i) {
+        const Frame& f = frames[i];
+        if (f.module.empty() || !f.filename.empty()) continue;
+        const std::optional<FrameNamer::Name> n = namer_->name(f.module, f.build_id, f.address);
+        if (!n || (n->function.empty() && n->file.empty())) continue;
+        Frame named = f;
+        named.filename = n->file;
+        named.line = n->file.empty() ? 0 : n->line;
+        if (!n->function.empty()) named.name = n->function;
+        stacks_->replace_frame(id, i, named);
+      }
+    }
+    named_ = static_cast<std::uint32_t>(stacks_->size());
   }
 
  private:
@@ -925,6 +955,8 @@ class Reader final : public VramtraceTraceReader {
   std::uint64_t unknown_strings_ = 0;
   std::string unknown_string_example_;
   std::string redefined_example_;
+  std::shared_ptr<FrameNamer> namer_;
+  mutable std::uint32_t named_ = 0;  // stacks 1..named_ went through the namer
 };
 
 }  // namespace

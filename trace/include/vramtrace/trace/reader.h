@@ -37,8 +37,8 @@ struct Frame {
   /// load bias: subtract 1 to look up the call instruction). `name` is then "libfoo.so+0x1234"
   /// until a symbolizer replaces it. All empty (and 0) for Python frames, for PyTorch's frames
   /// (already named), and for a return address in no known module ("0x7f..." in `name`).
-  std::string_view module;
-  std::string_view build_id;
+  std::string_view module{};
+  std::string_view build_id{};
   std::uint64_t address = 0;
   bool operator==(const Frame& o) const noexcept {
     return line == o.line && address == o.address && filename == o.filename && name == o.name && module == o.module &&
@@ -77,6 +77,15 @@ class StackTable {
     by_hash_.emplace(h, id);
     return id;
   }
+  /// Replaces frame `index` of stack `id` with `f` (its strings copied into the table): a name
+  /// found after the stack was read (a native frame's symbol). Ids do not change, and the stack
+  /// is not merged with another that now has the same frames. No-op for an id or index the table
+  /// does not have. Pointers from get() stay valid and see the new frame.
+  void replace_frame(std::uint32_t id, std::size_t index, const Frame& f) {
+    if (id == 0 || id > stacks_.size() || index >= stacks_[id - 1].size()) return;
+    stacks_[id - 1][index] = {string(f.filename), f.line, string(f.name), string(f.module), string(f.build_id),
+                              f.address};
+  }
   /// The frames of stack `id`, innermost first; nullptr for 0 or an id the table never gave.
   const std::vector<Frame>* get(std::uint32_t id) const noexcept {
     return id == 0 || id > stacks_.size() ? nullptr : &stacks_[id - 1];
@@ -90,6 +99,31 @@ class StackTable {
   std::unordered_set<std::string> strings_;  // nodes never move: views into them stay valid
   std::deque<std::vector<Frame>> stacks_;    // by id - 1; a deque so that get()'s pointers stay valid
   std::unordered_multimap<std::size_t, std::uint32_t> by_hash_;
+};
+
+/// Names the native frames of a trace's stacks (Frame::module, build_id and address): the
+/// reporter's symbolizer (reporter/readers/native_names.h), set on a reader with
+/// TraceReader::set_frame_namer; trace/ itself names no native frame (docs/design.md, "Call
+/// stacks"). Not thread-safe.
+class FrameNamer {
+ public:
+  struct Name {
+    std::string function;  ///< demangled; may be empty when only a source line is known
+    std::string file;      ///< source file; empty when unknown
+    std::uint32_t line = 0;
+  };
+  virtual ~FrameNamer() = default;
+  /// The name of the code at `link_address` of `module` (a return address's link-time address:
+  /// the call is the instruction before it), `build_id` in hex or "". nullopt when unknown.
+  virtual std::optional<Name> name(std::string_view module, std::string_view build_id,
+                                   std::uint64_t link_address) = 0;
+  /// About the modules asked for so far that could not be used, or only in part, for a
+  /// report's notes. Default: none.
+  virtual std::vector<std::string> notes() const { return {}; }
+  /// Names the native frames of stacks() with `namer` (each frame once, when stacks() or notes()
+  /// is next called), and adds its notes to notes(). Default: nothing, for formats whose frames
+  /// come named (PyTorch's) or that have none.
+  virtual void set_frame_namer(std::shared_ptr<FrameNamer> namer) {}
 };
 
 /// One allocator action read from a trace, in PyTorch's terms.
@@ -209,6 +243,10 @@ class TraceReader {
   /// whose events name a call stack it never defined, ...), one sentence each; complete once
   /// next() returned false. Default: none.
   virtual std::vector<std::string> notes() const { return {}; }
+  /// Names the native frames of stacks() with `namer` (each frame once, when stacks() or notes()
+  /// is next called), and adds its notes to notes(). Default: nothing, for formats whose frames
+  /// come named (PyTorch's) or that have none.
+  virtual void set_frame_namer(std::shared_ptr<FrameNamer> namer) {}
   /// The frames of stack `id`, innermost first; nullptr for 0, unknown ids, or a format without
   /// stacks. The pointer stays valid while the reader (or a holder of stacks()) lives.
   const std::vector<Frame>* stack(std::uint32_t id) const {
