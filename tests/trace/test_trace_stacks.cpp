@@ -366,7 +366,8 @@ TEST_CASE("stacks: a trace of format 1.1 reads as before, without stacks", "[tra
   CHECK(r.notes.empty());
 }
 
-TEST_CASE("stacks: a frame namer names each native frame once, when the stacks are asked for", "[trace][stacks][reader]") {
+TEST_CASE("stacks: a frame namer names each native frame once, when the stacks are asked for",
+          "[trace][stacks][reader]") {
   struct Namer : FrameNamer {
     std::vector<std::tuple<std::string, std::string, std::uint64_t>> asked;
     std::optional<Name> name(std::string_view module, std::string_view build_id, std::uint64_t address) override {

@@ -27,9 +27,9 @@ namespace vramtrace::shim {
   X(exit_frees)             /* frees after process exit began (forgotten, no driver call) */              \
   X(oom_fallbacks)          /* allocator OOMs served by forwarding the exact request (no spurious OOM) */ \
   X(stacks_captured)        /* call stacks captured (once per allocating call; base/stacks.h) */          \
-  X(python_stacks)          /* of those, with Python frames (the thread held the GIL) */              \
-  X(unwind_cached)          /* native stacks walked with cached rules (Note [cached unwinding]) */    \
-  X(unwind_full)            /* native stacks walked by _Unwind_Backtrace */                          \
+  X(python_stacks)          /* of those, with Python frames (the thread held the GIL) */                  \
+  X(unwind_cached)          /* native stacks walked with cached rules (Note [cached unwinding]) */        \
+  X(unwind_full)            /* native stacks walked by _Unwind_Backtrace */                               \
   X(unwind_mismatches)      /* stacks walked both ways that differed (the cache is then off) */
 
 struct Counters {

@@ -57,8 +57,8 @@ void find_self() noexcept {
 
 unsigned native_frames(FrameWord* out, unsigned max) noexcept {
   if (g_self_hi.load(std::memory_order_acquire) == 0) find_self();
-  const unsigned n = native_backtrace(out, max, g_self_lo.load(std::memory_order_relaxed),
-                                      g_self_hi.load(std::memory_order_relaxed));
+  const unsigned n =
+      native_backtrace(out, max, g_self_lo.load(std::memory_order_relaxed), g_self_hi.load(std::memory_order_relaxed));
   // A word with the top bit set would read as a Python frame; no user-space address has it.
   unsigned kept = 0;
   for (unsigned i = 0; i < n; ++i)
@@ -79,7 +79,7 @@ struct PyApi {
   void* (*frame_back)(void*);  // new reference (3.9)
   void* (*frame_code)(void*);  // new reference (3.9)
   int (*frame_line)(void*);
-  void* (*get_attr)(void*, const char*);  // new reference
+  void* (*get_attr)(void*, const char*);   // new reference
   void* (*get_attr_object)(void*, void*);  // PyObject_GetAttr: new reference
   void* (*intern)(const char*);            // PyUnicode_InternFromString: new reference
   void* (*interpreter_of)(void*);          // PyThreadState_GetInterpreter (3.9)
@@ -129,16 +129,15 @@ const PyApi* python_api() noexcept {
   look_up(api.gc_disable, sym, "PyGC_Disable");
   look_up(api.gc_enable, sym, "PyGC_Enable");
   if (!api.gc_enable) api.gc_disable = nullptr;
-  const bool complete = api.thread_state && look_up(api.get_frame, sym, "PyEval_GetFrame") &&
-                        look_up(api.frame_line, sym, "PyFrame_GetLineNumber") &&
-                        look_up(api.get_attr, sym, "PyObject_GetAttrString") &&
-                        look_up(api.get_attr_object, sym, "PyObject_GetAttr") &&
-                        look_up(api.intern, sym, "PyUnicode_InternFromString") &&
-                        look_up(api.interpreter_of, sym, "PyThreadState_GetInterpreter") &&
-                        look_up(api.main_interpreter, sym, "PyInterpreterState_Main") &&
-                        look_up(api.utf8, sym, "PyUnicode_AsUTF8AndSize") && look_up(api.incref, sym, "Py_IncRef") &&
-                        look_up(api.decref, sym, "Py_DecRef") && look_up(api.err_fetch, sym, "PyErr_Fetch") &&
-                        look_up(api.err_restore, sym, "PyErr_Restore") && look_up(api.err_clear, sym, "PyErr_Clear");
+  const bool complete =
+      api.thread_state && look_up(api.get_frame, sym, "PyEval_GetFrame") &&
+      look_up(api.frame_line, sym, "PyFrame_GetLineNumber") && look_up(api.get_attr, sym, "PyObject_GetAttrString") &&
+      look_up(api.get_attr_object, sym, "PyObject_GetAttr") && look_up(api.intern, sym, "PyUnicode_InternFromString") &&
+      look_up(api.interpreter_of, sym, "PyThreadState_GetInterpreter") &&
+      look_up(api.main_interpreter, sym, "PyInterpreterState_Main") &&
+      look_up(api.utf8, sym, "PyUnicode_AsUTF8AndSize") && look_up(api.incref, sym, "Py_IncRef") &&
+      look_up(api.decref, sym, "Py_DecRef") && look_up(api.err_fetch, sym, "PyErr_Fetch") &&
+      look_up(api.err_restore, sym, "PyErr_Restore") && look_up(api.err_clear, sym, "PyErr_Clear");
   if (!complete) {
     if (!g_py_old.exchange(true))
       log_line(LogLevel::debug, "this Python lacks a function of the C API the stack walk needs: native frames only");

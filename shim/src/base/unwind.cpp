@@ -68,8 +68,12 @@ constexpr Rule kPresent = 1, kFull = 2, kOutermost = 4, kCfaRbp = 8, kRbpSaved =
 constexpr std::int64_t kOffsetLimit = std::int64_t{1} << 23;
 
 constexpr Rule full_rule() noexcept { return kPresent | kFull; }
-std::int32_t cfa_offset(Rule r) noexcept { return static_cast<std::int32_t>(static_cast<std::uint32_t>(r) & 0xFFFFFF00u) >> 8; }
-std::int32_t rbp_offset(Rule r) noexcept { return static_cast<std::int32_t>(static_cast<std::uint32_t>(r >> 24) & 0xFFFFFF00u) >> 8; }
+std::int32_t cfa_offset(Rule r) noexcept {
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(r) & 0xFFFFFF00u) >> 8;
+}
+std::int32_t rbp_offset(Rule r) noexcept {
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(r >> 24) & 0xFFFFFF00u) >> 8;
+}
 
 // Readers of the CIE/FDE bytes. `end` bounds every read: a malformed entry gives the full walk.
 struct Reader {
@@ -152,8 +156,8 @@ int slot_of(std::uint64_t reg) noexcept { return reg == kRbp ? 0 : reg == kRetur
 
 // Runs CFA instructions [r.p, r.end) from `loc` while the location is at most `target`.
 // Returns false for what the cache does not model (the walk then takes the full unwinder).
-bool run_program(Reader r, std::uintptr_t loc, std::uintptr_t target, std::uint64_t code_align,
-                 std::int64_t data_align, Row& row, const Row& initial) noexcept {
+bool run_program(Reader r, std::uintptr_t loc, std::uintptr_t target, std::uint64_t code_align, std::int64_t data_align,
+                 Row& row, const Row& initial) noexcept {
   Row stack[8];
   unsigned depth = 0;
   auto set = [&](std::uint64_t reg, std::uint8_t how, std::int64_t offset) {

@@ -83,8 +83,8 @@ class StackTable {
   /// does not have. Pointers from get() stay valid and see the new frame.
   void replace_frame(std::uint32_t id, std::size_t index, const Frame& f) {
     if (id == 0 || id > stacks_.size() || index >= stacks_[id - 1].size()) return;
-    stacks_[id - 1][index] = {string(f.filename), f.line, string(f.name), string(f.module), string(f.build_id),
-                              f.address};
+    stacks_[id - 1][index] = {string(f.filename), f.line,   string(f.name), string(f.module),
+                              string(f.build_id), f.address};
   }
   /// The frames of stack `id`, innermost first; nullptr for 0 or an id the table never gave.
   const std::vector<Frame>* get(std::uint32_t id) const noexcept {
@@ -115,8 +115,7 @@ class FrameNamer {
   virtual ~FrameNamer() = default;
   /// The name of the code at `link_address` of `module` (a return address's link-time address:
   /// the call is the instruction before it), `build_id` in hex or "". nullopt when unknown.
-  virtual std::optional<Name> name(std::string_view module, std::string_view build_id,
-                                   std::uint64_t link_address) = 0;
+  virtual std::optional<Name> name(std::string_view module, std::string_view build_id, std::uint64_t link_address) = 0;
   /// About the modules asked for so far that could not be used, or only in part, for a
   /// report's notes. Default: none.
   virtual std::vector<std::string> notes() const { return {}; }
