@@ -81,6 +81,70 @@ FrameKind frame_kind(std::string_view f) noexcept {
 
 namespace {
 
+std::string_view base_name(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+// The directory components of a path, in order (not the file's own name).
+std::vector<std::string_view> directories(std::string_view path) {
+  std::vector<std::string_view> dirs;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (i > start && i < path.size()) dirs.push_back(path.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return dirs;
+}
+
+// "python", "python3", "python3.12", "python3.13t": the interpreter's executable.
+bool is_python_executable(std::string_view name) {
+  if (name == "python") return true;
+  return is_python_dir(name);
+}
+
+}  // namespace
+
+FrameKind module_kind(std::string_view module) noexcept {
+  const std::string_view name = base_name(module);
+  const std::vector<std::string_view> dirs = directories(module);
+  // Packages that ship the framework in their own directories (pip wheels and source trees).
+  for (std::string_view d : dirs) {
+    for (std::string_view pkg :
+         {"torch", "cupy", "cupy_backends", "cupyx", "jax", "jaxlib", "jax_plugins", "numba", "triton", "nvidia"})
+      if (d == pkg) return FrameKind::native;
+    if (starts_with(d, "jax_cuda") || starts_with(d, "jax_rocm")) return FrameKind::native;  // jax_cuda12_plugin
+  }
+  for (std::string_view lib :
+       {"libcuda.",    "libcudart",     "libcublas",   "libcudnn",    "libnccl",  "libcufft",     "libcurand",
+        "libcusparse", "libcusolver",   "libcutensor", "libcufile",   "libnvrtc", "libnvJitLink", "libnvjitlink",
+        "libcupti",    "libnvToolsExt", "libnvidia-",  "libnvshmem",  "libtorch", "libc10",       "libcaffe2",
+        "libshm",      "libxla",        "libtriton",   "libvramtrace"})
+    if (starts_with(name, lib)) return FrameKind::native;
+  for (std::string_view d : dirs)
+    if (d == "lib-dynload") return FrameKind::runtime;  // the interpreter's own extension modules
+  for (std::string_view lib :
+       {"libc.so", "libc-", "libm.so", "libm-", "libstdc++", "libgcc_s", "ld-linux", "ld64.so", "libpthread",
+        "libdl.so", "librt.so", "libutil", "libpython", "libffi", "linux-vdso", "libgomp", "libiomp"})
+    if (starts_with(name, lib)) return FrameKind::runtime;
+  if (is_python_executable(name)) return FrameKind::runtime;
+  for (std::string_view d : dirs)
+    if (d == "site-packages" || d == "dist-packages") return FrameKind::library;
+  return FrameKind::user;
+}
+
+FrameKind frame_kind(const Frame& f) noexcept {
+  // Only native frames have a module; once symbolized their file is a source file of any
+  // language, which says nothing of whose code it is.
+  return f.module.empty() ? frame_kind(f.filename) : module_kind(f.module);
+}
+
+namespace {
+
 // An autograd node's apply() ("torch::autograd::generated::MulBackward0::apply(...)"): what a
 // stack of the backward pass's engine thread, which has no Python frame, is working for.
 bool is_autograd_node(std::string_view name) {
@@ -93,25 +157,59 @@ bool is_autograd_node(std::string_view name) {
 SiteFrames site_frames(const std::vector<Frame>& stack) {
   SiteFrames s;
   if (stack.empty()) return s;
+  // Kinds by module for native frames; with Python frames present, every native frame counts as
+  // framework, so that the Python line is the site.
+  std::vector<FrameKind> kind(stack.size());
+  std::vector<bool> native(stack.size());
+  bool python = false, modules = false;
+  for (std::size_t i = 0; i < stack.size(); ++i) {
+    native[i] = !stack[i].module.empty() || frame_kind(stack[i].filename) == FrameKind::native;
+    kind[i] = frame_kind(stack[i]);
+    python = python || !native[i];
+    modules = modules || !stack[i].module.empty();
+  }
+  if (python)
+    for (std::size_t i = 0; i < stack.size(); ++i)
+      if (native[i]) kind[i] = FrameKind::native;
   std::size_t first_python = SiteFrames::none, first_node = SiteFrames::none;
   for (std::size_t i = 0; i < stack.size(); ++i) {
-    FrameKind k = frame_kind(stack[i].filename);
-    if (k == FrameKind::user) {
+    if (kind[i] == FrameKind::user) {
       s.user = i;
       break;
     }
-    if (k != FrameKind::native && first_python == SiteFrames::none) first_python = i;
-    if (k == FrameKind::native && first_node == SiteFrames::none && is_autograd_node(stack[i].name)) first_node = i;
+    if (!native[i] && first_python == SiteFrames::none) first_python = i;
+    if (native[i] && first_node == SiteFrames::none && is_autograd_node(stack[i].name)) first_node = i;
   }
-  if (s.user == SiteFrames::none)
-    s.user = first_python != SiteFrames::none ? first_python : first_node != SiteFrames::none ? first_node : 0;
+  if (s.user != SiteFrames::none && native[s.user]) {
+    // The program's own native code: below it, the framework function it called.
+    for (std::size_t i = 0; i < s.user; ++i)
+      if (kind[i] == FrameKind::library) s.via = i;
+    if (s.via == SiteFrames::none && s.user > 0) s.via = s.user - 1;
+    return s;
+  }
+  if (s.user == SiteFrames::none) {
+    s.user = first_python != SiteFrames::none ? first_python : first_node;
+    if (s.user == SiteFrames::none && modules) {
+      // Framework and runtime only: where the runtime (the interpreter, the C runtime's thread
+      // start) entered the framework, the framework's function the program called.
+      std::size_t entry = SiteFrames::none;
+      for (std::size_t i = 0; i < stack.size() && kind[i] != FrameKind::runtime; ++i)
+        if (kind[i] == FrameKind::native || kind[i] == FrameKind::library) entry = i;
+      if (entry != SiteFrames::none && entry > 0) {
+        s.user = entry;
+        s.via = 0;
+        return s;
+      }
+    }
+    if (s.user == SiteFrames::none) s.user = 0;
+  }
   std::size_t inner_torch = SiteFrames::none;
   for (std::size_t i = 0; i < s.user; ++i) {
-    FrameKind k = frame_kind(stack[i].filename);
+    FrameKind k = kind[i];
     if (k == FrameKind::library) {
       s.via = i;
       for (std::size_t j = i + 1; j < s.user; ++j) {
-        if (frame_kind(stack[j].filename) == FrameKind::library && stack[j].filename != stack[i].filename) {
+        if (kind[j] == FrameKind::library && stack[j].filename != stack[i].filename) {
           s.caller = j;
           break;
         }
@@ -136,7 +234,7 @@ std::string frame_label(const Frame& f) {
   std::string_view name = f.name;
   // C++ signatures run to hundreds of characters; the parameter list (the balanced parentheses
   // at the end, "(anonymous namespace)" kept) says little in a table.
-  if (frame_kind(f.filename) == FrameKind::native && !name.empty() && name.back() == ')') {
+  if ((!f.module.empty() || frame_kind(f.filename) == FrameKind::native) && !name.empty() && name.back() == ')') {
     int depth = 0;
     for (std::size_t i = name.size(); i-- > 0;) {
       if (name[i] == ')') ++depth;
@@ -146,6 +244,10 @@ std::string frame_label(const Frame& f) {
       }
     }
   }
+  // A native frame of a vramtrace trace that no symbolizer named: its name says all there is
+  // ("libcudart.so.12+0x5a3e0").
+  if (f.filename.empty() && !f.name.empty() && (!f.module.empty() || starts_with(f.name, "0x")))
+    return std::string(name);
   if (f.line == 0) return fmt::format("{} in {}", file, name);
   return fmt::format("{}:{} in {}", file, f.line, name);
 }
@@ -309,11 +411,18 @@ nlohmann::json sites_json(const SitesAt& s) {
                      {"bytes", v.bytes},
                      {"blocks", v.blocks}});
     nlohmann::json frames = nlohmann::json::array();
-    for (const auto& f : site.frames)
-      frames.push_back({{"filename", std::string(f.filename)},
-                        {"line", f.line},
-                        {"name", std::string(f.name)},
-                        {"kind", frame_kind_name(frame_kind(f.filename))}});
+    for (const auto& f : site.frames) {
+      nlohmann::json j = {{"filename", std::string(f.filename)},
+                          {"line", f.line},
+                          {"name", std::string(f.name)},
+                          {"kind", frame_kind_name(frame_kind(f))}};
+      if (!f.module.empty()) {
+        j["module"] = std::string(f.module);
+        j["address"] = f.address;
+        if (!f.build_id.empty()) j["build_id"] = std::string(f.build_id);
+      }
+      frames.push_back(std::move(j));
+    }
     sites.push_back(
         {{"site", site.label}, {"bytes", site.bytes}, {"blocks", site.blocks}, {"via", via}, {"frames", frames}});
   }
@@ -348,7 +457,8 @@ nlohmann::json trace_sites_json(const TraceModel& m, const std::vector<DeviceSit
     return {{"devices", devs},
             {"reason",
              "the trace records no call stacks (PyTorch snapshots record them as frames; "
-             "torch.cuda.memory._record_memory_history(stacks=\"python\" or \"all\"))"}};
+             "torch.cuda.memory._record_memory_history(stacks=\"python\" or \"all\"); vramtrace traces "
+             "from format 1.2 on, unless VRAMTRACE_STACKS=none)"}};
   for (const auto& s : sites) {
     nlohmann::json d = {{"device", s.device}, {"at_end", sites_json(s.at_end)}};
     const bool has_peak = std::any_of(m.devices.begin(), m.devices.end(),

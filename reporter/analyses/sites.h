@@ -22,6 +22,21 @@ enum class FrameKind : std::uint8_t {
   native,   ///< C and C++ frames: no file name, "??", or a .c/.cc/.cpp/.cxx/.cu/.h/.hh/.hpp/.cuh file
 };
 
+/// The kind of a native frame from the module its return address lay in (Frame::module, the path
+/// as the traced process saw it; vramtrace traces record it). `native`: the framework the program
+/// allocates through -- CUDA's libraries (libcuda, libcudart, cuBLAS, cuDNN, NCCL, ... and the
+/// nvidia/ wheels that carry them), libtorch and libc10, CuPy, JAX and XLA, numba, Triton, and
+/// libvramtrace itself. `runtime`: what runs every program -- the C and C++ runtime (libc, libm,
+/// libstdc++, libgcc_s, ld.so), the Python interpreter (the python executable, libpython, its
+/// lib-dynload/ modules, libffi). `library`: another package's extension module under
+/// site-packages/ or dist-packages/. `user`: anything else (the program and its own libraries).
+/// Files are matched by their name and by whole directory components, as frame_kind.
+FrameKind module_kind(std::string_view module) noexcept;
+
+/// The kind of a frame: by its module for a native frame of a vramtrace trace (module_kind, named
+/// or not), by its file name otherwise (frame_kind of the name).
+FrameKind frame_kind(const Frame& f) noexcept;
+
 /// The kind of a frame from its file name alone. Paths may be absolute or relative, as PyTorch
 /// records them ("python3.12/site-packages/torch/nn/modules/module.py"); directories match whole
 /// path components ("torch", "site-packages", "dist-packages", "lib/python3.12"), so that
@@ -34,17 +49,24 @@ FrameKind frame_kind(std::string_view filename) noexcept;
 /// Where a stack's site is: indices into the stack (innermost first).
 struct SiteFrames {
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
-  /// The user's line: the innermost frame whose kind is user. When every frame is framework (all
-  /// but user), the innermost frame that is not native (a Python frame); when all are native (the
-  /// autograd engine's thread runs the backward pass without Python frames), the innermost
-  /// autograd node (torch::autograd::generated::...Backward0::apply), else frame 0. `none` only
-  /// for an empty stack.
+  /// The user's line: the innermost frame whose kind is user (frame_kind(const Frame&)); when the
+  /// stack has Python frames, only a Python frame counts (a program's Python line is what its
+  /// author reads, not the C function below it). When every frame is framework (all but user),
+  /// the innermost frame that is not native (a Python frame); when all are native (the autograd
+  /// engine's thread runs the backward pass without Python frames; a framework that released the
+  /// GIL), the innermost autograd node (torch::autograd::generated::...Backward0::apply), else,
+  /// for native frames with modules, the outermost framework frame below the first runtime frame
+  /// (where the interpreter or the C runtime entered the framework: the framework's function the
+  /// program called), else frame 0. `none` only for an empty stack.
   std::size_t user = none;
   /// The framework line below it (between the innermost frame and the user's frame) that says
   /// what the user's line called into: the innermost library frame (e.g. transformers'
   /// modeling_gpt2.py line that made the tensor), else the innermost torch frame (the torch
   /// Python code nearest to the allocation, e.g. nn/modules/linear.py's `forward`). `none` when
-  /// there is no such frame.
+  /// there is no such frame. For a user frame of native code (a module frame), the framework
+  /// frame right below it: the function of the framework the program's code called (cudaMalloc's
+  /// frame in libcudart, say); for the framework entry frame of an all-framework native stack,
+  /// frame 0 (the frame that allocated).
   std::size_t via = none;
   /// When `via` is a library frame: the nearest library frame outward from it (towards the user's
   /// line) in another file, the model code that called a helper (modeling_gpt2.py's line above

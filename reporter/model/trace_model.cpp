@@ -1085,6 +1085,7 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.caps = reader.header().caps;
   TraceModel m = impl_->finish(reader.incomplete(), reader.final_state());
   if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
+  for (std::string& n : reader.notes()) m.notes.push_back(std::move(n));
   if (auto stacks = reader.stacks(); stacks && stacks->size() != 0) {
     m.stacks = std::move(stacks);
     if (const Snapshot* end = reader.final_state()) impl_->recorded_end_stacks(*end, m);

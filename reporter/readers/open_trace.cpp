@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "readers/native_names.h"
 #include "readers/readers.h"
 #include "vramtrace/trace/byte_source.h"
 
@@ -80,7 +81,11 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path) {
   if (auto it = j.find("format"); it != j.end() && it->is_string()) {
     std::string name = it->get<std::string>();
     if (TraceOpener opener = find_format(name)) return opener(path);
-    if (name == "vramtrace") return open_vramtrace_trace(path);
+    if (name == "vramtrace") {
+      auto reader = open_vramtrace_trace(path);
+      reader->set_frame_namer(native_frame_namer());  // docs/design.md, "Call stacks"
+      return reader;
+    }
     throw TraceError(fmt::format("{}: line {}: trace format \"{}\" is not supported by this build", path,
                                  lines->line_number(), name));
   }

@@ -14,7 +14,9 @@ namespace vramtrace {
 ///  - a first line that is a JSON object with "format": NAME: the format registered as NAME;
 ///  - a first line that is a JSON object with "kind": "header", or with "action" (an entry):
 ///    PyTorch's allocator history as JSON lines ("torchtrace", tests/data/torch-h200/README.md).
-/// Throws TraceError if the file cannot be opened or is of no known format.
+/// The native frames of a vramtrace trace's stacks are named by native_frame_namer
+/// (readers/native_names.h). Throws TraceError if the file cannot be opened or is of no known
+/// format.
 std::unique_ptr<TraceReader> open_trace(const std::string& path);
 
 /// Opens one trace format. Throws TraceError.

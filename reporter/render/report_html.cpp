@@ -113,7 +113,7 @@ class PageStacks {
 
   std::size_t frame(const Frame& f) {
     std::string label = cut(frame_label(f));
-    const char* kind = frame_kind_name(frame_kind(f.filename));
+    const char* kind = frame_kind_name(frame_kind(f));  // by module for native frames of vramtrace traces
     std::string key = label + '\0' + kind;
     if (auto it = frame_index_.find(key); it != frame_index_.end()) return it->second;
     frames_.push_back({label, kind});

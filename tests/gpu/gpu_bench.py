@@ -22,6 +22,12 @@ Variants (torch_train.py, GPT-2 124M and Llama-style 1.1B training steps):
   torch_level     PyTorch's own allocator history with Python stacks of allocations
                   (python/vramtrace/_boot on PYTHONPATH, VRAMTRACE_TORCH_OUT), no shim
   torch_level_all the same with the stacks of frees too (VRAMTRACE_TORCH_CONTEXT=all)
+  front_stacks    the shim in front of PyTorch's allocator with its trace written and call stacks
+                  (the default VRAMTRACE_STACKS=native,python; target <= 1.01x native)
+  front_nostacks  the same with VRAMTRACE_STACKS=none: the stacks' own cost is the ratio between them
+  tensor_ordered_nostacks
+                  tensor_ordered_traced with VRAMTRACE_STACKS=none (tensor mode: ~1,500 stacks per
+                  GPT-2 step; tensor_ordered_traced has them)
   run             what `vramtrace run` does by default: the shim in front of PyTorch's allocator
                   with its trace written, plus the tensor level (target <= 1.02x native); the
                   snapshot's alloc count and peaks are checked against the sidecar's memory_stats
@@ -108,6 +114,12 @@ def variants(model, trace_dir):
          ("tensor_traced", True, dict(NOCACHE, VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-%p.jsonl"))),
          ("tensor_ordered_traced", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered",
                                               VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-ordered-%p.jsonl")))]
+    stacks = os.path.join(trace_dir, "stacks")  # traces of the stack variants, one at a time
+    v += [("front_stacks", True, dict(VRAMTRACE_OUTPUT=os.path.join(stacks, f"{model}-front-%p.jsonl"))),
+          ("front_nostacks", True, dict(VRAMTRACE_STACKS="none",
+                                        VRAMTRACE_OUTPUT=os.path.join(stacks, f"{model}-nostacks-%p.jsonl"))),
+          ("tensor_ordered_nostacks", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered", VRAMTRACE_STACKS="none",
+                                                 VRAMTRACE_OUTPUT=os.path.join(stacks, f"{model}-ordered-nostacks-%p.jsonl")))]
     if model == "gpt2":
         v.append(("tensor_device", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:device_sync")))
     return v
@@ -138,6 +150,10 @@ def main():
             for name, shim, env in vs[k:] + vs[:k]:
                 if name == "tensor_device" and rnd > 0:
                     continue  # slow and not a target: one run is enough
+                stack_dir = os.path.join(trace_dir, "stacks")
+                os.makedirs(stack_dir, exist_ok=True)
+                for f in os.listdir(stack_dir):  # the stack variants' earlier traces: keep the disk small
+                    os.remove(os.path.join(stack_dir, f))
                 if name.endswith("_traced"):  # this variant's earlier trace: keep the disk small
                     for f in os.listdir(trace_dir):
                         if f.startswith(model) and ("-ordered-" in f) == (name == "tensor_ordered_traced") \
@@ -178,7 +194,7 @@ def main():
             rs = runs.get((model, name), [])
             st = rs[-1]["stats"] if rs else {}
             losses = {json.dumps((r["result"] or {}).get("losses")) for r in rs + nat if r["result"]}
-            target = {"front": 1.01, "tensor": 1.03, "run": 1.02}.get(name)
+            target = {"front": 1.01, "tensor": 1.03, "run": 1.02, "front_stacks": 1.01}.get(name)
             ratio = m / base if m and base else None
             row = {"model": model, "variant": name, "step_ms": round(m, 2) if m else None,
                    "runs_ms": [round(x, 2) for x in allm], "ratio": round(ratio, 4) if ratio else None,
@@ -187,6 +203,10 @@ def main():
                    "peak_reserved": native_peak if name == "native" else st.get("allocator.reserved_bytes.all.peak"),
                    "lazy_syncs": st.get("shim.lazy_syncs"), "other_streams_seen": st.get("shim.other_streams_seen"),
                    "runtime_fast_allocs": st.get("shim.runtime_fast_allocs"), "calls_cudaMalloc": st.get("calls.cudaMalloc")}
+            # The stacks' own cost: the run with them over the same run without.
+            nostacks = {"front_stacks": "front_nostacks", "tensor_ordered_traced": "tensor_ordered_nostacks"}.get(name)
+            if nostacks and m and fig(nostacks)[0]:
+                row["ratio_vs_nostacks"] = round(m / fig(nostacks)[0], 4)
             ref = {"tensor_traced": untraced, "tensor_ordered_traced": untraced_ordered}.get(name)
             if ref and m:
                 row["ratio_vs_untraced"] = round(m / ref, 4)
@@ -203,7 +223,7 @@ def main():
     head = (f"GPU benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.rounds} rounds, "
             f"{round(time.time() - gc.T0)} s; command: tests/gpu/gpu_bench.py {' '.join(sys.argv[1:])}")
     keys = ["model", "variant", "step_ms", "ratio", "target", "runs_ms", "peak_reserved", "front_shim_peak_reserved",
-            "ratio_vs_untraced", "trace_bytes", "lazy_syncs", "other_streams_seen", "runtime_fast_allocs",
+            "ratio_vs_untraced", "ratio_vs_nostacks", "trace_bytes", "lazy_syncs", "other_streams_seen", "runtime_fast_allocs",
             "calls_cudaMalloc", "losses_identical_to_native", "snapshot_matches_stats", "ok"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:

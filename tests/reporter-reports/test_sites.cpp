@@ -115,6 +115,110 @@ TEST_CASE("sites: the user's line and the framework line below it", "[sites]") {
   CHECK(site_frames(none).user == SiteFrames::none);
 }
 
+namespace {
+// A native frame of a vramtrace trace, as its reader makes it before symbols: module, address,
+// and "name+0x..." as the name.
+Frame native(std::string_view module, std::string_view label, std::uint64_t address = 0x1234) {
+  Frame f;
+  f.module = module;
+  f.name = label;
+  f.address = address;
+  return f;
+}
+}  // namespace
+
+TEST_CASE("sites: native frames of the shim's traces are classified by their module", "[sites]") {
+  CHECK(module_kind("/usr/lib/x86_64-linux-gnu/libcuda.so.1") == FrameKind::native);
+  CHECK(module_kind("/usr/local/cuda/lib64/libcudart.so.12.4.127") == FrameKind::native);
+  CHECK(module_kind("/venv/lib/python3.12/site-packages/nvidia/cublas/lib/libcublasLt.so.12") == FrameKind::native);
+  CHECK(module_kind("/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so") == FrameKind::native);
+  CHECK(module_kind("/opt/libtorch/lib/libtorch_cuda.so") == FrameKind::native);
+  CHECK(module_kind(
+            "/venv/lib/python3.12/site-packages/cupy_backends/cuda/api/runtime.cpython-312-x86_64-linux-gnu.so") ==
+        FrameKind::native);
+  CHECK(module_kind("/venv/lib/python3.12/site-packages/jaxlib/xla_extension.so") == FrameKind::native);
+  CHECK(module_kind("/venv/lib/python3.12/site-packages/jax_cuda12_plugin/xla_cuda_plugin.so") == FrameKind::native);
+  CHECK(module_kind("/venv/lib/python3.12/site-packages/numba/cuda/cudadrv/_helperlib.so") == FrameKind::native);
+  CHECK(module_kind("/opt/vramtrace/lib/libvramtrace.so") == FrameKind::native);
+  CHECK(module_kind("/lib/x86_64-linux-gnu/libc.so.6") == FrameKind::runtime);
+  CHECK(module_kind("/lib64/ld-linux-x86-64.so.2") == FrameKind::runtime);
+  CHECK(module_kind("/usr/lib/x86_64-linux-gnu/libstdc++.so.6") == FrameKind::runtime);
+  CHECK(module_kind("/usr/lib/x86_64-linux-gnu/libffi.so.8") == FrameKind::runtime);
+  CHECK(module_kind("/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0") == FrameKind::runtime);
+  CHECK(module_kind("/usr/bin/python3.12") == FrameKind::runtime);
+  CHECK(module_kind("/usr/lib/python3.12/lib-dynload/_ctypes.cpython-312-x86_64-linux-gnu.so") == FrameKind::runtime);
+  CHECK(module_kind("/venv/lib/python3.12/site-packages/scipy/linalg/_fblas.cpython-312.so") == FrameKind::library);
+  CHECK(module_kind("/home/me/app/build/solver") == FrameKind::user);
+  CHECK(module_kind("/home/me/app/build/libmykernels.so") == FrameKind::user);
+  CHECK(module_kind("/home/me/torchlike/libmine.so") == FrameKind::user);  // whole components only
+  // frame_kind of a frame: by module when native, by file otherwise
+  CHECK(frame_kind(native("/home/me/solver", "solver+0x10")) == FrameKind::user);
+  CHECK(frame_kind(fr("train.py", 3, "main")) == FrameKind::user);
+}
+
+TEST_CASE("sites: the user's line of native stacks, Python frames preferred", "[sites]") {
+  const std::string cudart = "/usr/local/cuda/lib64/libcudart.so.12", app = "/home/me/solver",
+                    libc = "/lib/x86_64-linux-gnu/libc.so.6", mine = "/home/me/libkernels.so";
+  // A C++ program: the first frame outside the framework, and the framework function it called.
+  std::vector<Frame> plain = {native(cudart, "libcudart.so.12+0x5a3e0"), native(cudart, "libcudart.so.12+0x1000"),
+                              native(mine, "libkernels.so+0x40"), native(app, "solver+0x1200"),
+                              native(libc, "libc.so.6+0x29d90")};
+  SiteFrames s = site_frames(plain);
+  CHECK(label(plain, s.user) == "libkernels.so+0x40");
+  CHECK(label(plain, s.via) == "libcudart.so.12+0x1000");
+  // The program called cudaMalloc itself (the shim's frames are not recorded): nothing below.
+  std::vector<Frame> direct = {native(app, "solver+0x1200"), native(libc, "libc.so.6+0x29d90")};
+  s = site_frames(direct);
+  CHECK(label(direct, s.user) == "solver+0x1200");
+  CHECK(s.via == SiteFrames::none);
+  // With Python frames, the Python line wins over the program's native code below it.
+  const std::string cupy = "/venv/lib/python3.12/site-packages/cupy/_core/core.cpython-312-x86_64-linux-gnu.so",
+                    py = "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0",
+                    cupy_py = "/venv/lib/python3.12/site-packages/cupy/_creation/basic.py";
+  std::vector<Frame> mixed = {native(cupy, "core.so+0x10"), native(mine, "libkernels.so+0x40"),
+                              native(py, "libpython3.12.so.1.0+0x99"), fr(cupy_py, 20, "zeros"),
+                              fr("/home/me/job.py", 8, "run")};
+  s = site_frames(mixed);
+  CHECK(label(mixed, s.user) == "/home/me/job.py:8 in run");
+  CHECK(label(mixed, s.via) == "cupy/_creation/basic.py:20 in zeros");
+  // Framework and runtime only (CuPy allocates with the GIL released: no Python frames): where
+  // the interpreter entered the framework, and the frame that allocated below it.
+  const std::string runtime = "/venv/lib/python3.12/site-packages/cupy_backends/cuda/api/runtime.so",
+                    memory = "/venv/lib/python3.12/site-packages/cupy/cuda/memory.so";
+  std::vector<Frame> nogil = {
+      native(cudart, "libcudart.so.12+0x5a3e0"), native(runtime, "runtime.so+0x10"),
+      native(memory, "memory.so+0x20"),          native(cupy, "core.so+0x30"),
+      native(py, "libpython3.12.so.1.0+0x99"),   native("/usr/bin/python3.12", "python3.12+0x1"),
+      native(libc, "libc.so.6+0x29d90")};
+  s = site_frames(nogil);
+  CHECK(label(nogil, s.user) == "core.so+0x30");
+  CHECK(label(nogil, s.via) == "libcudart.so.12+0x5a3e0");
+  // Runtime frames only (ctypes calling the driver): frame 0.
+  std::vector<Frame> ctypes = {native("/usr/lib/x86_64-linux-gnu/libffi.so.8", "libffi.so.8+0x7"),
+                               native(py, "libpython3.12.so.1.0+0x99")};
+  CHECK(site_frames(ctypes).user == 0);
+  // Once symbolized (reporter/readers/native_names.h): the source line and the function, its
+  // parameters dropped; the kind still by module.
+  Frame named = native(app, "solver+0x1200");
+  named.filename = "/home/me/src/solver.rs";
+  named.line = 88;
+  named.name = "solver::run(int)";
+  CHECK(frame_label(named) == "/home/me/src/solver.rs:88 in solver::run");
+  CHECK(frame_kind(named) == FrameKind::user);
+  Frame only_name = native(cudart, "cudaMalloc");
+  CHECK(frame_label(only_name) == "cudaMalloc");
+  CHECK(frame_kind(only_name) == FrameKind::native);
+  std::vector<Frame> symbolized = {only_name, named, native(libc, "__libc_start_call_main")};
+  s = site_frames(symbolized);
+  CHECK(label(symbolized, s.user) == "/home/me/src/solver.rs:88 in solver::run");
+  CHECK(label(symbolized, s.via) == "cudaMalloc");
+  // A return address in no known module reads as its address.
+  Frame lost;
+  lost.name = "0x7f0012345678";
+  CHECK(frame_label(lost) == "0x7f0012345678");
+  CHECK(frame_label(native(cudart, "libcudart.so.12+0x5a3e0")) == "libcudart.so.12+0x5a3e0");
+}
+
 TEST_CASE("sites: stacks are interned by content", "[sites]") {
   StackTable t;
   std::string a = "train.py", b = "train.py";  // equal content, different storage

@@ -134,7 +134,7 @@ TEST_CASE("random event sequences survive writer -> reader unchanged", "[trace][
     CHECK(rb.trailer.dropped == 0);
     REQUIRE(rb.records.size() == expect.size());
     REQUIRE(rb.header.recorded_stats == stats);
-    CHECK(rb.details.version == "1.1");
+    CHECK(rb.details.version == "1.2");
     CHECK(rb.details.pid == getpid());
     CHECK(rb.details.devices.at(0).name == "Simulated GPU");
     CHECK(rb.details.entry_points.at(3) == "cudaMallocAsync");

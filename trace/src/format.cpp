@@ -160,6 +160,7 @@ void write_value(TextBuffer& out, schema::block_state, BlockState v);
 void write_value(TextBuffer& out, schema::action_counts, const std::uint64_t (&counts)[16]);
 void write_value(TextBuffer& out, schema::device_stats, const std::vector<FlatStats>& v);
 void write_value(TextBuffer& out, schema::flat_stats, const FlatStats& v);
+void write_value(TextBuffer& out, schema::frames, const std::vector<FrameRecord>& v);
 
 template <class T>
 struct IsOptional : std::false_type {};
@@ -222,6 +223,17 @@ void write_block_fields(ObjectWriter& w, const BlockSnapshot& b) {
 #define VRAMTRACE_BLOCK_FIELD(key, type, member, absent) \
   field<schema::Absent::absent>(w, #key, schema::type{}, b.member);
 #include "vramtrace/trace/schema.def"
+}
+void write_frame_fields(ObjectWriter& w, const FrameRecord& f) {
+  if (f.python) {
+#define VRAMTRACE_PYTHON_FRAME_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, f.member);
+#include "vramtrace/trace/schema.def"
+  } else {
+#define VRAMTRACE_NATIVE_FRAME_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, f.member);
+#include "vramtrace/trace/schema.def"
+  }
 }
 
 template <class Int>
@@ -328,6 +340,10 @@ void write_value(TextBuffer& out, schema::flat_stats, const FlatStats& v) {
     write_value(out, schema::integer{}, v[i].second);
   }
   out.push_back('}');
+}
+
+void write_value(TextBuffer& out, schema::frames, const std::vector<FrameRecord>& v) {
+  write_objects(out, v, write_frame_fields);
 }
 
 // --- event fields: integers straight into the line's reserved space -------------------------
@@ -452,6 +468,33 @@ void encode_header(TextBuffer& out, const HeaderFields& h) {
   ObjectWriter w(out, false);
 #define VRAMTRACE_HEADER_FIELD(key, type, writes, reads, absent) \
   field<schema::Absent::absent>(w, #key, schema::type{}, writes);
+#include "vramtrace/trace/schema.def"
+  out.append("}\n");
+}
+
+void encode_module(TextBuffer& out, const ModuleInfo& m) {
+  out.append("{\"a\":\"module\"");
+  ObjectWriter w(out, false);
+#define VRAMTRACE_MODULE_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, m.member);
+#include "vramtrace/trace/schema.def"
+  out.append("}\n");
+}
+
+void encode_string(TextBuffer& out, const StringRecord& s) {
+  out.append("{\"a\":\"string\"");
+  ObjectWriter w(out, false);
+#define VRAMTRACE_STRING_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, s.member);
+#include "vramtrace/trace/schema.def"
+  out.append("}\n");
+}
+
+void encode_stack(TextBuffer& out, const StackRecord& s) {
+  out.append("{\"a\":\"stack\"");
+  ObjectWriter w(out, false);
+#define VRAMTRACE_STACK_FIELD(key, type, member, absent) \
+  field<schema::Absent::absent>(w, #key, schema::type{}, s.member);
 #include "vramtrace/trace/schema.def"
   out.append("}\n");
 }

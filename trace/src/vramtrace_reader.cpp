@@ -7,20 +7,24 @@
 // the decompression buffers of LineSource.
 #include "vramtrace/trace/vramtrace_reader.h"
 
+#include <fmt/format.h>
 #include <simdjson.h>
 
 #include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 
 #include "vramtrace/device_limits.h"
 #include "vramtrace/trace/byte_source.h"
+#include "vramtrace/trace/format.h"
 #include "vramtrace/trace/schema.h"
 
 namespace vramtrace {
@@ -232,6 +236,9 @@ void parse_trailer(const json& j, VramtraceTrailer& t) {
   read_value<schema::Absent::absent>(j, #key, schema::type{}, t.member);
 #include "vramtrace/trace/schema.def"
 }
+
+// The kinds of the records of call stacks (format 1.2; Reader::read_stack_record).
+bool is_stack_record(std::string_view kind) noexcept { return kind == "module" || kind == "string" || kind == "stack"; }
 
 // --- event lines: the fields of schema.def, by key -------------------------------------------
 
@@ -632,6 +639,8 @@ class Reader final : public VramtraceTraceReader {
       if ((err = field.value().get(value))) break;
       if (key == "a") {
         err = value.get_string().get(f.action);
+        // A record of call stacks shares keys with events ("s" of a string): not an event line.
+        if (!err && is_stack_record(f.action)) break;
       } else {
         switch (event_key(key)) {
 #define VRAMTRACE_EVENT_FIELD(key, type, member, actions, absent) \
@@ -658,6 +667,13 @@ class Reader final : public VramtraceTraceReader {
     if (!parse_canonical(line, f)) {
       f = LineFields{};
       if (simdjson::error_code err = parse_general(line, f)) {
+        // A record of call stacks whose "a" is not its first key.
+        if (json j = json::parse(line, nullptr, false); !j.is_discarded() && j.is_object()) {
+          if (const std::string kind = json_string(j, "a"); is_stack_record(kind)) {
+            read_stack_record(kind, j);
+            return kMeta;
+          }
+        }
         if (is_last_cut_line()) return kCut;
         if (line.front() != '{') fail("not a JSON object: " + excerpt(line) + " (one JSON object per line expected)");
         fail(std::string("malformed event: ") + simdjson::error_message(err));
@@ -690,6 +706,10 @@ class Reader final : public VramtraceTraceReader {
       if (!known) details_.devices.push_back(std::move(d));
       return kMeta;
     }
+    if (is_stack_record(action_text)) {
+      read_stack_record(action_text, parse_json_line(line));
+      return kMeta;
+    }
     std::optional<Action> action = parse_action(action_text);
     if (!action || *action == Action::snapshot) {
       ++skipped_;
@@ -719,6 +739,7 @@ class Reader final : public VramtraceTraceReader {
     out.entry_point = entry_point_;
     memory_kind_ = static_cast<std::uint32_t>(f.k);
     out.memory_kind = static_cast<std::uint8_t>(f.k);
+    if (f.st != 0 && schema::carries(schema::carried_by::stacked, *action)) out.stack_id = table_stack(f.st);
     mark_name_.assign(f.name);  // empty when the line has none
     has_snapshot_ = false;
 #define VRAMTRACE_EVENT_TEXT_FIELD(key, type, actions, absent) \
@@ -743,6 +764,184 @@ class Reader final : public VramtraceTraceReader {
   // writer was killed mid-line, Note [trace durability]).
   bool is_last_cut_line() { return source_->truncated(); }
 
+  // --- call stacks (format 1.2) ---------------------------------------------------------------
+  // Modules and strings by their trace id; stacks go into stacks_ (ids dense from 1 in order of
+  // appearance, as every reader's StackTable) through a map from the trace's ids. A record of
+  // the right kind but the wrong shape is skipped with a note (the events that name it then
+  // read without a stack): a call stack is never worth refusing the figures of a trace.
+
+  void note_once(std::string& slot, std::string text) {
+    if (slot.empty()) slot = std::move(text);
+  }
+
+  void read_stack_record(std::string_view kind, const json& j) {
+    const std::string where = "line " + std::to_string(source_->line_number());
+    const auto id_it = j.find("id");
+    if (id_it == j.end() || !id_it->is_number_unsigned() || id_it->get<std::uint64_t>() == 0 ||
+        id_it->get<std::uint64_t>() > UINT32_MAX) {
+      ++damaged_records_;
+      note_once(damaged_example_, where + ": a " + std::string(kind) + " record without a valid \"id\"");
+      return;
+    }
+    const auto id = static_cast<std::uint32_t>(id_it->get<std::uint64_t>());
+    if (kind == "module") {
+      trace::ModuleInfo m;
+#define VRAMTRACE_MODULE_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, m.member);
+#include "vramtrace/trace/schema.def"
+      modules_[id] = std::move(m);
+    } else if (kind == "string") {
+      trace::StringRecord r;
+#define VRAMTRACE_STRING_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(j, #key, schema::type{}, r.member);
+#include "vramtrace/trace/schema.def"
+      strings_[id] = std::move(r.text);
+    } else {
+      read_stack(id, j, where);
+    }
+  }
+
+  void read_stack(std::uint32_t id, const json& j, const std::string& where) {
+    const auto frames = j.find("frames");
+    if (frames == j.end() || !frames->is_array()) {
+      ++damaged_records_;
+      note_once(damaged_example_, where + ": a stack record without its \"frames\"");
+      return;
+    }
+    std::deque<std::string> text;  // the frames' strings until the table copies them (never moved)
+    std::vector<Frame> out;
+    out.reserve(frames->size());
+    for (const json& jf : *frames) {
+      trace::FrameRecord f;
+      if (!jf.is_object() || (!jf.contains("pc") && !jf.contains("f"))) {
+        ++damaged_records_;
+        note_once(damaged_example_, where + ": a stack frame that is neither native (\"pc\") nor Python (\"f\")");
+        return;
+      }
+      f.python = jf.contains("f");
+      if (f.python) {
+#define VRAMTRACE_PYTHON_FRAME_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(jf, #key, schema::type{}, f.member);
+#include "vramtrace/trace/schema.def"
+        Frame fr;
+        fr.filename = string_of(f.file, where);
+        fr.name = string_of(f.name, where);
+        fr.line = f.line;
+        out.push_back(fr);
+      } else {
+#define VRAMTRACE_NATIVE_FRAME_FIELD(key, type, member, absent) \
+  read_value<schema::Absent::absent>(jf, #key, schema::type{}, f.member);
+#include "vramtrace/trace/schema.def"
+        out.push_back(native_frame(f, where, text));
+      }
+    }
+    if (stack_ids_.count(id) != 0) {
+      note_once(redefined_example_,
+                where + ": stack " + std::to_string(id) + " is defined a second time; the first is kept");
+      return;
+    }
+    stack_ids_[id] = stacks_->intern(out);
+  }
+
+  std::string_view string_of(std::uint32_t id, const std::string& where) {
+    if (auto it = strings_.find(id); it != strings_.end()) return it->second;
+    ++unknown_strings_;
+    note_once(unknown_string_example_, where + ": string " + std::to_string(id));
+    return "??";
+  }
+
+  // A native frame: "libfoo.so+0x1234" (the link-time address of the return address in its
+  // module) until a symbolizer names it; "0x7f..." when it lay in no module the writer knew.
+  Frame native_frame(const trace::FrameRecord& f, const std::string& where, std::deque<std::string>& text) {
+    Frame fr;
+    const trace::ModuleInfo* m = nullptr;
+    if (f.module != 0) {
+      if (auto it = modules_.find(f.module); it != modules_.end())
+        m = &it->second;
+      else {
+        ++unknown_modules_;
+        note_once(unknown_module_example_, where + ": module " + std::to_string(f.module));
+      }
+    }
+    if (m == nullptr || f.pc < m->bias) {
+      text.push_back(fmt::format("0x{:x}", f.pc));
+      fr.name = text.back();
+      return fr;
+    }
+    fr.module = m->path;
+    fr.build_id = m->build_id;
+    fr.address = f.pc - m->bias;
+    const std::size_t slash = m->path.rfind('/');
+    text.push_back(
+        fmt::format("{}+0x{:x}", slash == std::string::npos ? m->path : m->path.substr(slash + 1), fr.address));
+    fr.name = text.back();
+    return fr;
+  }
+
+  std::uint32_t table_stack(std::uint64_t trace_id) {
+    if (trace_id <= UINT32_MAX) {
+      if (auto it = stack_ids_.find(static_cast<std::uint32_t>(trace_id)); it != stack_ids_.end()) return it->second;
+    }
+    ++unknown_stack_events_;
+    if (unknown_stack_example_ == 0) unknown_stack_example_ = source_->line_number();
+    return 0;
+  }
+
+ public:
+  std::shared_ptr<const StackTable> stacks() const override {
+    name_frames();
+    return stacks_;
+  }
+
+  void set_frame_namer(std::shared_ptr<FrameNamer> namer) override { namer_ = std::move(namer); }
+
+  std::vector<std::string> notes() const override {
+    name_frames();
+    std::vector<std::string> out;
+    if (unknown_stack_events_ != 0)
+      out.push_back(
+          fmt::format("{} events name a call stack that the trace never defined (first at line {}); they are counted "
+                      "without a stack",
+                      unknown_stack_events_, unknown_stack_example_));
+    if (damaged_records_ != 0)
+      out.push_back(
+          fmt::format("{} damaged call-stack records were skipped ({}); their events are counted without a stack",
+                      damaged_records_, damaged_example_));
+    if (unknown_modules_ != 0)
+      out.push_back(fmt::format("{} native frames name a module the trace never defined ({}); shown by address",
+                                unknown_modules_, unknown_module_example_));
+    if (unknown_strings_ != 0)
+      out.push_back(fmt::format("{} Python frames name a string the trace never defined ({}); shown as ??",
+                                unknown_strings_, unknown_string_example_));
+    if (!redefined_example_.empty()) out.push_back(redefined_example_);
+    if (namer_)
+      for (std::string& n : namer_->notes()) out.push_back(std::move(n));
+    return out;
+  }
+
+ private:
+  // The namer's names for the native frames of the stacks read since the last call (const: the
+  // names are found when the stacks are asked for; nothing the caller sees changes but names).
+  void name_frames() const {
+    if (!namer_) return;
+    for (std::uint32_t id = named_ + 1; id <= stacks_->size(); ++id) {
+      const std::vector<Frame>& frames = *stacks_->get(id);
+      for (std::size_t i = 0; i < frames.size(); ++i) {
+        const Frame& f = frames[i];
+        if (f.module.empty() || !f.filename.empty()) continue;
+        const std::optional<FrameNamer::Name> n = namer_->name(f.module, f.build_id, f.address);
+        if (!n || (n->function.empty() && n->file.empty())) continue;
+        Frame named = f;
+        named.filename = n->file;
+        named.line = n->file.empty() ? 0 : n->line;
+        if (!n->function.empty()) named.name = n->function;
+        stacks_->replace_frame(id, i, named);
+      }
+    }
+    named_ = static_cast<std::uint32_t>(stacks_->size());
+  }
+
+ private:
   std::unique_ptr<LineSource> source_;
   TraceHeader header_;
   VramtraceHeaderDetails details_;
@@ -763,6 +962,21 @@ class Reader final : public VramtraceTraceReader {
   Snapshot snapshot_;
   bool has_snapshot_ = false;
   std::uint64_t skipped_ = 0;
+  std::shared_ptr<StackTable> stacks_ = std::make_shared<StackTable>();
+  std::unordered_map<std::uint32_t, trace::ModuleInfo> modules_;
+  std::unordered_map<std::uint32_t, std::string> strings_;
+  std::unordered_map<std::uint32_t, std::uint32_t> stack_ids_;  // trace id -> stacks_ id
+  std::uint64_t unknown_stack_events_ = 0;
+  std::uint64_t unknown_stack_example_ = 0;
+  std::uint64_t damaged_records_ = 0;
+  std::string damaged_example_;
+  std::uint64_t unknown_modules_ = 0;
+  std::string unknown_module_example_;
+  std::uint64_t unknown_strings_ = 0;
+  std::string unknown_string_example_;
+  std::string redefined_example_;
+  std::shared_ptr<FrameNamer> namer_;
+  mutable std::uint32_t named_ = 0;  // stacks 1..named_ went through the namer
 };
 
 }  // namespace

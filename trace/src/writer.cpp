@@ -200,6 +200,11 @@ bool TraceWriter::start_locked(bool in_fork_child) noexcept {
       pending_devices_.clear();
       devices_pending_.store(false, std::memory_order_relaxed);
     }
+    // A new file (this process's first, or a fork child's) has no stack, module or string yet.
+    stack_written_.clear();
+    code_strings_.clear();
+    string_ids_.clear();
+    modules_.reset_ids();
     text_.clear();
     encode_header(text_, h);
     if (!file_.write(text_.view(), error)) {
@@ -433,16 +438,16 @@ void TraceWriter::record_oom(const Event& e, const Snapshot& state) noexcept {
   }
   Event copy = e;
   copy.action = Action::oom;
-  copy.reserved = 0;
+  copy.stack_id = 0;  // in the ring, an oom's stack_id is its ticket (0: no snapshot, no stack)
   try {
     TextBuffer snapshot;
     encode_snapshot(snapshot, state);
     std::lock_guard<std::mutex> lock(oom_mu_);
-    copy.reserved = next_ticket_++;
+    copy.stack_id = next_ticket_++;
     if (next_ticket_ == 0) next_ticket_ = 1;
-    pending_snapshots_.emplace_back(copy.reserved, std::string(snapshot.view()));
+    pending_snapshots_.push_back({copy.stack_id, e.stack_id, std::string(snapshot.view())});
   } catch (...) {
-    copy.reserved = 0;  // out of host memory: the oom line goes without its snapshot
+    copy.stack_id = 0;  // out of host memory: the oom line goes without its snapshot and stack
   }
   std::uint64_t pos;
   if (!push(copy, &pos, true)) return;
@@ -541,22 +546,76 @@ void TraceWriter::format(const Event& e) {
     std::lock_guard<std::mutex> lock(marks_mu_);
     std::string_view name = e.aux < mark_names_.size() ? std::string_view(mark_names_[e.aux]) : std::string_view();
     encode_event(text_, e, origin_ns_, name);
-  } else if (e.action == Action::oom && e.reserved != 0) {
+  } else if (e.action == Action::oom) {
     std::string snapshot;
-    {
+    Event copy = e;
+    copy.stack_id = 0;
+    if (e.stack_id != 0) {  // the ticket (record_oom)
       std::lock_guard<std::mutex> lock(oom_mu_);
       for (auto it = pending_snapshots_.begin(); it != pending_snapshots_.end(); ++it) {
-        if (it->first == e.reserved) {
-          snapshot = std::move(it->second);
+        if (it->ticket == e.stack_id) {
+          snapshot = std::move(it->snapshot);
+          copy.stack_id = it->stack_id;
           pending_snapshots_.erase(it);
           break;
         }
       }
     }
-    encode_event(text_, e, origin_ns_, snapshot);
+    if (copy.stack_id != 0 && !write_stack_record(copy.stack_id)) copy.stack_id = 0;
+    encode_event(text_, copy, origin_ns_, snapshot);
+  } else if (e.stack_id != 0 && carries_stack(e.action) && !write_stack_record(e.stack_id)) {
+    Event copy = e;
+    copy.stack_id = 0;  // an id the table never gave: the line names no stack
+    encode_event(text_, copy, origin_ns_);
   } else {
     encode_event(text_, e, origin_ns_);
   }
+}
+
+// Note [records before use]: the stack's module and string records, then the stack record, all
+// before the event line that follows. False when the table has no such stack.
+bool TraceWriter::write_stack_record(std::uint32_t id) {
+  if (id < stack_written_.size() && stack_written_[id]) return true;
+  const StackInterner::Stack* s = stacks_.stack(id);
+  if (s == nullptr) return false;
+  StackRecord rec;
+  rec.id = id;
+  rec.frames.reserve(s->size);
+  const FrameWord* words = s->frames();
+  for (std::uint32_t i = 0; i < s->size; ++i) {
+    FrameRecord f;
+    if (is_python_frame(words[i])) {
+      f.python = true;
+      f.line = python_line(words[i]);
+      const std::uint32_t code = python_code(words[i]);
+      if (code >= code_strings_.size()) code_strings_.resize(code + 1, {0, 0});
+      if (code_strings_[code].first == 0) {
+        const StackInterner::Code* c = stacks_.code(code);
+        code_strings_[code] = {string_record(c ? c->file() : std::string_view("??")),
+                               string_record(c ? c->name() : std::string_view("??"))};
+      }
+      f.file = code_strings_[code].first;
+      f.name = code_strings_[code].second;
+    } else {
+      f.pc = words[i];
+      if (ModuleInfo* m = modules_.find(words[i])) {
+        if (modules_.assign_id(*m)) encode_module(text_, *m);
+        f.module = m->id;
+      }
+    }
+    rec.frames.push_back(f);
+  }
+  encode_stack(text_, rec);
+  if (id >= stack_written_.size()) stack_written_.resize(std::max<std::size_t>(id + 1, stack_written_.size() * 2));
+  stack_written_[id] = true;
+  return true;
+}
+
+// The id of a string of Python frames in this file, writing its record the first time.
+std::uint32_t TraceWriter::string_record(std::string_view text) {
+  auto [it, inserted] = string_ids_.try_emplace(std::string(text), static_cast<std::uint32_t>(string_ids_.size() + 1));
+  if (inserted) encode_string(text_, {it->second, it->first});
+  return it->second;
 }
 
 void TraceWriter::run() noexcept {

@@ -77,6 +77,10 @@ std::uint64_t event_time_ns() noexcept;
 ///    for, `aux` the device's free bytes (cudaMemGetInfo) at the failure, `addr` the allocator's
 ///    num_alloc_retries at the failure (its own retry included; there is no address).
 ///  - mark: `aux` the id of the mark's name in the sink's string table.
+///
+/// `stack_id` is the call stack that made the event (an id of the trace writer's stack table,
+/// vramtrace/trace/stack_interner.h), 0 = none. Only allocations carry one (carries_stack):
+/// freeing memory needs no stack, because the reports name memory by the code that allocated it.
 struct Event {
   std::uint64_t time_ns = 0;  ///< event_time_ns(): CLOCK_MONOTONIC in nanoseconds
   DevicePtr addr = 0;
@@ -89,9 +93,16 @@ struct Event {
   Action action = Action::alloc;
   PoolKind pool = PoolKind::large;
   std::uint16_t entry_point = 0;  ///< shim's hook id (shim/src/base/hooks.def), 0 = not from the shim
-  std::uint32_t reserved = 0;
+  std::uint32_t stack_id = 0;     ///< call stack of an allocation (carries_stack), 0 = none recorded
 };
 static_assert(sizeof(Event) == 64, "Event must stay 64 bytes: it is copied into the trace ring buffer");
+
+/// Whether events of action `a` carry a call stack (Event::stack_id, "st" in
+/// docs/trace-format.md): the actions that make memory exist, alloc, segment_alloc, segment_map,
+/// and the oom that refused it.
+constexpr bool carries_stack(Action a) noexcept {
+  return a == Action::alloc || a == Action::segment_alloc || a == Action::segment_map || a == Action::oom;
+}
 
 /// Receives allocator events. Implemented by the trace writer (shim), by replay statistics and by
 /// tests.

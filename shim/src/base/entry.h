@@ -27,6 +27,9 @@ extern std::atomic<std::uint64_t> g_calls[kHookCount];
 struct ThreadEntry {
   std::uint16_t entry = 0;     ///< outermost hook of the call in progress, 0 = none
   std::uint16_t internal = 0;  ///< >0 while the shim does its own work (Note [recursion guard])
+  std::uint32_t stack = 0;     ///< call stack of the call in progress (base/stacks.h), once stack_taken
+  bool stack_taken = false;    ///< the call's stack was captured (once per outermost call)
+  bool capturing = false;      ///< a stack capture is running on this thread (Note [stack capture])
 };
 extern constinit thread_local ThreadEntry t_entry;
 
@@ -45,7 +48,11 @@ class EntryScope {
     log_hook_entered(h, outer);
   }
   ~EntryScope() {
-    if (outer_) t_entry.entry = 0;
+    if (outer_) {
+      t_entry.entry = 0;
+      t_entry.stack = 0;
+      t_entry.stack_taken = false;
+    }
   }
   EntryScope(const EntryScope&) = delete;
   EntryScope& operator=(const EntryScope&) = delete;

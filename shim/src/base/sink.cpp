@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/entry.h"
 #include "base/hooks.h"
 #include "base/log.h"
+#include "base/stacks.h"
 #include "base/streams.h"
 #include "vramtrace.h"
 #include "vramtrace/trace/writer.h"
@@ -21,21 +23,37 @@ EventCounts g_event_counts{};
 
 namespace {
 
-/// Counts every event by action and entry point, then hands it to the writer (if any).
+/// Counts every event by action and entry point, then hands it to the writer (if any), with the
+/// call stack of the hook call in progress on an allocator event that carries one (captured by
+/// the hook before the allocator took its lock: Note [stack capture] in base/stacks.h).
 class CountingSink final : public EventSink {
  public:
   explicit CountingSink(EventSink* next) : next_(next) {}
   void record(const Event& e) noexcept override {
     count(e);
-    if (next_) next_->record(e);
+    if (!next_) return;
+    if (const std::uint32_t stack = needs_stack(e)) {
+      Event stamped = e;
+      stamped.stack_id = stack;
+      next_->record(stamped);
+      return;
+    }
+    next_->record(e);
   }
   void record_oom(const Event& e, const Snapshot& state) noexcept override {
     count(e);
-    if (next_) next_->record_oom(e, state);
+    if (!next_) return;
+    Event stamped = e;
+    if (const std::uint32_t stack = needs_stack(e)) stamped.stack_id = stack;
+    next_->record_oom(stamped, state);
   }
   EventSink* next() const noexcept { return next_; }
 
  private:
+  // The stack to stamp on `e`: the call's, for an allocation event without one; 0 otherwise.
+  static std::uint32_t needs_stack(const Event& e) noexcept {
+    return e.stack_id == 0 && carries_stack(e.action) ? current_call_stack() : 0;
+  }
   static void count(const Event& e) noexcept {
     g_event_counts.by_action[static_cast<unsigned>(e.action) & 15].fetch_add(1, std::memory_order_relaxed);
     g_event_counts.by_entry[e.entry_point & 255].fetch_add(1, std::memory_order_relaxed);
@@ -74,6 +92,10 @@ trace::HeaderInfo base_header() {
   h.tool_version = vramtrace_version();
   h.allocator_settings = config().settings.to_string();
   h.settings.emplace_back("reuse", reuse_policy_name(config().settings.reuse));
+  // Which call stacks the events carry (base/stacks.h): a trace without stack records then says
+  // whether it is because they were off.
+  h.settings.emplace_back("stacks", config().stacks.name());
+  h.settings.emplace_back("stack_depth", std::to_string(config().stacks.depth));
   // The memory cap (memory_cap.h) in the list form of `limit`, in bytes; absent without one. The
   // devices' total_bytes are already the capped totals.
   if (const DeviceLimits& l = config().limits; l.any()) {
@@ -109,6 +131,11 @@ EventSink* make_trace_sink() noexcept {
   } catch (...) {
     return nullptr;
   }
+}
+
+trace::TraceWriter* trace_writer() noexcept {
+  (void)sink();  // the writer is made with the sink
+  return g_writer;
 }
 
 void flush_trace_sink() noexcept {
@@ -183,6 +210,7 @@ void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint
   e.thread_id = this_thread_id();
   e.action = action;
   e.entry_point = entry;
+  if (carries_stack(action)) e.stack_id = call_stack();
   s->record(e);
 }
 

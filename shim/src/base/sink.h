@@ -10,6 +10,10 @@
 
 #include "vramtrace/event.h"
 
+namespace vramtrace::trace {
+class TraceWriter;
+}
+
 namespace vramtrace::shim {
 
 /// The sink the shim and its allocators write to; null when tracing is off. Created on first use
@@ -21,6 +25,11 @@ EventSink* sink() noexcept;
 /// null when VRAMTRACE_OUTPUT is unset, the writer is not compiled in, or its settings are bad
 /// (one stderr line; the shim works on without a trace). Called once.
 EventSink* make_trace_sink() noexcept;
+
+/// The trace writer behind sink(), creating the sink on first use; null when there is no trace
+/// file (events are then only counted). For the call stacks (base/stacks.h), which are interned in
+/// the writer's table.
+trace::TraceWriter* trace_writer() noexcept;
 
 /// Asks the trace writer to write out what it buffered (vramtrace_flush). No-op without a writer.
 void flush_trace_sink() noexcept;
@@ -45,8 +54,9 @@ struct EventCounts {
 extern EventCounts g_event_counts;
 
 /// Emits one event the shim makes itself (pass-through memory, marks): Event::aux = `kind`
-/// (MemoryKind, vramtrace/event.h). Fills time_ns (event_time_ns) and thread_id. No-op when tracing is disabled or
-/// there is no sink.
+/// (MemoryKind, vramtrace/event.h). Fills time_ns (event_time_ns), thread_id and, for an action
+/// that carries one (carries_stack), the call stack (call_stack in base/stacks.h: call it without
+/// any lock of the shim held). No-op when tracing is disabled or there is no sink.
 void emit(Action action, std::uint64_t addr, std::uint64_t size_bytes, std::uint64_t stream, std::uint16_t entry,
           MemoryKind kind, int device) noexcept;
 

@@ -2,6 +2,8 @@
 //
 //   {"a":"header",...}     the first line, once
 //   {"a":"device",...}     a device the process first reached after the header (1.1)
+//   {"a":"module",...}     a loaded module, {"a":"string",...} a string of Python frames, and
+//   {"a":"stack",...}      a call stack (1.2): each written once, before the first line that needs it
 //   {"a":"<action>",...}   one line per allocator event (alloc, free_requested, ..., oom, mark)
 //   {"a":"trailer",...}    the last line
 //
@@ -27,13 +29,14 @@
 
 #include "vramtrace/event.h"
 #include "vramtrace/snapshot.h"
+#include "vramtrace/trace/modules.h"
 
 namespace vramtrace::trace {
 
 inline constexpr std::string_view kFormatName = "vramtrace";
 /// Major.minor. A reader refuses a newer major version; a newer minor only adds fields or record
 /// kinds, which older readers skip.
-inline constexpr std::string_view kFormatVersion = "1.1";
+inline constexpr std::string_view kFormatVersion = "1.2";
 inline constexpr int kFormatMajor = 1;
 /// The clock of the header's origin_monotonic_ns and of every event's "t".
 inline constexpr std::string_view kClockName = "CLOCK_MONOTONIC";
@@ -59,6 +62,29 @@ struct HeaderInfo {
   std::vector<std::pair<std::string, std::string>> settings;
   /// Names of the entry point ids used in events' "e" (index = id; index 0 = not from the shim).
   std::vector<std::string> entry_points;
+};
+
+/// A `string` record (1.2): a file or function name of Python frames, by id.
+struct StringRecord {
+  std::uint32_t id = 0;
+  std::string text;
+};
+
+/// One frame of a `stack` record: native (a return address and the id of the module it lies in,
+/// 0 = none known) or Python (string ids of its file and function, and its line, 0 = unknown).
+struct FrameRecord {
+  bool python = false;
+  std::uint32_t module = 0;
+  std::uint64_t pc = 0;
+  std::uint32_t file = 0;
+  std::uint32_t line = 0;
+  std::uint32_t name = 0;
+};
+
+/// A `stack` record (1.2): the frames of one call stack, innermost first.
+struct StackRecord {
+  std::uint32_t id = 0;
+  std::vector<FrameRecord> frames;
 };
 
 /// Per-device final statistics for the trailer: PyTorch's flat names (flatten_stats), indexed by
@@ -148,6 +174,11 @@ void encode_header(TextBuffer& out, const HeaderFields& h);
 /// Appends a `device` record (with its '\n'): a device the process reached after its header
 /// was written; the same fields as an entry of the header's "devices".
 void encode_device(TextBuffer& out, const DeviceInfo& d);
+
+/// Appends a `module`, `string` or `stack` record (with its '\n'; format 1.2).
+void encode_module(TextBuffer& out, const ModuleInfo& m);
+void encode_string(TextBuffer& out, const StringRecord& s);
+void encode_stack(TextBuffer& out, const StackRecord& s);
 
 /// Appends the trailer line (with its '\n').
 void encode_trailer(TextBuffer& out, const TrailerFields& t);

@@ -31,7 +31,19 @@ struct Frame {
   std::string_view filename;  ///< as recorded: a path (often relative), "??" or "" for native code, "<string>", ...
   std::uint32_t line = 0;     ///< 1-based line; 0 when unknown (native frames)
   std::string_view name;      ///< function name (C++ frames: the demangled signature)
-  bool operator==(const Frame& o) const noexcept { return line == o.line && filename == o.filename && name == o.name; }
+  /// Native frames of vramtrace traces, which record return addresses, not names: the module the
+  /// address lay in as the traced process named it (a path), its GNU build-id in hex ("" when it
+  /// has none), and the address's link-time address in it (the return address minus the module's
+  /// load bias: subtract 1 to look up the call instruction). `name` is then "libfoo.so+0x1234"
+  /// until a symbolizer replaces it. All empty (and 0) for Python frames, for PyTorch's frames
+  /// (already named), and for a return address in no known module ("0x7f..." in `name`).
+  std::string_view module{};
+  std::string_view build_id{};
+  std::uint64_t address = 0;
+  bool operator==(const Frame& o) const noexcept {
+    return line == o.line && address == o.address && filename == o.filename && name == o.name && module == o.module &&
+           build_id == o.build_id;
+  }
 };
 
 /// The distinct call stacks of a trace, each stored once (interned by content), with their
@@ -50,17 +62,29 @@ class StackTable {
       h = (h ^ std::hash<std::string_view>{}(f.filename)) * 0x100000001b3ull;
       h = (h ^ f.line) * 0x100000001b3ull;
       h = (h ^ std::hash<std::string_view>{}(f.name)) * 0x100000001b3ull;
+      h = (h ^ std::hash<std::string_view>{}(f.module)) * 0x100000001b3ull;
+      h = (h ^ f.address) * 0x100000001b3ull;
     }
     auto [first, last] = by_hash_.equal_range(h);
     for (auto it = first; it != last; ++it)
       if (stacks_[it->second - 1] == frames) return it->second;
     std::vector<Frame> own;
     own.reserve(frames.size());
-    for (const auto& f : frames) own.push_back({string(f.filename), f.line, string(f.name)});
+    for (const auto& f : frames)
+      own.push_back({string(f.filename), f.line, string(f.name), string(f.module), string(f.build_id), f.address});
     stacks_.push_back(std::move(own));
     const auto id = static_cast<std::uint32_t>(stacks_.size());
     by_hash_.emplace(h, id);
     return id;
+  }
+  /// Replaces frame `index` of stack `id` with `f` (its strings copied into the table): a name
+  /// found after the stack was read (a native frame's symbol). Ids do not change, and the stack
+  /// is not merged with another that now has the same frames. No-op for an id or index the table
+  /// does not have. Pointers from get() stay valid and see the new frame.
+  void replace_frame(std::uint32_t id, std::size_t index, const Frame& f) {
+    if (id == 0 || id > stacks_.size() || index >= stacks_[id - 1].size()) return;
+    stacks_[id - 1][index] = {string(f.filename), f.line,   string(f.name), string(f.module),
+                              string(f.build_id), f.address};
   }
   /// The frames of stack `id`, innermost first; nullptr for 0 or an id the table never gave.
   const std::vector<Frame>* get(std::uint32_t id) const noexcept {
@@ -75,6 +99,30 @@ class StackTable {
   std::unordered_set<std::string> strings_;  // nodes never move: views into them stay valid
   std::deque<std::vector<Frame>> stacks_;    // by id - 1; a deque so that get()'s pointers stay valid
   std::unordered_multimap<std::size_t, std::uint32_t> by_hash_;
+};
+
+/// Names the native frames of a trace's stacks (Frame::module, build_id and address): the
+/// reporter's symbolizer (reporter/readers/native_names.h), set on a reader with
+/// TraceReader::set_frame_namer; trace/ itself names no native frame (docs/design.md, "Call
+/// stacks"). Not thread-safe.
+class FrameNamer {
+ public:
+  struct Name {
+    std::string function;  ///< demangled; may be empty when only a source line is known
+    std::string file;      ///< source file; empty when unknown
+    std::uint32_t line = 0;
+  };
+  virtual ~FrameNamer() = default;
+  /// The name of the code at `link_address` of `module` (a return address's link-time address:
+  /// the call is the instruction before it), `build_id` in hex or "". nullopt when unknown.
+  virtual std::optional<Name> name(std::string_view module, std::string_view build_id, std::uint64_t link_address) = 0;
+  /// About the modules asked for so far that could not be used, or only in part, for a
+  /// report's notes. Default: none.
+  virtual std::vector<std::string> notes() const { return {}; }
+  /// Names the native frames of stacks() with `namer` (each frame once, when stacks() or notes()
+  /// is next called), and adds its notes to notes(). Default: nothing, for formats whose frames
+  /// come named (PyTorch's) or that have none.
+  virtual void set_frame_namer(std::shared_ptr<FrameNamer> namer) {}
 };
 
 /// One allocator action read from a trace, in PyTorch's terms.
@@ -259,6 +307,14 @@ class TraceReader {
   /// can keep the frames after the reader is gone. Null for formats without stacks (the default).
   /// It grows while next() runs; a stack, once given, never changes.
   virtual std::shared_ptr<const StackTable> stacks() const { return nullptr; }
+  /// Things a report should mention that the records themselves cannot say (a vramtrace trace
+  /// whose events name a call stack it never defined, ...), one sentence each; complete once
+  /// next() returned false. Default: none.
+  virtual std::vector<std::string> notes() const { return {}; }
+  /// Names the native frames of stacks() with `namer` (each frame once, when stacks() or notes()
+  /// is next called), and adds its notes to notes(). Default: nothing, for formats whose frames
+  /// come named (PyTorch's) or that have none.
+  virtual void set_frame_namer(std::shared_ptr<FrameNamer> namer) {}
   /// The frames of stack `id`, innermost first; nullptr for 0, unknown ids, or a format without
   /// stacks. The pointer stays valid while the reader (or a holder of stacks()) lives.
   const std::vector<Frame>* stack(std::uint32_t id) const {

@@ -42,6 +42,8 @@ struct block_state {};      ///< "active_allocated", "active_pending_free" or "i
 struct action_counts {};    ///< an object: action name -> event lines, actions with none left out
 struct device_stats {};     ///< an array of per-device objects (VRAMTRACE_TRAILER_DEVICE_FIELD)
 struct flat_stats {};       ///< an object: PyTorch flat statistic name -> integer
+struct frames {};           ///< an array of frame objects: native (VRAMTRACE_NATIVE_FRAME_FIELD, with "pc") or Python
+                            ///< (VRAMTRACE_PYTHON_FRAME_FIELD, with "f")
 
 /// The bit of `a` in a set of actions.
 constexpr std::uint32_t bit(Action a) noexcept { return std::uint32_t{1} << static_cast<unsigned>(a); }
@@ -60,6 +62,13 @@ inline constexpr std::uint32_t addressed = all_but_mark & ~bit(Action::oom);
 inline constexpr std::uint32_t segments =
     bit(Action::segment_alloc) | bit(Action::segment_free) | bit(Action::segment_map) | bit(Action::segment_unmap);
 inline constexpr std::uint32_t oom = bit(Action::oom);
+/// Actions whose events carry a call stack (carries_stack in vramtrace/event.h).
+inline constexpr std::uint32_t stacked = [] {
+  std::uint32_t s = 0;
+  for (unsigned a = 0; a < 32; ++a)
+    if (a <= static_cast<unsigned>(Action::mark) && carries_stack(static_cast<Action>(a))) s |= std::uint32_t{1} << a;
+  return s;
+}();
 inline constexpr std::uint32_t mark = bit(Action::mark);
 }  // namespace carried_by
 

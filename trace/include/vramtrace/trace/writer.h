@@ -9,6 +9,12 @@
 //                                          waited flush_interval/4; sleeps at most
 //                                          flush_interval/4 when idle
 //
+// Call stacks: an event's Event::stack_id names a stack of stacks() (interned by the recording
+// thread, lock-free). Note [records before use]: the background thread writes a stack's record,
+// and the module and string records it needs, into the same text right before the first event
+// line that names it, so the order holds in the file whatever the ring's interleaving of threads
+// and whatever the compression.
+//
 // Note [trace durability]: a line reaches the kernel (write(2)) within flush_interval of being
 // recorded, so a process killed with SIGKILL leaves a file whose every event older than the
 // interval is present and whose last line at most is cut. Nothing is fsync'ed: a machine crash
@@ -34,8 +40,10 @@
 #include "vramtrace/event.h"
 #include "vramtrace/snapshot.h"
 #include "vramtrace/trace/format.h"
+#include "vramtrace/trace/modules.h"
 #include "vramtrace/trace/output.h"
 #include "vramtrace/trace/ring_buffer.h"
+#include "vramtrace/trace/stack_interner.h"
 
 namespace vramtrace::trace {
 
@@ -110,6 +118,19 @@ class TraceWriter final : public EventSink {
   /// events recorded after this call. Thread-safe.
   void set_header_info(HeaderInfo info) noexcept;
 
+  /// The table of call stacks behind Event::stack_id (thread-safe, lock-free). A stack is written
+  /// to the file (as a `stack` record, with its modules and strings) before the first event that
+  /// names it; an id it does not hold is written as no stack.
+  StackInterner& stacks() noexcept { return stacks_; }
+
+  /// Whether an event recorded now would be written: tracing is on, or the file would be created
+  /// by it (a lazy start, a fork child). For callers that do work only to fill an event (a call
+  /// stack). Thread-safe, one atomic load.
+  bool accepting() const noexcept {
+    const int s = state_.load(std::memory_order_relaxed);
+    return s == kRunning || s == kForkPending || (s == kIdle && options_.start_on_first_event);
+  }
+
   /// Appends one event (time_ns, thread_id etc. as the caller stamped them). Lock-free: a copy
   /// into the ring and a release store; waits only when the ring is full (or drops, by option).
   /// No-op unless tracing is on. With start_on_first_event, and in a fork child, the first call
@@ -118,7 +139,8 @@ class TraceWriter final : public EventSink {
 
   /// Appends the oom event with `state` formatted as PyTorch's snapshot and returns after the oom
   /// line and every earlier event have been written to the file (bounded wait: 10 s). Heap
-  /// allocation and formatting happen on the calling thread here: OOMs are rare.
+  /// allocation and formatting happen on the calling thread here: OOMs are rare. The event's
+  /// stack_id travels beside the snapshot (its field carries the snapshot's ticket in the ring).
   void record_oom(const Event& e, const Snapshot& state) noexcept override;
 
   /// The id of a mark name, creating it on first use (takes a lock and may allocate: call it
@@ -170,6 +192,8 @@ class TraceWriter final : public EventSink {
   static void* thread_main(void* self) noexcept;
   void run() noexcept;
   void format(const Event& e);
+  bool write_stack_record(std::uint32_t id);
+  std::uint32_t string_record(std::string_view text);
   bool write_pending() noexcept;
   void publish_progress(std::uint64_t pos) noexcept;
 
@@ -210,8 +234,21 @@ class TraceWriter final : public EventSink {
   void format_pending_devices();
 
   std::mutex oom_mu_;
-  std::vector<std::pair<std::uint32_t, std::string>> pending_snapshots_;  // ticket -> snapshot JSON
+  struct PendingOom {
+    std::uint32_t ticket;
+    std::uint32_t stack_id;
+    std::string snapshot;  // JSON
+  };
+  std::vector<PendingOom> pending_snapshots_;
   std::uint32_t next_ticket_ = 1;
+
+  StackInterner stacks_;
+  // Note [records before use], owned by the background thread (by start_locked before it runs):
+  // which stacks, strings and modules the file has already.
+  ModuleMap modules_;
+  std::vector<bool> stack_written_;                                    // by stack id
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> code_strings_;  // code id -> (file, name) string ids
+  std::unordered_map<std::string, std::uint32_t> string_ids_;
 
   // Owned by the background thread while it runs (by start/close otherwise).
   mutable std::mutex path_mu_;
