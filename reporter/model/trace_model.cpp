@@ -1044,6 +1044,8 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.device_totals = reader.header().device_totals;  // `device` records come later
   TraceModel m = impl_->finish(reader.incomplete(), reader.final_state());
   if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
+  // The reader's word on the files that come with the trace (a sidecar it could not use).
+  m.notes.insert(m.notes.end(), reader.header().notes.begin(), reader.header().notes.end());
   if (auto stacks = reader.stacks(); stacks && stacks->size() != 0) {
     m.stacks = std::move(stacks);
     if (const Snapshot* end = reader.final_state()) impl_->recorded_end_stacks(*end, m);

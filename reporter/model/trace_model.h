@@ -26,6 +26,8 @@
 
 namespace vramtrace {
 
+struct MemoryLedger;  // model/ledger.h
+
 /// Block-size rules the layout needs from the settings in force (PyTorch names).
 struct LayoutRules {
   std::uint64_t max_split_size_bytes = UINT64_MAX;           ///< blocks >= this are not split
@@ -158,6 +160,10 @@ struct TraceModel {
   /// that the history does not hold allocated at its end (allocated before the history began),
   /// by stack; only blocks with a stack. Empty when the format records no such state.
   std::vector<std::pair<std::int32_t, std::vector<StackBytes>>> recorded_end_stacks;
+  /// For a tensor-level snapshot of `vramtrace run`: the memory ledger of both levels (its
+  /// sidecar and the shim's trace of the same process; model/ledger.h), filled by load_models.
+  /// Null for other traces and for a snapshot with neither beside it.
+  std::shared_ptr<const MemoryLedger> ledger;
 };
 
 struct ModelOptions {
@@ -172,6 +178,8 @@ struct ModelOptions {
   std::uint64_t peak_copy_budget_base = 1u << 20;
   /// Second pass: for these devices, capture at_peak's layout right after this global event index.
   std::map<std::int32_t, std::uint64_t> capture_peak_after_event;
+  /// load_models: build the memory ledger of snapshots that have their companions (model/ledger.h).
+  bool ledger = true;
 };
 
 /// Note [a history that begins late]

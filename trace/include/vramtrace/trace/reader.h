@@ -116,8 +116,8 @@ struct TraceHeader {
   std::string settings;
   std::uint64_t device_total_bytes = 0;  ///< 0 when unknown; the lowest-numbered device's
   /// Total memory in bytes by CUDA ordinal, when the trace names its devices (vramtrace: the
-  /// header's `devices` and later `device` records; the shim's totals are the capped ones);
-  /// empty otherwise. Use total_bytes_of.
+  /// header's `devices` and later `device` records; the shim's totals are the capped ones; a
+  /// snapshot: its sidecar's mem_get_info totals); empty otherwise. Use total_bytes_of.
   std::vector<std::pair<std::int32_t, std::uint64_t>> device_totals;
 
   /// Total memory of `device` in bytes: its own entry, else device_total_bytes when the trace
@@ -128,10 +128,11 @@ struct TraceHeader {
       if (d == device) return b;
     return 0;
   }
-  /// The traced process, when the trace says (vramtrace traces; PyTorch's traces do not): its
-  /// pid (0 = unknown), host name, rank and rank within the host as the launcher set them ("" =
-  /// none), and CUDA_VISIBLE_DEVICES (unset = not recorded or not set). Merged reports of several
-  /// traces use them to name processes and to find each process's own device.
+  /// The traced process, when the trace says (vramtrace traces, snapshots with their sidecar;
+  /// PyTorch's traces do not): its pid (0 = unknown), host name, rank and rank within the host as
+  /// the launcher set them ("" = none), and CUDA_VISIBLE_DEVICES (unset = not recorded or not
+  /// set). Merged reports of several traces use them to name processes and to find each process's
+  /// own device.
   std::int64_t pid = 0;
   std::string host;
   std::string rank;
@@ -140,9 +141,13 @@ struct TraceHeader {
   /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any:
   /// for a vramtrace trace, those of its lowest-numbered device.
   std::vector<std::pair<std::string, std::int64_t>> recorded_stats;
-  /// The same per device, when the trace records them per device (vramtrace's trailer); empty
-  /// otherwise. Reports compare each device with its own entry (recorded_stats_of).
+  /// The same per device, when the trace records them per device (vramtrace's trailer, a
+  /// snapshot's sidecar); empty otherwise. Reports compare each device with its own entry
+  /// (recorded_stats_of).
   std::vector<std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>> recorded_device_stats;
+  /// What the reader has to say about files that come with the trace (a snapshot's sidecar it
+  /// could not use, and why), for the reports' notes. Empty for most traces.
+  std::vector<std::string> notes;
 
   /// The recorded statistics of `device`: its own entry when the trace has per-device figures,
   /// else recorded_stats (PyTorch's traces describe one device). Null when the trace has figures
