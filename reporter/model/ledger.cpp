@@ -23,6 +23,10 @@ using i64 = std::int64_t;
 /// (the shim converts its monotonic stamps with the origin it took at start), so only NTP slewing
 /// over the run separates them. A moment further outside the shim's trace is not in it.
 constexpr i64 kClockSlackNs = 1'000'000'000;
+/// How close in time the shim's allocation of a PyTorch segment and PyTorch's segment_alloc entry
+/// for it are: the cudaMalloc between the two (PyTorch records the entry once it returned) and
+/// the two clocks' difference (PyTorch's approximate clock, converted to Unix time).
+constexpr i64 kSameAllocationNs = 100'000'000;
 
 /// A live allocation of the shim's trace.
 struct Live {
@@ -30,6 +34,15 @@ struct Live {
   u64 size = 0;   ///< bytes the program asked for
   std::uint32_t stack = 0;
   std::uint8_t kind = 0;  ///< MemoryKind for forwarded memory
+  /// Allocated at the address, size and moment of one of PyTorch's segment_alloc (or
+  /// segment_map) entries: PyTorch's segment, whether or not its state at a moment still has it.
+  bool pytorch = false;
+};
+
+/// A mapped range of virtual memory (kind 7 cuMemMap).
+struct Mapped {
+  u64 size = 0;
+  bool pytorch = false;  ///< as Live::pytorch, against PyTorch's segment_map entries
 };
 
 /// The shim's trace of one device, as far as the pass has read it.
@@ -37,49 +50,65 @@ struct DeviceLive {
   std::map<u64, Live> blocks;     // the shim's blocks the program holds: alloc .. free_completed
   std::map<u64, Live> forwarded;  // segment_alloc of memory that bypassed the shim's cache, by address
   std::map<u64, u64> handles;     // kind 7 segment_alloc: cuMemCreate handle -> physical bytes
-  std::map<u64, u64> maps;        // kind 7 segment_map: mapped range start -> bytes (disjoint)
+  std::map<u64, Mapped> maps;     // kind 7 segment_map: mapped range start -> range (disjoint)
+};
+
+/// PyTorch's own segment entries of one device (DeviceModel::segment_events), by address.
+struct PyTorchSegments {
+  std::multimap<u64, std::pair<u64, i64>> allocs;  // segment_alloc: address -> (size, time)
+  std::multimap<u64, std::pair<u64, i64>> maps;    // segment_map
+  static bool has(const std::multimap<u64, std::pair<u64, i64>>& m, u64 addr, u64 size, i64 t) {
+    auto [a, b] = m.equal_range(addr);
+    for (auto it = a; it != b; ++it)
+      if (it->second.first == size && std::llabs(it->second.second - t) <= kSameAllocationNs) return true;
+    return false;
+  }
 };
 
 bool device_kind(std::uint8_t k) { return is_memory_kind(k, MemoryKind::device); }
 
 /// Removes [addr, addr + size) from the disjoint ranges of `maps`.
-void remove_range(std::map<u64, u64>& maps, u64 addr, u64 size) {
+void remove_range(std::map<u64, Mapped>& maps, u64 addr, u64 size) {
   const u64 end = addr + size;
   auto it = maps.upper_bound(addr);
   if (it != maps.begin()) --it;
   while (it != maps.end() && it->first < end) {
-    const u64 a = it->first, e = a + it->second;
+    const u64 a = it->first, e = a + it->second.size;
+    const bool pytorch = it->second.pytorch;
     if (e <= addr) {
       ++it;
       continue;
     }
     it = maps.erase(it);
-    if (a < addr) maps[a] = addr - a;
+    if (a < addr) maps[a] = {addr - a, pytorch};
     if (e > end) {
-      maps[end] = e - end;
+      maps[end] = {e - end, pytorch};
       break;
     }
   }
 }
 
+/// Bytes of [a1, a1 + s1) inside [a2, a2 + s2).
+u64 overlap(u64 a1, u64 s1, u64 a2, u64 s2) {
+  const u64 a = std::max(a1, a2), e = std::min(a1 + s1, a2 + s2);
+  return e > a ? e - a : 0;
+}
+
 /// Bytes of [addr, addr + size) that `maps` covers.
-u64 covered(const std::map<u64, u64>& maps, u64 addr, u64 size) {
-  const u64 end = addr + size;
+u64 covered(const std::map<u64, Mapped>& maps, u64 addr, u64 size) {
   u64 sum = 0;
   auto it = maps.upper_bound(addr);
   if (it != maps.begin()) --it;
-  for (; it != maps.end() && it->first < end; ++it) {
-    const u64 a = std::max(addr, it->first), e = std::min(end, it->first + it->second);
-    if (e > a) sum += e - a;
-  }
+  for (; it != maps.end() && it->first < addr + size; ++it) sum += overlap(it->first, it->second.size, addr, size);
   return sum;
 }
 
-void apply(DeviceLive& d, const TraceRecord& r) {
+void apply(DeviceLive& d, const PyTorchSegments& pt, const TraceRecord& r) {
   const std::uint8_t k = r.memory_kind;
   switch (r.action) {
     case Action::alloc:
-      d.blocks[r.addr] = {r.block_size ? r.block_size : r.size, r.size, r.stack_id, 0};
+      d.blocks[r.addr] = {r.block_size ? r.block_size : r.size, r.size, r.stack_id, 0,
+                          PyTorchSegments::has(pt.allocs, r.addr, r.size, r.time_ns)};
       break;
     case Action::free_completed:
       d.blocks.erase(r.addr);
@@ -88,7 +117,8 @@ void apply(DeviceLive& d, const TraceRecord& r) {
       if (is_memory_kind(k, MemoryKind::vmm))
         d.handles[r.addr] = r.size;
       else if (k != 0 && !is_memory_kind(k, MemoryKind::pinned_host))  // 0: the shim's own segment
-        d.forwarded[r.addr] = {r.size, r.size, r.stack_id, k};
+        d.forwarded[r.addr] = {r.size, r.size, r.stack_id, k,
+                               device_kind(k) && PyTorchSegments::has(pt.allocs, r.addr, r.size, r.time_ns)};
       break;
     case Action::segment_free:
       if (is_memory_kind(k, MemoryKind::vmm))
@@ -99,7 +129,7 @@ void apply(DeviceLive& d, const TraceRecord& r) {
     case Action::segment_map:
       if (is_memory_kind(k, MemoryKind::vmm)) {
         remove_range(d.maps, r.addr, r.size);  // a range mapped twice counts once
-        d.maps[r.addr] = r.size;
+        d.maps[r.addr] = {r.size, PyTorchSegments::has(pt.maps, r.addr, r.size, r.time_ns)};
       }
       break;
     case Action::segment_unmap:
@@ -116,11 +146,10 @@ std::string bytes(u64 v) { return format_bytes(static_cast<i64>(v), ByteStyle::p
 /// tensor level) matched against the shim's live allocations (`d`).
 void place_device_level(const DeviceLive& d, const std::vector<const SegmentSnapshot*>& segments, LedgerAt& at) {
   std::set<u64> pytorch_blocks, pytorch_forwarded;
-  u64 rounding = 0, in_pytorch_maps = 0, missing = 0, missing_bytes = 0, other_size = 0;
+  u64 rounding = 0, missing = 0, missing_bytes = 0, other_size = 0;
   for (const SegmentSnapshot* s : segments) {
     if (s->is_expandable) {
       const u64 c = covered(d.maps, s->address, s->total_size);
-      in_pytorch_maps += c;
       if (c != s->total_size) {
         ++missing;
         missing_bytes += s->total_size - c;
@@ -168,13 +197,24 @@ void place_device_level(const DeviceLive& d, const std::vector<const SegmentSnap
     s.bytes += held;
     s.blocks += 1;
   };
+  // PyTorch's segments that its state at this moment no longer (or not yet) holds, while the
+  // shim's trace does: the two clocks put the release a little apart. They are PyTorch's, in no row.
+  u64 in_transit = 0;
   for (const auto& [addr, b] : d.blocks) {
     if (pytorch_blocks.count(addr)) continue;
+    if (b.pytorch) {
+      ++in_transit;
+      continue;
+    }
     out.device += b.block;
     count(b, b.block);
   }
   for (const auto& [addr, f] : d.forwarded) {
     if (pytorch_forwarded.count(addr)) continue;
+    if (f.pytorch) {
+      ++in_transit;
+      continue;
+    }
     if (is_memory_kind(f.kind, MemoryKind::managed)) {
       at.managed_bytes += f.size;
       continue;
@@ -193,6 +233,19 @@ void place_device_level(const DeviceLive& d, const std::vector<const SegmentSnap
       continue;  // a kind this reader does not know: not device memory it can place
     count(f, f.size);
   }
+  // The maps inside PyTorch's expandable segments of this moment, or made by PyTorch's own
+  // segment_map entries, hold PyTorch's handles; the other handles are outside.
+  u64 in_pytorch_maps = 0;
+  for (const auto& [addr, m] : d.maps) {
+    u64 mine = 0;
+    for (const SegmentSnapshot* s : segments)
+      if (s->is_expandable) mine += overlap(addr, m.size, s->address, s->total_size);
+    if (m.pytorch && mine < m.size) {
+      ++in_transit;
+      mine = m.size;
+    }
+    in_pytorch_maps += mine;
+  }
   u64 handles = 0;
   for (const auto& [h, size] : d.handles) handles += size;
   if (in_pytorch_maps > handles) {
@@ -210,6 +263,11 @@ void place_device_level(const DeviceLive& d, const std::vector<const SegmentSnap
   }
   at.outside = out;
   at.rounding_bytes = rounding;
+  if (in_transit)
+    at.notes.push_back(fmt::format(
+        "{} of PyTorch's segments are allocated in the shim's trace but not in PyTorch's state at this moment (the "
+        "two files place their release or creation a little apart): they are counted in no row",
+        in_transit));
   for (auto& [id, s] : by_stack) at.outside_stacks.push_back(s);
   if (at.managed_bytes)
     at.notes.push_back(fmt::format("{} of managed memory is live; whether its pages sit on the device is not "
@@ -482,6 +540,13 @@ MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sc, const st
     probes.push_back(std::move(end_probe));
     std::stable_sort(probes.begin(), probes.end(), [](const Probe& a, const Probe& b) { return a.time_ns < b.time_ns; });
 
+    // PyTorch's own segment entries, to know its segments in the shim's trace by their allocation.
+    std::map<std::int32_t, PyTorchSegments> pytorch;
+    for (const auto& d : m.devices)
+      for (const auto& e : d.segment_events) {
+        if (e.action == Action::segment_alloc) pytorch[d.device].allocs.emplace(e.addr, std::pair{e.size, e.time_ns});
+        if (e.action == Action::segment_map) pytorch[d.device].maps.emplace(e.addr, std::pair{e.size, e.time_ns});
+      }
     // One pass: each moment is placed on the allocations live just before the first record after it.
     std::map<std::int32_t, DeviceLive> live, end_live;
     auto settle = [&](const Probe& p) {
@@ -500,7 +565,7 @@ MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sc, const st
       if (!any) first_ns = std::min(start_ns, r.time_ns);
       any = true;
       while (next < probes.size() && probes[next].time_ns < r.time_ns) settle(probes[next++]);
-      apply(live[r.device], r);
+      apply(live[r.device], pytorch[r.device], r);
       last_ns = std::max(last_ns, r.time_ns);
     }
     for (; next < probes.size(); ++next) settle(probes[next]);

@@ -766,6 +766,10 @@ struct TraceModelBuilder::Impl {
     split_contrib(d.out.stats, *s, +1);
   }
 
+  static void note_segment_event(DeviceState& d, const TraceRecord& r) {
+    if (r.memory_kind == 0) d.out.segment_events.push_back({r.action, r.addr, r.size, r.time_ns});
+  }
+
   void add(const TraceRecord& r) {
     DeviceState& d = dev(r.device);
     const bool raises = r.action == Action::alloc;
@@ -784,16 +788,20 @@ struct TraceModelBuilder::Impl {
         break;
       case Action::segment_alloc:
         if (!lays_out_as_segment(r)) break;
+        note_segment_event(d, r);
         on_segment_alloc(d, r, false);
         break;
       case Action::segment_map:
+        note_segment_event(d, r);
         on_segment_alloc(d, r, true);
         break;
       case Action::segment_free:
         if (!lays_out_as_segment(r)) break;
+        note_segment_event(d, r);
         on_segment_free(d, r, false);
         break;
       case Action::segment_unmap:
+        note_segment_event(d, r);
         on_segment_free(d, r, true);
         break;
       case Action::oom: {

@@ -102,6 +102,16 @@ struct OomRecord {
   StateAt state;
 };
 
+/// A segment event of the trace (segment_alloc, segment_free, segment_map, segment_unmap of the
+/// allocator's own segments), for matching them with another trace of the same process (the
+/// memory ledger, model/ledger.h). Unix-epoch nanoseconds, as TraceRecord::time_ns.
+struct SegmentEvent {
+  Action action = Action::segment_alloc;
+  DevicePtr addr = 0;
+  std::uint64_t size = 0;
+  std::int64_t time_ns = 0;
+};
+
 /// Markers for the timeline (marks written by the program, OOMs).
 struct TimelineMarker {
   std::int64_t time_ns = 0;
@@ -139,6 +149,9 @@ struct DeviceModel {
   /// peaks too often to copy the layout each time); load_models fills them by a second pass.
   /// at_peak's statistics, time and largest free block are always exact.
   bool peak_layout_deferred = false;
+  /// Every segment event of the device, in trace order (a few hundred in a training run: one per
+  /// cudaMalloc of the allocator, not per tensor).
+  std::vector<SegmentEvent> segment_events;
   std::vector<std::string> notes;
 };
 

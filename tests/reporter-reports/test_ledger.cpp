@@ -1,7 +1,8 @@
 // The memory ledger (reporter/model/ledger.h) of the pair of files a default `vramtrace run` of a
 // PyTorch program leaves: the synthetic pair of tests/data/ledger (make_ledger_pair.py tells its
 // story), every row at the end, the peak and the OOM; the sidecar read into the snapshot's
-// header; a malformed sidecar, a missing companion, another process's trace, misaligned clocks.
+// header; a malformed sidecar, a missing companion, another process's trace, misaligned clocks
+// (a whole file's, and a segment's release a few milliseconds apart in the two files).
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -190,11 +191,15 @@ TEST_CASE("ledger: every row of the pair at the end, the peak and the OOM", "[le
     CHECK(o.free_source == "oom");
     CHECK(*o.rest_bytes() == 600 * MiB);
     check_adds_up(o);
+    // Segment E: released by PyTorch 5 ms before the OOM, 5 ms after it in the shim's trace. It is
+    // known as PyTorch's by its allocation, so it is not counted outside PyTorch's allocator.
+    CHECK(has_note(o.notes, "counted in no row"));
   }
   SECTION("the peak: t3 alive, the used memory not read then") {
     const LedgerAt& p = moment(m, 0, LedgerAt::Moment::peak);
     CHECK(p.time_ns == 1796134320'700'000'000);
     CHECK(p.allocated_bytes == kAllocatedEnd + 30 * MiB);
+    CHECK(p.reserved_bytes == kReserved + 20 * MiB);  // segment E too
     REQUIRE(p.outside);
     CHECK(p.outside->total() == static_cast<std::uint64_t>(90 * MiB));
     CHECK_FALSE(p.used_bytes());

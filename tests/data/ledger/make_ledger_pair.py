@@ -15,7 +15,9 @@ C 40 MiB (the shim's block for it is 41 MiB: 1 MiB of rounding), D an expandable
 20 MiB pages (cuMemCreate + cuMemMap). Outside PyTorch's allocator: a 64 MiB cudaMalloc (freed
 after the OOM), a 6 MiB pitched allocation, a 20 MiB cuMemCreate handle mapped elsewhere (NCCL
 style), and 1 GiB of pinned host memory, which is not device memory. Tensors: t1 8 MiB - 100 B in
-A, t2 300 B in B, t4 10 MiB in D, t3 30 MiB in C (the peak), freed; then a 90 GiB request fails.
+A, t2 300 B in B, t4 10 MiB in D, t3 30 MiB in C (the peak), freed; a segment E of 20 MiB, empty,
+is released by PyTorch just before a 90 GiB request fails, and the shim's trace has that release
+10 ms after the OOM (the two clocks apart: E is PyTorch's, in no row at the OOM).
 Device 1: the process made a CUDA context there (500 MiB) and nothing else.
 """
 import json
@@ -31,7 +33,7 @@ HOST = "gpu-node-7"
 START_NS = 1796134320_000_000_000  # the shim's start_unix_ns (CLOCK_REALTIME at its origin)
 ORIGIN_NS = 5_000_000_000_000      # its origin_monotonic_ns: events' "t" count from here
 
-A, B, C, D = 0x7F0000000000, 0x7F0001400000, 0x7F4000000000, 0x7F5000000000
+A, B, C, D, E = 0x7F0000000000, 0x7F0001400000, 0x7F4000000000, 0x7F5000000000, 0x7F6000000000
 OUT_MALLOC, PITCHED, NCCL_VA, PINNED = 0x7F1000000000, 0x7F2000000000, 0x7F3000000000, 0x5000
 H1, H2, H3 = 0x1001, 0x1002, 0x1003
 
@@ -75,10 +77,13 @@ ev(0.62, "segment_alloc", H1, 20 * MiB, k=7)         # PyTorch's expandable segm
 ev(0.62, "segment_map", D, 20 * MiB, k=7)
 ev(0.63, "segment_alloc", H2, 20 * MiB, k=7)
 ev(0.63, "segment_map", D + 20 * MiB, 20 * MiB, k=7)
+ev(0.6599, "alloc", E, 20 * MiB)                     # PyTorch's segment E
+ev(0.905, "free_requested", E, 20 * MiB)             # PyTorch released it at 0.895 by its own clock
+ev(0.905, "free_completed", E, 20 * MiB)
 ev(1.00, "free_requested", OUT_MALLOC, 64 * MiB)     # after the OOM
 ev(1.00, "free_completed", OUT_MALLOC, 64 * MiB)
 trailer = {"a": "trailer", "t": int(2.0 * 1e9), "events": len(events), "dropped": 0,
-           "counts": {"alloc": 4, "free_requested": 1, "free_completed": 1, "segment_alloc": 6, "segment_map": 3},
+           "counts": {"alloc": 5, "free_requested": 2, "free_completed": 2, "segment_alloc": 6, "segment_map": 3},
            "devices": []}
 with open(os.path.join(here, "run.4242.jsonl"), "w") as f:
     for rec in [header] + events + [trailer]:
@@ -106,9 +111,11 @@ te(0.60, "segment_alloc", C, 40 * MiB)
 te(0.62, "segment_map", D, 20 * MiB)
 te(0.63, "segment_map", D + 20 * MiB, 20 * MiB)
 te(0.65, "alloc", D, 10 * MiB)
+te(0.66, "segment_alloc", E, 20 * MiB)
 te(0.70, "alloc", C, 30 * MiB)
 te(0.80, "free_requested", C, 30 * MiB)
 te(0.80, "free_completed", C, 30 * MiB)
+te(0.895, "segment_free", E, 20 * MiB)
 te(0.90, "oom", TOTAL - used_at_oom, 90 * GiB)
 
 
@@ -144,7 +151,7 @@ stats0 = {"allocated_bytes.all.current": allocated_end, "allocated_bytes.all.pea
           "active_bytes.all.current": allocated_end, "active_bytes.all.peak": allocated_end + 30 * MiB,
           "requested_bytes.all.current": 8 * MiB - 100 + 300 + 10 * MiB,
           "requested_bytes.all.peak": 8 * MiB - 100 + 300 + 10 * MiB + 30 * MiB,
-          "reserved_bytes.all.current": 102 * MiB, "reserved_bytes.all.peak": 102 * MiB,
+          "reserved_bytes.all.current": 102 * MiB, "reserved_bytes.all.peak": 122 * MiB,
           "allocation.all.allocated": 4, "num_ooms": 1, "num_alloc_retries": 1}
 stats_at_oom = dict(stats0, **{"num_ooms": 1})
 zeros = {k: 0 for k in stats0}
