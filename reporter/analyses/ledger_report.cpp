@@ -51,8 +51,8 @@ std::string ledger_moment_name(const LedgerAt& at) {
 }
 
 std::string ledger_levels(const MemoryLedger& ledger) {
-  std::string t = ledger.sidecar.empty() ? "tensor level (PyTorch's history)"
-                                         : "tensor level (PyTorch's history and its sidecar)";
+  std::string t =
+      ledger.sidecar.empty() ? "tensor level (PyTorch's history)" : "tensor level (PyTorch's history and its sidecar)";
   if (ledger.device_trace.empty()) return t + "; no device level";
   return t + " and device level (the shim's trace " + ledger.device_trace + ")";
 }
@@ -83,9 +83,9 @@ std::string render_ledger_text(const MemoryLedger& ledger, const LedgerAt& at, c
   } else {
     row("+ outside PyTorch's allocator", "unknown");
   }
-  const std::string context =
-      at.context_bytes ? fmt::format("of it, {} when vramtrace met the context", fb(static_cast<i64>(*at.context_bytes)))
-                       : std::string();
+  const std::string context = at.context_bytes ? fmt::format("of it, {} when vramtrace met the context",
+                                                             fb(static_cast<i64>(*at.context_bytes)))
+                                               : std::string();
   if (auto rest = at.rest_bytes()) {
     row("+ rest: CUDA context, driver, other processes", fb(*rest), context);
   } else if (auto np = at.not_pytorch_bytes()) {

@@ -327,8 +327,9 @@ std::string render_ledger_table(const ProcessDeviceView& v) {
     cols.push_back(std::move(col));
     widths.push_back(w);
   }
-  std::string out = "Memory ledger at each process's end: PyTorch reserved + outside PyTorch's allocator + rest "
-                    "(context, driver, other processes) = used\n";
+  std::string out =
+      "Memory ledger at each process's end: PyTorch reserved + outside PyTorch's allocator + rest "
+      "(context, driver, other processes) = used\n";
   out += fmt::format("  {:<{}}", "process", w0);
   for (std::size_t k = 0; k < v.devices.size(); ++k) out += fmt::format("  {:>{}}", v.devices[k].label, widths[k]);
   out += "\n";

@@ -277,8 +277,8 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         for (const auto& d : m.devices) modelled = modelled || d.device == dl.device;
         if (modelled) continue;
         if (!out.empty()) out += "\n";
-        out += fmt::format("Trace {} ({}), device {}: PyTorch's history holds nothing on this device\n",
-                           m.header.path, m.header.format, dl.device);
+        out += fmt::format("Trace {} ({}), device {}: PyTorch's history holds nothing on this device\n", m.header.path,
+                           m.header.format, dl.device);
         out += ledger_text(*m.ledger, dl, DeviceModel{});
         if (m.devices.empty() && !m.ledger->notes.empty()) {
           out += "\nNotes:\n";

@@ -270,12 +270,13 @@ void place_device_level(const DeviceLive& d, const std::vector<const SegmentSnap
         in_transit));
   for (auto& [id, s] : by_stack) at.outside_stacks.push_back(s);
   if (at.managed_bytes)
-    at.notes.push_back(fmt::format("{} of managed memory is live; whether its pages sit on the device is not "
-                                   "recorded, so it is in the rest",
-                                   bytes(at.managed_bytes)));
+    at.notes.push_back(
+        fmt::format("{} of managed memory is live; whether its pages sit on the device is not "
+                    "recorded, so it is in the rest",
+                    bytes(at.managed_bytes)));
   if (at.arrays)
-    at.notes.push_back(fmt::format("{} CUDA arrays are live; their size is not recorded, so they are in the rest",
-                                   at.arrays));
+    at.notes.push_back(
+        fmt::format("{} CUDA arrays are live; their size is not recorded, so they are in the rest", at.arrays));
 }
 
 /// A moment to place on the shim's trace: a peak or an OOM of one device (indices into
@@ -371,7 +372,8 @@ MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sc, const st
     try {
       shim = open_vramtrace_trace_details(device_trace);
     } catch (const TraceError& e) {
-      L.notes.push_back(fmt::format("the shim's trace beside the snapshot cannot be read ({}): no device level", e.what()));
+      L.notes.push_back(
+          fmt::format("the shim's trace beside the snapshot cannot be read ({}): no device level", e.what()));
     }
     if (shim && sc && shim->details().pid != sc->pid) {
       L.notes.push_back(fmt::format("{} is of process {}, the snapshot of process {}: not its device level",
@@ -404,8 +406,9 @@ MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sc, const st
     end_note = "the snapshot's time is not recorded (no sidecar): the end is taken at the history's last event";
     if (end_ns == 0 && shim) {
       end_ns = shim->details().start_unix_ns + (shim->trailer().present ? shim->trailer().time_ns : 0);
-      end_note = "the snapshot's time is not recorded (no sidecar, no history): the end is taken at the end of the "
-                 "shim's trace";
+      end_note =
+          "the snapshot's time is not recorded (no sidecar, no history): the end is taken at the end of the "
+          "shim's trace";
     }
   }
 
@@ -529,8 +532,9 @@ MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sc, const st
         // The model keeps the layout of the first OOMs only: without one nothing can be matched.
         p.layout_known = st && (at.reserved_bytes == 0 || !st->layout.segments.empty());
         if (st && !p.layout_known)
-          at.notes.push_back("the model kept no layout of PyTorch's segments for this moment: memory outside PyTorch's "
-                             "allocator cannot be told apart");
+          at.notes.push_back(
+              "the model kept no layout of PyTorch's segments for this moment: memory outside PyTorch's "
+              "allocator cannot be told apart");
         probes.push_back(std::move(p));
       }
     }
@@ -538,7 +542,8 @@ MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sc, const st
     end_probe.time_ns = end_ns;
     end_probe.end = true;
     probes.push_back(std::move(end_probe));
-    std::stable_sort(probes.begin(), probes.end(), [](const Probe& a, const Probe& b) { return a.time_ns < b.time_ns; });
+    std::stable_sort(probes.begin(), probes.end(),
+                     [](const Probe& a, const Probe& b) { return a.time_ns < b.time_ns; });
 
     // PyTorch's own segment entries, to know its segments in the shim's trace by their allocation.
     std::map<std::int32_t, PyTorchSegments> pytorch;
@@ -554,7 +559,8 @@ MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sc, const st
         end_live = live;  // the end covers every device, some of them named only later
         return;
       }
-      if (p.layout_known) place_device_level(live[L.devices[p.device].device], p.segments, L.devices[p.device].moments[p.moment]);
+      if (p.layout_known)
+        place_device_level(live[L.devices[p.device].device], p.segments, L.devices[p.device].moments[p.moment]);
     };
     const i64 start_ns = shim->details().start_unix_ns;
     i64 first_ns = start_ns, last_ns = start_ns;

@@ -110,8 +110,8 @@ struct DeviceLedger {
 
 /// The ledger of one process.
 struct MemoryLedger {
-  std::string sidecar;       ///< the sidecar read ("" = none)
-  std::string device_trace;  ///< the shim's trace read ("" = none: no device level)
+  std::string sidecar;                ///< the sidecar read ("" = none)
+  std::string device_trace;           ///< the shim's trace read ("" = none: no device level)
   std::vector<DeviceLedger> devices;  ///< by device id
   /// The call stacks behind LedgerAt::outside_stacks (the shim trace's table); null when it
   /// records none.
@@ -125,8 +125,9 @@ struct MemoryLedger {
 /// may be null) and the shim's trace of the same process (`device_trace`, "" for none; read once,
 /// streaming). `m`'s header gains what the shim's trace says of the process and it lacks: the
 /// devices' totals (a snapshot without a sidecar), pid, host, rank, the rank within the host and
-/// CUDA_VISIBLE_DEVICES (which a snapshot never records), for the merged reports' device rules. A device trace that cannot be read, or that is another process's (its pid is not
-/// the sidecar's), leaves the device level out with a note: never an error. Not thread-safe.
+/// CUDA_VISIBLE_DEVICES (which a snapshot never records), for the merged reports' device rules. A device trace that
+/// cannot be read, or that is another process's (its pid is not the sidecar's), leaves the device level out with a
+/// note: never an error. Not thread-safe.
 MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sidecar, const std::string& device_trace);
 
 }  // namespace vramtrace

@@ -98,8 +98,7 @@ TorchSidecar parse(const json& j, const std::string& path, const std::string& sn
   if (!format || !format->is_string() || format->get<std::string>() != kFormat)
     throw BadSidecar{fmt::format("not a vramtrace sidecar (\"format\" is not \"{}\")", kFormat)};
   const json* version = member(j, "version");
-  if (!version || !version->is_number_integer())
-    throw BadSidecar{"\"version\" is not an integer"};
+  if (!version || !version->is_number_integer()) throw BadSidecar{"\"version\" is not an integer"};
   if (version->get<std::int64_t>() != kVersion)
     throw BadSidecar{fmt::format("sidecar version {} (this vramtrace reads version {})", version->dump(), kVersion)};
   const json* snap = member(j, "snapshot");

@@ -215,7 +215,7 @@ std::string device_level_companion(const std::string& snapshot) {
   std::error_code ec;
   for (const std::string& s : stems)
     for (const char* ext : {".jsonl", ".jsonl.zst", ".jsonl.gz"}) {
-      const std::string trace = s + ext;
+      std::string trace = s + ext;
       if (!fs::is_regular_file(trace, ec)) continue;
       const std::string back = tensor_level_companion(trace);
       if (!back.empty() && path_key(back) == key) return trace;
@@ -225,9 +225,8 @@ std::string device_level_companion(const std::string& snapshot) {
   if (!read.sidecar) return {};
   const TorchSidecar& sc = *read.sidecar;
   std::string found;
-  for (const std::string& trace : files_beside(snapshot, [](const std::string& n) {
-         return ends_with(without_compression(n), ".jsonl");
-       })) {
+  for (const std::string& trace :
+       files_beside(snapshot, [](const std::string& n) { return ends_with(without_compression(n), ".jsonl"); })) {
     const TraceProcess proc = trace_process(trace);
     if (!same_process(proc.pid, proc.host, proc.start_ns, proc.end_ns, sc.pid, sc.host, sc.written_at_ns)) continue;
     if (!found.empty()) return {};

@@ -30,9 +30,9 @@ namespace {
 constexpr std::int64_t MiB = 1ll << 20;
 constexpr std::int64_t GiB = 1ll << 30;
 constexpr std::int64_t kTotal = 80 * GiB;
-constexpr std::int64_t kAllocatedEnd = 8 * MiB + 512 + 10 * MiB;    // t1, t2, t4
+constexpr std::int64_t kAllocatedEnd = 8 * MiB + 512 + 10 * MiB;  // t1, t2, t4
 constexpr std::int64_t kRequestedEnd = 8 * MiB - 100 + 300 + 10 * MiB;
-constexpr std::int64_t kReserved = (20 + 2 + 40 + 40) * MiB;        // A, B, C, D
+constexpr std::int64_t kReserved = (20 + 2 + 40 + 40) * MiB;  // A, B, C, D
 
 const fs::path kPair = fs::path(VRAMTRACE_TEST_DATA_DIR) / "ledger";
 
@@ -168,7 +168,7 @@ TEST_CASE("ledger: every row of the pair at the end, the peak and the OOM", "[le
     CHECK(e.outside->pitched == static_cast<std::uint64_t>(6 * MiB));
     CHECK(e.outside->pool == 0);
     CHECK(e.outside->virtual_memory == static_cast<std::uint64_t>(20 * MiB));  // the handle not in D
-    CHECK(*e.rounding_bytes == static_cast<std::uint64_t>(MiB));                // C's block of 41 MiB
+    CHECK(*e.rounding_bytes == static_cast<std::uint64_t>(MiB));               // C's block of 41 MiB
     CHECK(*e.used_bytes() == (500 + 100 + 102 + 26 + 1) * MiB);
     CHECK(e.free_source == "mem_get_info");
     CHECK(*e.rest_bytes() == 600 * MiB);
@@ -232,7 +232,8 @@ TEST_CASE("ledger: every row of the pair at the end, the peak and the OOM", "[le
     CHECK(end["not_pytorch_bytes"] == 627 * MiB);
     const auto cases = oom_cases(m);
     const std::string oom = render_oom_text(m, cases, {}, 0);
-    CHECK_THAT(oom, Catch::Contains("Levels: tensor level") && Catch::Contains("Memory ledger of the device at this OOM"));
+    CHECK_THAT(oom,
+               Catch::Contains("Levels: tensor level") && Catch::Contains("Memory ledger of the device at this OOM"));
     const nlohmann::json oj = oom_json(m, cases, {}, 0);
     CHECK(oj["ooms"][0]["ledger"]["outside_bytes"] == 90 * MiB);
     CHECK(oj["ooms"][0]["ledger"]["rest_bytes"] == 600 * MiB);
@@ -283,7 +284,9 @@ TEST_CASE("ledger: a malformed sidecar is a note, never an error or a figure", "
       {"another format", edited([](nlohmann::json& j) { j["format"] = "something else"; })},
       {"a newer version", edited([](nlohmann::json& j) { j["version"] = 2; })},
       {"another pickle", edited([](nlohmann::json& j) { j["snapshot"] = "other.torch.pickle"; })},
-      {"free above total", edited([](nlohmann::json& j) { j["devices"][0]["mem_get_info"] = {kTotal + 1, kTotal}; })},
+      {"free above total", edited([](nlohmann::json& j) {
+         j["devices"][0]["mem_get_info"] = {kTotal + 1, kTotal};
+       })},
       {"a time that is text", edited([](nlohmann::json& j) { j["written_at"] = "yesterday"; })},
       {"devices not a list", edited([](nlohmann::json& j) { j["devices"] = 3; })},
   };

@@ -97,7 +97,7 @@ struct State {
   long fail_sync_every = 0;  // FAKECUDA_FAIL_SYNC_EVERY
   long sync_calls = 0;
   long injected_sync_faults = 0;
-  long delay_us = 0;  // FAKECUDA_DELAY_US
+  long delay_us = 0;         // FAKECUDA_DELAY_US
   size_t context_bytes = 0;  // FAKECUDA_CONTEXT_MB
   bool initialized = false;
   bool finished = false;  // destructor ran
