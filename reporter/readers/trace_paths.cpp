@@ -42,19 +42,20 @@ struct TraceProcess {
 TraceProcess trace_process(const std::string& trace) {
   TraceProcess p;
   try {
-    auto reader = open_vramtrace_trace_details(trace);
-    p.pid = reader->details().pid;
-    p.host = reader->details().host;
-    p.start_ns = reader->details().start_unix_ns;
-    if (reader->trailer().present) p.end_ns = p.start_ns + reader->trailer().time_ns;
+    auto reader = open_trace(trace);  // through the registry, as the commands open it
+    if (reader->header().format != "vramtrace") return p;
+    p.pid = reader->header().pid;
+    p.host = reader->header().host;
+    if (const auto* v = dynamic_cast<const VramtraceTraceReader*>(reader.get())) {
+      p.start_ns = v->details().start_unix_ns;
+      if (v->trailer().present) p.end_ns = p.start_ns + v->trailer().time_ns;
+    }
   } catch (const TraceError&) {
     p.pid = 0;
   }
   return p;
 }
 
-// What makes two arguments the same file: the canonical path (links and "." resolved), or the
-// argument as given when it has none (a file that does not exist).
 std::string path_key(const std::string& p) {
   std::error_code ec;
   fs::path canon = fs::weakly_canonical(fs::path(p), ec);
@@ -175,11 +176,18 @@ std::string tensor_level_companion(const std::string& trace) {
     const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
     has_pid_named = middle.find_first_not_of("0123456789") == std::string::npos;
   }
-  // Failing those names (a %t of another second), the snapshots of the directory, whose sidecars
-  // name their process.
-  std::vector<std::string> others;
+  // Failing those names (a %t of another second), the snapshots of the directory whose sidecars
+  // name their process; the trace is opened only when there is one.
+  auto with_sidecars = [&] {
+    std::vector<std::pair<std::string, TorchSidecar>> out;
+    for (const std::string& snapshot :
+         files_beside(trace, [&suffix](const std::string& n) { return ends_with(without_compression(n), suffix); }))
+      if (SidecarRead read = read_sidecar(snapshot); read.sidecar) out.emplace_back(snapshot, std::move(*read.sidecar));
+    return out;
+  };
+  std::vector<std::pair<std::string, TorchSidecar>> others;
   if (!has_plain && !has_pid_named) {
-    others = files_beside(trace, [&suffix](const std::string& n) { return ends_with(without_compression(n), suffix); });
+    others = with_sidecars();
     if (others.empty()) return {};
   }
   const TraceProcess proc = trace_process(trace);
@@ -188,13 +196,10 @@ std::string tensor_level_companion(const std::string& trace) {
   if (has_pid_named) {
     std::string with_pid = stem + "." + std::to_string(proc.pid) + suffix;
     if (fs::is_regular_file(with_pid, ec)) return with_pid;
-    others = files_beside(trace, [&suffix](const std::string& n) { return ends_with(without_compression(n), suffix); });
+    others = with_sidecars();
   }
   std::string found;
-  for (const std::string& snapshot : others) {
-    const SidecarRead read = read_sidecar(snapshot);
-    if (!read.sidecar) continue;
-    const TorchSidecar& s = *read.sidecar;
+  for (const auto& [snapshot, s] : others) {
     if (!same_process(proc.pid, proc.host, proc.start_ns, proc.end_ns, s.pid, s.host, s.written_at_ns)) continue;
     if (!found.empty()) return {};  // two: neither is known to be this one
     found = snapshot;
