@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "analyses/explain.h"
+#include "analyses/ledger_report.h"
 #include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "vramtrace/size_rules.h"
@@ -103,6 +104,28 @@ void apply_limits(const TraceModel& m, std::int32_t device, const OomOptions& op
     f.allowed = *options.capacity_bytes;
     f.allowed_name = "--capacity";
   }
+// The ledger at a post-mortem's OOM (model/ledger.h); null without a ledger, and for the last
+// state of an abrupt end.
+const LedgerAt* ledger_of_case(const TraceModel& m, const OomCase& c) {
+  if (!m.ledger || c.last_state) return nullptr;
+  const DeviceLedger* dl = m.ledger->device(c.device);
+  if (!dl) return nullptr;
+  for (const auto& d : m.devices) {
+    if (d.device != c.device) continue;
+    for (std::size_t i = 0; i < d.ooms.size(); ++i)
+      if (&d.ooms[i].state == c.state) return dl->at(LedgerAt::Moment::oom, i);
+  }
+  return nullptr;
+}
+
+// The OOMs PyTorch's observer recorded (the sidecar) that the history holds no entry for.
+std::vector<std::pair<std::int32_t, const LedgerAt*>> observer_only_ooms(const TraceModel& m) {
+  std::vector<std::pair<std::int32_t, const LedgerAt*>> out;
+  if (!m.ledger) return out;
+  for (const auto& dl : m.ledger->devices)
+    for (const auto& at : dl.moments)
+      if (at.moment == LedgerAt::Moment::oom && !at.oom_in_history) out.emplace_back(dl.device, &at);
+  return out;
 }
 
 }  // namespace
@@ -248,7 +271,12 @@ std::string render_whatif_text(const WhatIfRun& run) {
 std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cases, const WhatIfRun& run) {
   std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format,
                                 m.header.workload.empty() ? "" : ", ", m.header.workload);
-  if (cases.empty() && m.incomplete) {
+  if (m.ledger) out += "Levels: " + ledger_levels(*m.ledger) + "\n";
+  const auto observed = observer_only_ooms(m);
+  if (cases.empty() && !observed.empty()) {
+    out +=
+        fmt::format("PyTorch's history holds no OOM, but its OOM observer recorded {} (see below).\n", observed.size());
+  } else if (cases.empty() && m.incomplete) {
     // Incomplete with a device gives a last-state case; here the trace has no event at all.
     out += fmt::format("No OOM and no allocation in this trace: it ends abruptly before its first event ({}).\n",
                        m.incomplete_reason);
@@ -335,6 +363,18 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     if (!c.diagnosis.next_step.empty()) out += fmt::format("  Next step: {}\n", c.diagnosis.next_step);
     if (const SitesAt* s = sites_of_case(m, sites, c))
       out += render_sites_text(*s, "Top allocation sites alive at this moment:", "  ");
+    if (const LedgerAt* at = ledger_of_case(m, c))
+      out += render_ledger_text(*m.ledger, *at, "Memory ledger of the device at this OOM:", "  ");
+  }
+  for (const auto& [device, at] : observed) {
+    out += fmt::format(
+        "\nOOM {} on device {}, recorded by PyTorch's OOM observer only (not in the history): request {} ({} B)\n",
+        at->oom + 1, device, fb(static_cast<i64>(at->request_bytes)), at->request_bytes);
+    out += render_ledger_text(*m.ledger, *at, "Memory ledger of the device at this OOM:", "  ");
+  }
+  if (m.ledger && !m.ledger->notes.empty()) {
+    out += "\nNotes on the memory ledger:\n";
+    for (const auto& n : m.ledger->notes) out += "  - " + n + "\n";
   }
   if (const auto retried = retried_failures(m); !retried.empty() && !cases.empty()) {
     // Not post-mortems: the program went on (Note [one OOM per failed request]).
@@ -411,6 +451,7 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     o["next_step"] = c.diagnosis.next_step;
     if (const SitesAt* s = sites_of_case(m, sites, c)) o["sites"] = sites_json(*s);
     if (m.stacks && c.request_stack) o["request_site"] = stack_site_label(*m.stacks, c.request_stack);
+    if (const LedgerAt* at = ledger_of_case(m, c)) o["ledger"] = ledger_at_json(*m.ledger, *at);
     arr.push_back(o);
   }
   j["ooms"] = arr;
@@ -429,6 +470,14 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
                        {"request_bytes", r.request_bytes},
                        {"fate", oom_fate_name(r.fate)}});
   j["retried_failures"] = retried;
+  if (m.ledger) {
+    j["levels"] = ledger_levels(*m.ledger);
+    nlohmann::json observed = nlohmann::json::array();
+    for (const auto& [device, at] : observer_only_ooms(m))
+      observed.push_back({{"device", device}, {"ledger", ledger_at_json(*m.ledger, *at)}});
+    j["observer_only_ooms"] = observed;
+    j["ledger_notes"] = m.ledger->notes;
+  }
   nlohmann::json w = nlohmann::json::array();
   for (const auto& x : run.rows) {
     nlohmann::json r = {{"settings", x.settings},

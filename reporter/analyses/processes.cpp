@@ -8,6 +8,7 @@
 #include <set>
 
 #include "analyses/diagnosis.h"
+#include "model/ledger.h"
 #include "vramtrace/units.h"
 
 namespace vramtrace {
@@ -94,6 +95,24 @@ DeviceMap map_devices(const TraceHeader& h, const std::vector<std::string>& host
 void add_cells(std::size_t i, const TraceModel& model, const DeviceMap& map, bool several_hosts,
                std::vector<ProcessDeviceCell>& cells, std::map<std::int32_t, std::string>& device_labels) {
   const auto& h = model.header;
+  auto label = [&](const ProcessDeviceCell& c) {
+    std::int32_t phys = c.device - map.host_offset;
+    device_labels[c.device] = several_hosts
+                                  ? fmt::format("{} device {}", h.host.empty() ? "(unknown host)" : h.host, phys)
+                                  : fmt::format("device {}", phys);
+  };
+  auto ledger_end = [&](std::int32_t ordinal) -> std::optional<ProcessDeviceCell::LedgerEnd> {
+    const DeviceLedger* dl = model.ledger ? model.ledger->device(ordinal) : nullptr;
+    const LedgerAt* at = dl ? dl->at(LedgerAt::Moment::end) : nullptr;
+    if (!at) return std::nullopt;
+    ProcessDeviceCell::LedgerEnd e;
+    e.reserved = at->reserved_bytes;
+    if (at->outside) e.outside = static_cast<i64>(at->outside->total());
+    if (at->context_bytes) e.context = static_cast<i64>(*at->context_bytes);
+    e.rest = at->rest_bytes();
+    e.used = at->used_bytes();
+    return e;
+  };
   for (const auto& d : model.devices) {
     ProcessDeviceCell c;
     c.process = i;
@@ -102,12 +121,25 @@ void add_cells(std::size_t i, const TraceModel& model, const DeviceMap& map, boo
     c.peak_allocated = d.stats.allocated_bytes[kStatAll].peak;
     c.peak_reserved = d.stats.reserved_bytes[kStatAll].peak;
     c.end_reserved = d.stats.reserved_bytes[kStatAll].current;
+    c.ledger_end = ledger_end(d.device);
     cells.push_back(c);
-    std::int32_t phys = c.device - map.host_offset;
-    device_labels[c.device] = several_hosts
-                                  ? fmt::format("{} device {}", h.host.empty() ? "(unknown host)" : h.host, phys)
-                                  : fmt::format("device {}", phys);
+    label(c);
   }
+  // Devices only the ledger names: the process initialised CUDA there, PyTorch holds nothing.
+  if (model.ledger)
+    for (const auto& dl : model.ledger->devices) {
+      bool known = false;
+      for (const auto& d : model.devices) known = known || d.device == dl.device;
+      if (known) continue;
+      ProcessDeviceCell c;
+      c.process = i;
+      c.device = map.key(dl.device);
+      c.ordinal = dl.device;
+      c.ledger_end = ledger_end(dl.device);
+      c.context_only = true;
+      cells.push_back(c);
+      label(c);
+    }
 }
 
 // Own device (rules in processes.h and docs/reports.md).
@@ -179,7 +211,7 @@ void sum_device_loads(ProcessDeviceView& v, const std::map<std::int32_t, std::st
     auto& l = loads[c.device];
     l.peak_allocated_sum += c.peak_allocated;
     l.peak_reserved_sum += c.peak_reserved;
-    if (c.peak_reserved > 0 || c.peak_allocated > 0) {
+    if (c.peak_reserved > 0 || c.peak_allocated > 0 || c.context_only) {
       l.processes++;
       auto& p = v.processes[c.process];
       if (p.own_device && *p.own_device != c.device &&
@@ -267,6 +299,51 @@ const ProcessDeviceCell* find_cell(const ProcessDeviceView& v, std::size_t proce
   return nullptr;
 }
 
+// The processes' memory ledgers at their ends (model/ledger.h), one cell per process and device:
+// PyTorch reserved + outside PyTorch's allocator + rest = used. "" when no process has a ledger.
+std::string render_ledger_table(const ProcessDeviceView& v) {
+  bool any = false;
+  for (const auto& c : v.cells) any = any || c.ledger_end.has_value();
+  if (!any) return {};
+  auto fb = [](const std::optional<i64>& x) { return x ? format_bytes(*x, ByteStyle::pytorch) : std::string("?"); };
+  std::size_t w0 = std::string("process").size();
+  for (const auto& p : v.processes) w0 = std::max(w0, p.label.size());
+  std::vector<std::vector<std::string>> cols;
+  std::vector<std::size_t> widths;
+  for (const auto& d : v.devices) {
+    std::vector<std::string> col;
+    std::size_t w = d.label.size();
+    for (std::size_t i = 0; i < v.processes.size(); ++i) {
+      const auto* c = find_cell(v, i, d.device);
+      std::string s = "-";
+      if (c && c->ledger_end) {
+        const auto& e = *c->ledger_end;
+        s = fmt::format("{} + {} + {} = {}", format_bytes(e.reserved, ByteStyle::pytorch), fb(e.outside), fb(e.rest),
+                        fb(e.used));
+      }
+      w = std::max(w, s.size());
+      col.push_back(s);
+    }
+    cols.push_back(std::move(col));
+    widths.push_back(w);
+  }
+  std::string out =
+      "Memory ledger at each process's end: PyTorch reserved + outside PyTorch's allocator + rest "
+      "(context, driver, other processes) = used\n";
+  out += fmt::format("  {:<{}}", "process", w0);
+  for (std::size_t k = 0; k < v.devices.size(); ++k) out += fmt::format("  {:>{}}", v.devices[k].label, widths[k]);
+  out += "\n";
+  for (std::size_t i = 0; i < v.processes.size(); ++i) {
+    out += fmt::format("  {:<{}}", v.processes[i].label, w0);
+    for (std::size_t k = 0; k < v.devices.size(); ++k) out += fmt::format("  {:>{}}", cols[k][i], widths[k]);
+    out += "\n";
+  }
+  out +=
+      "  (used: the whole device as the process read it at its end, other processes' memory in its rest; ? = not "
+      "known, - = no ledger)\n";
+  return out;
+}
+
 std::string own_rule_text(const ProcessInfo& p) {
   if (p.own_device_rule == "CUDA_VISIBLE_DEVICES") return "the only device in its CUDA_VISIBLE_DEVICES";
   if (p.own_device_rule == "LOCAL_RANK") return "from LOCAL_RANK=" + p.local_rank;
@@ -290,9 +367,10 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
       const auto* cell = find_cell(v, i, d.device);
       const auto& p = v.processes[i];
       bool foreign = std::find(p.foreign_devices.begin(), p.foreign_devices.end(), d.device) != p.foreign_devices.end();
-      std::string s = cell ? format_bytes(cell->peak_allocated, ByteStyle::pytorch) + " / " +
-                                 format_bytes(cell->peak_reserved, ByteStyle::pytorch)
-                           : "-";
+      std::string s = !cell                ? "-"
+                      : cell->context_only ? std::string("CUDA context")  // no PyTorch memory there
+                                           : format_bytes(cell->peak_allocated, ByteStyle::pytorch) + " / " +
+                                                 format_bytes(cell->peak_reserved, ByteStyle::pytorch);
       if (foreign) s += " *";
       w = std::max(w, s.size());
       c.push_back(s);
@@ -351,6 +429,18 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
       std::string where;
       for (auto d : p.foreign_devices) {
         const auto* c = find_cell(v, i, d);
+        if (c && c->context_only) {
+          // No PyTorch memory there: what the ledger knows of it.
+          std::string what = "a CUDA context";
+          if (c->ledger_end && c->ledger_end->context)
+            what += fmt::format(" ({} with the device's other users when vramtrace met it)",
+                                format_bytes(*c->ledger_end->context, ByteStyle::pytorch));
+          if (c->ledger_end && c->ledger_end->outside && *c->ledger_end->outside > 0)
+            what += fmt::format(" and {} outside PyTorch's allocator",
+                                format_bytes(*c->ledger_end->outside, ByteStyle::pytorch));
+          where += fmt::format("{}{} on {}", where.empty() ? "" : ", ", what, device_label(v, d));
+          continue;
+        }
         where += fmt::format("{}{} reserved on {}", where.empty() ? "" : ", ",
                              format_bytes(c ? c->peak_reserved : 0, ByteStyle::pytorch), device_label(v, d));
       }
@@ -363,6 +453,7 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
         "  before the first CUDA call, map_location missing in torch.load, a tensor created with device='cuda') takes\n"
         "  that memory from the other rank.\n";
   }
+  out += render_ledger_table(v);
   for (const auto& n : v.notes) out += "Note: " + n + "\n";
   return out;
 }
@@ -392,12 +483,22 @@ nlohmann::json process_device_json(const ProcessDeviceView& v) {
                     {"reserved_bytes.all.peak", d.peak_reserved_sum},
                     {"processes", d.processes}});
   nlohmann::json cells = nlohmann::json::array();
-  for (const auto& c : v.cells)
-    cells.push_back({{"process", c.process},
-                     {"device", c.device},
-                     {"allocated_bytes.all.peak", c.peak_allocated},
-                     {"reserved_bytes.all.peak", c.peak_reserved},
-                     {"reserved_bytes.all.current", c.end_reserved}});
+  auto or_null = [](const std::optional<i64>& x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); };
+  for (const auto& c : v.cells) {
+    nlohmann::json cj = {{"process", c.process},
+                         {"device", c.device},
+                         {"allocated_bytes.all.peak", c.peak_allocated},
+                         {"reserved_bytes.all.peak", c.peak_reserved},
+                         {"reserved_bytes.all.current", c.end_reserved},
+                         {"context_only", c.context_only}};
+    if (c.ledger_end)
+      cj["ledger_end"] = {{"reserved_bytes", c.ledger_end->reserved},
+                          {"outside_bytes", or_null(c.ledger_end->outside)},
+                          {"context_bytes", or_null(c.ledger_end->context)},
+                          {"rest_bytes", or_null(c.ledger_end->rest)},
+                          {"used_bytes", or_null(c.ledger_end->used)}};
+    cells.push_back(cj);
+  }
   nlohmann::json j = {
       {"processes", procs}, {"devices", devs}, {"cells", cells}, {"cross_device", flagged}, {"notes", v.notes}};
   if (v.imbalance)

@@ -37,6 +37,18 @@ struct ProcessDeviceCell {
   std::int64_t peak_allocated = 0;  ///< allocated_bytes.all.peak
   std::int64_t peak_reserved = 0;   ///< reserved_bytes.all.peak
   std::int64_t end_reserved = 0;    ///< reserved_bytes.all.current at the end of the trace
+  /// The process's memory ledger at its end on this device (model/ledger.h), when its trace has
+  /// one: PyTorch reserved, outside PyTorch's allocator, the context's share and the rest, and the
+  /// device's used memory as the process read it (other processes' memory included). Unknown
+  /// rows are unset.
+  struct LedgerEnd {
+    std::int64_t reserved = 0;
+    std::optional<std::int64_t> outside, context, rest, used;
+  };
+  std::optional<LedgerEnd> ledger_end;
+  /// The process initialised CUDA on this device without PyTorch memory there (its ledger names
+  /// the device: a CUDA context at least, perhaps memory outside PyTorch's allocator).
+  bool context_only = false;
 };
 
 /// One device over all processes.
@@ -75,15 +87,17 @@ struct ProcessDeviceView {
 /// Pure; deterministic.
 ProcessDeviceView process_device_view(const std::vector<TraceModel>& models);
 
-/// The text section ("Processes x devices", the imbalance line, the flags). Ends with a newline.
+/// The text section ("Processes x devices", the imbalance line, the flags, and when a process has
+/// both levels the table of its memory ledger at the end). Ends with a newline.
 std::string render_process_device_text(const ProcessDeviceView& view);
 
 /// JSON: {"processes": [{"label", "path", "pid", "host", "rank", "local_rank", "own_device",
 /// "own_device_rule", "foreign_devices", "cross_device"}], "devices": [{"device", "label",
 /// "allocated_bytes.all.peak" (sum), "reserved_bytes.all.peak" (sum), "processes"}],
 /// "cells": [{"process", "device", "allocated_bytes.all.peak", "reserved_bytes.all.peak",
-/// "reserved_bytes.all.current"}], "imbalance": {"ratio", "most_loaded", "least_loaded",
-/// "others_equal"} | null, "cross_device": [labels], "notes"}.
+/// "reserved_bytes.all.current", "context_only", and with a ledger "ledger_end": {"reserved_bytes",
+/// "outside_bytes", "context_bytes", "rest_bytes", "used_bytes"}}], "imbalance": {"ratio",
+/// "most_loaded", "least_loaded", "others_equal"} | null, "cross_device": [labels], "notes"}.
 nlohmann::json process_device_json(const ProcessDeviceView& view);
 
 /// For the HTML report: per device, a common time axis (ms since the earliest event of any

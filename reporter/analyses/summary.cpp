@@ -6,6 +6,7 @@
 #include <map>
 
 #include "analyses/diagnosis.h"
+#include "analyses/ledger_report.h"
 #include "analyses/sites.h"
 #include "vramtrace/units.h"
 
@@ -89,6 +90,20 @@ std::string check_verdict(std::string_view key, i64 recorded_value, i64 computed
       static_cast<i64>(d.oom_count.ooms) >= recorded_value)
     return fmt::format("no oom entry for {} of them (counted in the OOMs)", recorded_value - computed);
   return "DIFFERENT";
+/// The ledger of one device in the summary: at the end, then at the peak (`d` gives the times'
+/// origin; a default DeviceModel for a device PyTorch's history does not have).
+std::string ledger_text(const MemoryLedger& ledger, const DeviceLedger& dl, const DeviceModel& d) {
+  std::string out;
+  for (LedgerAt::Moment kind : {LedgerAt::Moment::end, LedgerAt::Moment::peak}) {
+    const LedgerAt* at = dl.at(kind);
+    if (!at) continue;
+    const std::string when = d.first_time_ns ? ", " + rel_time(d, at->time_ns) : std::string();
+    out += "\n" + render_ledger_text(ledger, *at,
+                                     fmt::format("Memory ledger of device {} at {}{} ({}):", dl.device,
+                                                 ledger_moment_name(*at), when, ledger_levels(ledger)),
+                                     "");
+  }
+  return out;
 }
 
 std::string live_table(const std::vector<LiveAllocation>& v, const DeviceModel& d) {
@@ -312,6 +327,8 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       if (ds)
         out +=
             render_sites_text(ds->at_end, fmt::format("Top allocation sites at the end (device {}):", d.device), "  ");
+      if (const DeviceLedger* dl = m.ledger ? m.ledger->device(d.device) : nullptr)
+        out += ledger_text(*m.ledger, *dl, d);
       // Cross-check against the figures PyTorch recorded, when the trace has them.
       std::string check;
       for (const char* key : kCheckedKeys) {
@@ -329,14 +346,31 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
       }
       std::vector<std::string> notes = m.notes;
       notes.insert(notes.end(), d.notes.begin(), d.notes.end());
+      if (m.ledger && &d == &m.devices.front())
+        notes.insert(notes.end(), m.ledger->notes.begin(), m.ledger->notes.end());
       if (!notes.empty()) {
         out += "\nNotes:\n";
         for (const auto& n : notes) out += fmt::format("  - {}\n", n);
       }
     }
+    // Devices where PyTorch holds nothing but the process does (a CUDA context, another library).
+    if (m.ledger)
+      for (const auto& dl : m.ledger->devices) {
+        bool modelled = false;
+        for (const auto& d : m.devices) modelled = modelled || d.device == dl.device;
+        if (modelled) continue;
+        if (!out.empty()) out += "\n";
+        out += fmt::format("Trace {} ({}), device {}: PyTorch's history holds nothing on this device\n", m.header.path,
+                           m.header.format, dl.device);
+        out += ledger_text(*m.ledger, dl, DeviceModel{});
+        if (m.devices.empty() && !m.ledger->notes.empty()) {
+          out += "\nNotes:\n";
+          for (const auto& n : m.ledger->notes) out += fmt::format("  - {}\n", n);
+        }
+      }
   }
   for (const auto& m : models) {
-    if (!m.devices.empty()) continue;
+    if (!m.devices.empty() || (m.ledger && !m.ledger->devices.empty())) continue;
     if (!out.empty()) out += "\n";
     out += fmt::format("Trace {}: no events", m.header.path);
     if (m.incomplete) {
@@ -401,6 +435,7 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
     nlohmann::json t = trace_identity_json(m);
     t["has_segment_events"] = m.has_segment_events;
     t["sites"] = trace_sites_json(m, trace_sites(m));
+    if (m.ledger) t["ledger"] = ledger_json(m);  // only where there is one: other documents stay as they were
     nlohmann::json devs = nlohmann::json::array();
     for (const auto& d : m.devices) {
       nlohmann::json j;

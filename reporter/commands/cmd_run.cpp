@@ -629,7 +629,8 @@ void show_traces(const RunOptions& o, const std::string& pattern, const std::str
                : torch_files.empty()
                    ? "device allocations as the program makes them (for PyTorch: its segments)"
                    : "device allocations (for PyTorch: its segments); the reports read PyTorch's tensor level "
-                     "beside each trace (--level device for the shim's)");
+                     "beside each trace, with the trace itself for the memory ledger (--level device for the "
+                     "shim's alone)");
   // Several processes (a launcher's ranks, fork children): the reports merge them when given all.
   std::string args = trace_arguments(traces, pattern);
   std::fprintf(stderr, "\nNext:\n  vramtrace summary %s\n  vramtrace report %s -o report.html\n  vramtrace oom %s\n",

@@ -1,6 +1,9 @@
 #include "model/load_models.h"
 
+#include "model/ledger.h"
 #include "readers/open_trace.h"
+#include "readers/sidecar.h"
+#include "readers/trace_paths.h"
 
 namespace vramtrace {
 
@@ -38,6 +41,14 @@ std::vector<TraceModel> load_models(const std::vector<std::string>& paths, const
     if (out.back().header.path.empty()) out.back().header.path = p;
     // A trace that set new peaks too often: read it again to copy the layout at the final peak.
     complete_deferred_peaks(out.back(), p, options);
+    // Both levels of a `vramtrace run` of PyTorch: the ledger of the snapshot and its companions.
+    if (options.ledger && out.back().header.format == "snapshot" && p != "-") {
+      const SidecarRead sidecar = read_sidecar(p);
+      const std::string device_trace = device_level_companion(p);
+      if (sidecar.sidecar || !device_trace.empty())
+        out.back().ledger = std::make_shared<const MemoryLedger>(
+            build_memory_ledger(out.back(), sidecar.sidecar ? &*sidecar.sidecar : nullptr, device_trace));
+    }
   }
   return out;
 }

@@ -773,6 +773,10 @@ struct TraceModelBuilder::Impl {
     split_contrib(d.out.stats, *s, +1);
   }
 
+  static void note_segment_event(DeviceState& d, const TraceRecord& r) {
+    if (r.memory_kind == 0) d.out.segment_events.push_back({r.action, r.addr, r.size, r.time_ns});
+  }
+
   void add(const TraceRecord& r) {
     DeviceState& d = dev(r.device);
     if (group_failures) failed_requests.add(r, d.out.ooms.size(), d.oom_outcomes);
@@ -792,16 +796,20 @@ struct TraceModelBuilder::Impl {
         break;
       case Action::segment_alloc:
         if (!lays_out_as_segment(r)) break;
+        note_segment_event(d, r);
         on_segment_alloc(d, r, false);
         break;
       case Action::segment_map:
+        note_segment_event(d, r);
         on_segment_alloc(d, r, true);
         break;
       case Action::segment_free:
         if (!lays_out_as_segment(r)) break;
+        note_segment_event(d, r);
         on_segment_free(d, r, false);
         break;
       case Action::segment_unmap:
+        note_segment_event(d, r);
         on_segment_free(d, r, true);
         break;
       case Action::oom: {
@@ -1086,6 +1094,8 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   TraceModel m = impl_->finish(reader.incomplete(), reader.final_state());
   if (m.incomplete) m.incomplete_reason = reader.incomplete_reason();
   for (std::string& n : reader.notes()) m.notes.push_back(std::move(n));
+  // The reader's word on the files that come with the trace (a sidecar it could not use).
+  m.notes.insert(m.notes.end(), reader.header().notes.begin(), reader.header().notes.end());
   if (auto stacks = reader.stacks(); stacks && stacks->size() != 0) {
     m.stacks = std::move(stacks);
     if (const Snapshot* end = reader.final_state()) impl_->recorded_end_stacks(*end, m);

@@ -27,6 +27,8 @@
 
 namespace vramtrace {
 
+struct MemoryLedger;  // model/ledger.h
+
 /// Block-size rules the layout needs from the settings in force (PyTorch names).
 struct LayoutRules {
   std::uint64_t max_split_size_bytes = UINT64_MAX;           ///< blocks >= this are not split
@@ -106,6 +108,16 @@ struct OomRecord {
   StateAt state;
 };
 
+/// A segment event of the trace (segment_alloc, segment_free, segment_map, segment_unmap of the
+/// allocator's own segments), for matching them with another trace of the same process (the
+/// memory ledger, model/ledger.h). Unix-epoch nanoseconds, as TraceRecord::time_ns.
+struct SegmentEvent {
+  Action action = Action::segment_alloc;
+  DevicePtr addr = 0;
+  std::uint64_t size = 0;
+  std::int64_t time_ns = 0;
+};
+
 /// Markers for the timeline (marks written by the program, OOMs).
 struct TimelineMarker {
   std::int64_t time_ns = 0;
@@ -148,6 +160,9 @@ struct DeviceModel {
   /// peaks too often to copy the layout each time); load_models fills them by a second pass.
   /// at_peak's statistics, time and largest free block are always exact.
   bool peak_layout_deferred = false;
+  /// Every segment event of the device, in trace order (a few hundred in a training run: one per
+  /// cudaMalloc of the allocator, not per tensor).
+  std::vector<SegmentEvent> segment_events;
   std::vector<std::string> notes;
 };
 
@@ -169,6 +184,10 @@ struct TraceModel {
   /// that the history does not hold allocated at its end (allocated before the history began),
   /// by stack; only blocks with a stack. Empty when the format records no such state.
   std::vector<std::pair<std::int32_t, std::vector<StackBytes>>> recorded_end_stacks;
+  /// For a tensor-level snapshot of `vramtrace run`: the memory ledger of both levels (its
+  /// sidecar and the shim's trace of the same process; model/ledger.h), filled by load_models.
+  /// Null for other traces and for a snapshot with neither beside it.
+  std::shared_ptr<const MemoryLedger> ledger;
 };
 
 struct ModelOptions {
@@ -183,6 +202,8 @@ struct ModelOptions {
   std::uint64_t peak_copy_budget_base = 1u << 20;
   /// Second pass: for these devices, capture at_peak's layout right after this global event index.
   std::map<std::int32_t, std::uint64_t> capture_peak_after_event;
+  /// load_models: build the memory ledger of snapshots that have their companions (model/ledger.h).
+  bool ledger = true;
 };
 
 /// Note [a history that begins late]

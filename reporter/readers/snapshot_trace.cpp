@@ -1,7 +1,8 @@
 // Reader of PyTorch snapshot pickles (torch.cuda.memory._dump_snapshot; see
 // docs/pytorch-allocator.md, "Snapshots and the allocator history"): yields `device_traces` entries
 // of every device as they are unpickled, then `segments` as final_state() and `allocator_settings`
-// as the header's settings.
+// as the header's settings. The sidecar `vramtrace run` writes beside the pickle (readers/sidecar.h)
+// names the process, the devices' totals and PyTorch's own statistics in the header.
 #include <algorithm>
 #include <deque>
 #include <unordered_map>
@@ -10,6 +11,7 @@
 
 #include "readers/pickle.h"
 #include "readers/readers.h"
+#include "readers/sidecar.h"
 #include "vramtrace/trace/byte_source.h"
 
 namespace vramtrace {
@@ -32,6 +34,7 @@ class SnapshotReader final : public TraceReader {
   explicit SnapshotReader(const std::string& path) : bytes_(ByteSource::open(path)), unpickler_(*bytes_, path) {
     header_.path = path;
     header_.format = "snapshot";
+    take_sidecar(read_sidecar(path));
     unpickler_.stream_key("device_traces", [this](std::int32_t device, ValuePtr item) { convert(device, *item); });
   }
 
@@ -61,6 +64,30 @@ class SnapshotReader final : public TraceReader {
   std::shared_ptr<const StackTable> stacks() const override { return stacks_; }
 
  private:
+  // What the sidecar says of the process and its devices, before any entry is read (the model
+  // takes the header, settings included, when it starts). Without a sidecar nothing changes; a
+  // sidecar that cannot be used is a note only.
+  void take_sidecar(const SidecarRead& read) {
+    if (!read.problem.empty()) header_.notes.push_back(read.problem);
+    if (!read.sidecar) return;
+    const TorchSidecar& s = *read.sidecar;
+    header_.pid = s.pid;
+    header_.host = s.host;
+    header_.rank = s.rank;
+    // The pickle's own settings come at its end and replace these when it has them.
+    header_.settings = s.allocator_settings;
+    const TorchSidecar::Device* lowest = nullptr;
+    for (const auto& d : s.devices) {
+      if (d.total_bytes) header_.device_totals.emplace_back(d.device, *d.total_bytes);
+      if (!d.memory_stats.empty()) header_.recorded_device_stats.emplace_back(d.device, d.memory_stats);
+      if (!lowest || d.device < lowest->device) lowest = &d;
+    }
+    if (lowest) {
+      header_.recorded_stats = lowest->memory_stats;
+      header_.device_total_bytes = lowest->total_bytes.value_or(0);
+    }
+  }
+
   [[noreturn]] void fail(const std::string& what) const {
     throw TraceError(fmt::format("{}: offset {}: {}", header_.path, unpickler_.offset(), what));
   }
@@ -148,7 +175,8 @@ class SnapshotReader final : public TraceReader {
     if (root->kind == Kind::dict) {
       segments = root->find("segments");
       if (const Value* s = root->find("allocator_settings"); s && s->kind == Kind::dict) {
-        if (const Value* conf = s->find("PYTORCH_CUDA_ALLOC_CONF"); conf && conf->kind == Kind::string)
+        if (const Value* conf = s->find("PYTORCH_CUDA_ALLOC_CONF");
+            conf && conf->kind == Kind::string && !conf->text.empty())
           header_.settings = conf->text;
       }
     } else if (root->kind == Kind::list) {

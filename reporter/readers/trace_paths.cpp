@@ -8,6 +8,8 @@
 #include <set>
 
 #include "readers/open_trace.h"
+#include "readers/sidecar.h"
+#include "vramtrace/trace/vramtrace_reader.h"
 
 namespace vramtrace {
 
@@ -19,15 +21,71 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// What makes two arguments the same file: the canonical path (links and "." resolved), or the
-// argument as given when it has none (a file that does not exist).
+/// `name` without a trailing ".gz" or ".zst".
+std::string without_compression(std::string name) {
+  for (const char* c : {".gz", ".zst"})
+    if (ends_with(name, c)) {
+      name.resize(name.size() - std::char_traits<char>::length(c));
+      break;
+    }
+  return name;
+}
+
+/// What a vramtrace trace's header says of its process; pid 0 when `trace` is not one.
+struct TraceProcess {
+  std::int64_t pid = 0;
+  std::string host;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;  ///< 0 = unknown (no trailer known at open)
+};
+
+TraceProcess trace_process(const std::string& trace) {
+  TraceProcess p;
+  try {
+    auto reader = open_trace(trace);  // through the registry, as the commands open it
+    if (reader->header().format != "vramtrace") return p;
+    p.pid = reader->header().pid;
+    p.host = reader->header().host;
+    if (const auto* v = dynamic_cast<const VramtraceTraceReader*>(reader.get())) {
+      p.start_ns = v->details().start_unix_ns;
+      if (v->trailer().present) p.end_ns = p.start_ns + v->trailer().time_ns;
+    }
+  } catch (const TraceError&) {
+    p.pid = 0;
+  }
+  return p;
+}
+
 std::string path_key(const std::string& p) {
   std::error_code ec;
   fs::path canon = fs::weakly_canonical(fs::path(p), ec);
   return ec ? p : canon.string();
 }
 
+/// The regular files of `path`'s directory whose name `pick` accepts, sorted.
+template <class Pick>
+std::vector<std::string> files_beside(const std::string& path, Pick pick) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    if (pick(entry.path().filename().string())) out.push_back(entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
+
+bool same_process(std::int64_t pid, const std::string& host, std::int64_t start_ns, std::int64_t end_ns,
+                  std::int64_t sidecar_pid, const std::string& sidecar_host, std::int64_t written_ns) {
+  constexpr std::int64_t kSlackNs = 1'000'000'000;
+  if (pid <= 0 || pid != sidecar_pid || host != sidecar_host) return false;
+  if (written_ns + kSlackNs < start_ns) return false;
+  return end_ns == 0 || written_ns <= end_ns + kSlackNs;
+}
 
 bool is_trace_file_name(const std::string& name, const TracePathOptions& options) {
   std::string base = name;
@@ -97,17 +155,12 @@ std::optional<TraceLevel> parse_trace_level(const std::string& text) {
 }
 
 std::string tensor_level_companion(const std::string& trace) {
-  std::string stem = trace;
-  for (const char* c : {".gz", ".zst"})
-    if (ends_with(stem, c)) {
-      stem.resize(stem.size() - std::char_traits<char>::length(c));
-      break;
-    }
+  std::string stem = without_compression(trace);
   if (!ends_with(stem, ".jsonl")) return {};
   stem.resize(stem.size() - 6);
-  // The file names first: only a trace with a snapshot of such a name beside it is opened here
-  // (for its format and pid), so that the trace of a program without PyTorch is opened once, by
-  // the command that reads it.
+  // The file names first: only a trace with a snapshot beside it is opened here (for its format
+  // and pid), so that the trace of a program without PyTorch is opened once, by the command that
+  // reads it.
   std::error_code ec;
   std::string plain = stem + ".torch.pickle";
   const bool has_plain = fs::is_regular_file(plain, ec);
@@ -123,19 +176,68 @@ std::string tensor_level_companion(const std::string& trace) {
     const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
     has_pid_named = middle.find_first_not_of("0123456789") == std::string::npos;
   }
-  if (!has_plain && !has_pid_named) return {};
-  std::int64_t pid = 0;
-  try {
-    auto reader = open_trace(trace);
-    if (reader->header().format != "vramtrace") return {};
-    pid = reader->header().pid;
-  } catch (const TraceError&) {
-    return {};
+  // Failing those names (a %t of another second), the snapshots of the directory whose sidecars
+  // name their process; the trace is opened only when there is one.
+  auto with_sidecars = [&] {
+    std::vector<std::pair<std::string, TorchSidecar>> out;
+    for (const std::string& snapshot :
+         files_beside(trace, [&suffix](const std::string& n) { return ends_with(without_compression(n), suffix); }))
+      if (SidecarRead read = read_sidecar(snapshot); read.sidecar) out.emplace_back(snapshot, std::move(*read.sidecar));
+    return out;
+  };
+  std::vector<std::pair<std::string, TorchSidecar>> others;
+  if (!has_plain && !has_pid_named) {
+    others = with_sidecars();
+    if (others.empty()) return {};
   }
+  const TraceProcess proc = trace_process(trace);
+  if (proc.pid == 0) return {};
   if (has_plain) return plain;
-  std::string with_pid = stem + "." + std::to_string(pid) + suffix;
-  if (pid > 0 && fs::is_regular_file(with_pid, ec)) return with_pid;
-  return {};
+  if (has_pid_named) {
+    std::string with_pid = stem + "." + std::to_string(proc.pid) + suffix;
+    if (fs::is_regular_file(with_pid, ec)) return with_pid;
+    others = with_sidecars();
+  }
+  std::string found;
+  for (const auto& [snapshot, s] : others) {
+    if (!same_process(proc.pid, proc.host, proc.start_ns, proc.end_ns, s.pid, s.host, s.written_at_ns)) continue;
+    if (!found.empty()) return {};  // two: neither is known to be this one
+    found = snapshot;
+  }
+  return found;
+}
+
+std::string device_level_companion(const std::string& snapshot) {
+  std::string stem = without_compression(snapshot);
+  if (!ends_with(stem, ".torch.pickle")) return {};
+  stem.resize(stem.size() - std::char_traits<char>::length(".torch.pickle"));
+  const std::string key = path_key(snapshot);
+  std::vector<std::string> stems = {stem};
+  // Names without %p get ".<pid>" before ".torch.pickle".
+  if (auto dot = stem.find_last_of('.'); dot != std::string::npos && dot + 1 < stem.size() &&
+                                         stem.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+    stems.push_back(stem.substr(0, dot));
+  std::error_code ec;
+  for (const std::string& s : stems)
+    for (const char* ext : {".jsonl", ".jsonl.zst", ".jsonl.gz"}) {
+      std::string trace = s + ext;
+      if (!fs::is_regular_file(trace, ec)) continue;
+      const std::string back = tensor_level_companion(trace);
+      if (!back.empty() && path_key(back) == key) return trace;
+    }
+  // The names differ: the trace of the process the sidecar names.
+  const SidecarRead read = read_sidecar(snapshot);
+  if (!read.sidecar) return {};
+  const TorchSidecar& sc = *read.sidecar;
+  std::string found;
+  for (const std::string& trace :
+       files_beside(snapshot, [](const std::string& n) { return ends_with(without_compression(n), ".jsonl"); })) {
+    const TraceProcess proc = trace_process(trace);
+    if (!same_process(proc.pid, proc.host, proc.start_ns, proc.end_ns, sc.pid, sc.host, sc.written_at_ns)) continue;
+    if (!found.empty()) return {};
+    found = trace;
+  }
+  return found;
 }
 
 std::vector<std::string> choose_trace_level(const std::vector<std::string>& paths, TraceLevel level,
@@ -167,13 +269,18 @@ std::vector<std::string> choose_trace_level(const std::vector<std::string>& path
       continue;
     }
     if (!companion[i].empty()) {
-      notes.push_back(p + ": tensor level from " + companion[i] + " (PyTorch's own allocator history); --level " +
-                      "device for the shim's trace");
+      notes.push_back(p + ": tensor level from " + companion[i] +
+                      " (PyTorch's own allocator history), with this trace's device level for the memory ledger; "
+                      "--level device for the shim's trace alone");
       add(companion[i]);
       continue;
     }
     if (level == TraceLevel::tensors && ends_with(p, ".jsonl"))
       notes.push_back(p + ": no tensor level beside it; read as it is");
+    if (p != "-" && ends_with(without_compression(p), ".torch.pickle"))
+      if (const std::string trace = device_level_companion(p); !trace.empty())
+        notes.push_back(p + ": tensor level, with the device level of " + trace + " (the shim's trace of the " +
+                        "same process) for the memory ledger");
     add(p);
   }
   return out;

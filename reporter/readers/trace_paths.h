@@ -2,6 +2,7 @@
 // the list of trace files to read (one per process, for jobs with several processes).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,18 +48,38 @@ std::optional<TraceLevel> parse_trace_level(const std::string& text);
 
 /// The tensor-level snapshot `vramtrace run` wrote beside a vramtrace trace: the trace's name
 /// without `.jsonl` (and `.zst`/`.gz`) plus `.torch.pickle`, or plus `.<pid>.torch.pickle`
-/// (names without `%p` get the pid), the pid read from the trace's header. Empty when there is
-/// none, when `trace` is not a vramtrace trace, or when it cannot be read (the caller's open then
-/// reports why). Opens the trace (for its format and pid) only when a file of either name form
-/// (`.<digits>.torch.pickle` for the second) is beside it, so that a trace without one is opened
-/// once, by the command that reads it.
+/// (names without `%p` get the pid), the pid read from the trace's header. Failing those names
+/// (the two files' `%t` can fall in different seconds), the one snapshot of the same directory
+/// whose sidecar names the same process (same_process). Empty when there is none, when `trace`
+/// is not a vramtrace trace, or when it cannot be read (the caller's open then reports why).
+/// Opens the trace (for its format and pid) only when a snapshot is beside it, so that a trace
+/// without one is opened once, by the command that reads it; reads the directory's sidecars only
+/// when the names do not match.
 std::string tensor_level_companion(const std::string& trace);
+
+/// The other way: the shim's trace of the process whose tensor-level snapshot is `snapshot`, a
+/// vramtrace trace whose tensor_level_companion is `snapshot`: `snapshot`'s name without
+/// `.torch.pickle` (and without the `.<pid>` of names without `%p`) plus `.jsonl`, `.jsonl.zst`
+/// or `.jsonl.gz`, else the one vramtrace trace of the same directory of the process the
+/// snapshot's sidecar names (same_process). Empty when there is none. Reads headers and the
+/// sidecar only.
+std::string device_level_companion(const std::string& snapshot);
+
+/// Whether a shim trace (its header's pid, host and start, and its end when the trailer is known:
+/// 0 otherwise, all times Unix ns) and a snapshot's sidecar (pid, host, written_at) describe one
+/// process: the same pid and host, and the sidecar written within the trace's span (1 s of
+/// slack; the exit write comes before the shim's trailer), so that a pid reused by another run
+/// in the same directory is not taken. Pure.
+bool same_process(std::int64_t pid, const std::string& host, std::int64_t start_ns, std::int64_t end_ns,
+                  std::int64_t sidecar_pid, const std::string& sidecar_host, std::int64_t written_ns);
 
 /// Applies `level` to expanded trace paths: each vramtrace trace with a companion snapshot is
 /// replaced by it (automatic, tensors) or keeps it out of the list (device); a companion that is
 /// also listed is read once. One line per decision is appended to `notes` ("<trace>: tensor
-/// level from <snapshot>; --level device for the shim's trace"), for the command to print on
-/// stderr. Order is kept. Not thread-safe (reads files).
+/// level from <snapshot> ..., with this trace's device level for the memory ledger; --level
+/// device for the shim's trace alone"; for a snapshot given itself whose shim trace is beside it,
+/// that the ledger reads that trace too), for the command to print on stderr. Order is kept.
+/// Not thread-safe (reads files).
 std::vector<std::string> choose_trace_level(const std::vector<std::string>& paths, TraceLevel level,
                                             std::vector<std::string>& notes);
 

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "analyses/diagnosis.h"
+#include "analyses/ledger_report.h"
 #include "analyses/oom_report.h"
 #include "analyses/processes.h"
 #include "analyses/sites.h"
@@ -349,6 +350,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
     }
     t["devices"] = devs;
     t["stacks"] = stacks.json();
+    if (m.ledger) t["ledger"] = ledger_json(m);
     traces.push_back(t);
   }
   j["traces"] = traces;

@@ -413,6 +413,30 @@ TEST_CASE("browser: the gpt2 report draws, reads back the summary's figures, log
   fs::remove_all(dir, ec);
 }
 
+TEST_CASE("browser: the memory ledger of a PyTorch run's two levels renders its rows", "[browser][ledger]") {
+  skip_without_chromium();
+  // The pair of tests/data/ledger (make_ledger_pair.py): at the end, 600 MiB of rest of which the
+  // context's 500 MiB, 26 MiB outside PyTorch's allocator.
+  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/ledger/run.4242.torch.pickle"});
+  REQUIRE(models.at(0).ledger);
+  fs::path dir = fs::temp_directory_path() / ("vt-report-ledger-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "ledger.html";
+  std::ofstream(html, std::ios::binary) << render_report_html(models);
+  std::string dom = run_chromium(html, "--enable-logging=stderr --v=0 --dump-dom", dir / "dom.err");
+  std::string log = read_file(dir / "dom.err");
+  INFO(log.substr(0, 4000));
+  CHECK(log.find("Uncaught") == std::string::npos);
+  auto probe = nlohmann::json::parse(probe_of(dom));
+  CHECK(probe["errors"].empty());
+  CHECK(dom.find("Memory ledger: tensor level") != std::string::npos);
+  for (const char* cell : {"+ rest: CUDA context, driver, other processes", "600.00 MiB", "500.00 MiB", "26.00 MiB",
+                           "729.00 MiB", "OOM 1"})
+    CHECK(dom.find(cell) != std::string::npos);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 TEST_CASE("browser: a hostile trace's strings do not run", "[browser][escape]") {
   skip_without_chromium();
   testing::RecordList l;

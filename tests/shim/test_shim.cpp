@@ -825,6 +825,28 @@ TEST_CASE("log level: the default prints nothing new, off silences even warnings
   CHECK(get(bad_road.stats(), "shim.cached_allocs") > 0);
 }
 
+TEST_CASE("the trace records the device's free memory when the shim first met its context") {
+  // Note [the context's share] (policies/context_pool.cpp): the fake driver's contexts take
+  // 300 MiB that no allocation call returns, as real ones do.
+  test::TempDir dir;
+  const std::string trace = dir.file("ctx.jsonl");
+  Run r = run({road("road_runtime_shared")}, true,
+              {"VRAMTRACE_OUTPUT=" + trace, "FAKECUDA_CONTEXT_MB=300", "FAKECUDA_TOTAL_MB=1024"});
+  REQUIRE(r.exit_code == 0);
+  std::istringstream in(slurp(trace));
+  std::string first;
+  REQUIRE(std::getline(in, first));
+  const auto header = nlohmann::json::parse(first);
+  CHECK(header["version"] == "1.2");
+  REQUIRE(header["devices"].size() >= 1);
+  const auto& d0 = header["devices"][0];
+  CHECK(d0["id"] == 0);
+  CHECK(d0["context_total_bytes"].get<long long>() == 1024 * kMiB);
+  // Before the context's first allocation: the context's own 300 MiB only, and the shim held nothing.
+  CHECK(d0["context_free_bytes"].get<long long>() == (1024 - 300) * kMiB);
+  CHECK_FALSE(d0.contains("context_held_bytes"));
+}
+
 TEST_CASE("the trace writer's failure goes through the shim's logger in the same words") {
   test::TempDir dir;
   const std::string target = dir.file("missing/t.jsonl");

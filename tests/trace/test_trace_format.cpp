@@ -141,6 +141,7 @@ TEST_CASE("header and trailer are single JSON lines", "[trace][format]") {
   CHECK(j["format"] == "vramtrace");
   CHECK(j["version"] == "1.2");
   CHECK(j["devices"][0]["total_bytes"] == 150754820096ull);
+  CHECK_FALSE(j["devices"][0].contains("context_free_bytes"));  // not measured: left out
   CHECK(j["command_line"][2] == "--lr=1e-3");
   CHECK(j["settings"]["reuse"] == "lazy_sync");
   CHECK(j["local_rank"] == "");

@@ -214,7 +214,8 @@ TEST_CASE("a device noted after the header is written as a device record before 
     e.time_ns = TraceWriter::now_ns();
     w.record(e);
     HeaderInfo again = o.header;
-    again.devices.push_back({1, "Second GPU", 32ull << 20, "GPU-2"});
+    // With the driver's figures when the shim met the device's first context (format 1.2).
+    again.devices.push_back({1, "Second GPU", 32ull << 20, "GPU-2", 20ull << 20, 32ull << 20, 2ull << 20});
     w.set_header_info(again);
     w.set_header_info(again);  // the same device twice: one record
     e.device = 1;
@@ -224,7 +225,8 @@ TEST_CASE("a device noted after the header is written as a device record before 
     if (compression == Compression::none) {
       const std::string text = test::read_file(w.path());
       const auto record =
-          text.find(R"({"a":"device","id":1,"name":"Second GPU","total_bytes":33554432,"uuid":"GPU-2"})");
+          text.find(R"({"a":"device","id":1,"name":"Second GPU","total_bytes":33554432,"uuid":"GPU-2",)"
+                    R"("context_free_bytes":20971520,"context_total_bytes":33554432,"context_held_bytes":2097152})");
       REQUIRE(record != std::string::npos);
       CHECK(text.find(R"("a":"device")", record + 2) == std::string::npos);
       CHECK(record < text.find(R"("d":1)"));
@@ -234,6 +236,10 @@ TEST_CASE("a device noted after the header is written as a device record before 
     CHECK(rb.records.size() == 2);  // the device record is not an event
     REQUIRE(rb.details.devices.size() == 2);
     CHECK(rb.details.devices[1].name == "Second GPU");
+    CHECK(rb.details.devices[1].context_free_bytes == 20ull << 20);
+    CHECK(rb.details.devices[1].context_total_bytes == 32ull << 20);
+    CHECK(rb.details.devices[1].context_held_bytes == 2ull << 20);
+    CHECK(rb.details.devices[0].context_free_bytes == 0);  // not measured
     CHECK(rb.header.total_bytes_of(1) == 32ull << 20);
     CHECK(rb.header.total_bytes_of(0) == 80ull << 30);
     CHECK(rb.header.device_total_bytes == 80ull << 30);

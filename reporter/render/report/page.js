@@ -26,4 +26,5 @@ DATA.traces.forEach(function(tr){
   main.appendChild(el('h3',null,'Still allocated at the end: '+dev.end.live_blocks+' blocks, '+fmtB(dev.end.live_bytes)));biggest(main,dev.end.biggest,S);
   sites(main,'Top allocation sites at the end',dev.end.sites,S);
  });
+ if(tr.ledger)ledgerSection(main,tr.ledger);
 });

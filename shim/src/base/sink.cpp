@@ -142,7 +142,8 @@ void flush_trace_sink() noexcept {
   if (g_writer) g_writer->flush();
 }
 
-void sink_note_device(int device, int driver_version, const char* name, std::uint64_t total_bytes) noexcept {
+void sink_note_device(int device, int driver_version, const char* name, std::uint64_t total_bytes,
+                      const ContextReading& context) noexcept {
   if (!g_writer) return;
   static std::mutex mu;
   static auto* devices = new std::vector<trace::DeviceInfo>;
@@ -150,7 +151,8 @@ void sink_note_device(int device, int driver_version, const char* name, std::uin
     std::lock_guard<std::mutex> lock(mu);
     for (auto& d : *devices)
       if (d.id == device) return;
-    devices->push_back({device, name ? name : "", total_bytes, ""});
+    devices->push_back(
+        {device, name ? name : "", total_bytes, "", context.free_bytes, context.total_bytes, context.held_bytes});
     trace::HeaderInfo h = base_header();
     h.cuda_driver_version = driver_version;
     h.devices = *devices;

@@ -34,9 +34,19 @@ trace::TraceWriter* trace_writer() noexcept;
 /// Asks the trace writer to write out what it buffered (vramtrace_flush). No-op without a writer.
 void flush_trace_sink() noexcept;
 
+/// The driver's figures when the shim first met a context of a device (Note [the context's share]
+/// in policies/context_pool.cpp), in bytes; all 0 when not measured.
+struct ContextReading {
+  std::uint64_t free_bytes = 0;   ///< cuMemGetInfo's free, as the driver said it
+  std::uint64_t total_bytes = 0;  ///< cuMemGetInfo's total
+  std::uint64_t held_bytes = 0;   ///< device memory the shim held on the device then
+};
+
 /// Adds a device to the trace header (called when its first pool is created, before its first
-/// event). No-op without a writer.
-void sink_note_device(int device, int driver_version, const char* name, std::uint64_t total_bytes) noexcept;
+/// event), with the reading taken when its first context was met. A device already noted keeps
+/// its first entry. No-op without a writer.
+void sink_note_device(int device, int driver_version, const char* name, std::uint64_t total_bytes,
+                      const ContextReading& context) noexcept;
 
 /// pthread_atfork prepare/parent halves for the writer (the child half is sink_after_fork_child).
 void sink_before_fork() noexcept;

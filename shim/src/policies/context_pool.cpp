@@ -138,8 +138,39 @@ ContextPool* PoolRegistry::current() noexcept {
 }
 
 namespace {
-// The trace header lists each device (name, total memory) and the driver version.
-void note_device_for_trace(const DriverTable& d, CUdevice dev) noexcept {
+// Note [the context's share]
+// The CUDA context, the module images loaded into it and the driver's bookkeeping take device
+// memory that no allocation call returns, so no event of the trace can show it. The first time
+// the shim meets a context of a device (its pool is created here, before the context's first
+// allocation through us), it asks the driver for the device's free and total memory, as the
+// driver says them (the real cuMemGetInfo_v2, not our figures of Note [capped figures]), and
+// notes what the shim itself holds on the device then (held_bytes: other contexts' pools, memory
+// it forwarded). total - free - held is the memory of the context and of whatever else used the
+// device at that moment (other processes); on an otherwise idle GPU, the context's own size. The
+// reports show it as the context row of the memory ledger (reporter/model/ledger.h). One cheap,
+// non-blocking query on a thread that is already in a driver call with the context current;
+// pools are never created once exit has begun, so nothing here runs at exit.
+struct ContextShare {
+  std::uint64_t free_bytes = 0, total_bytes = 0, held_bytes = 0;  // all 0: not measured
+};
+
+ContextShare measure_context_share(const DriverTable& d, CUdevice dev) noexcept {
+  ContextShare out;
+  auto mem_get_info =
+      reinterpret_cast<CUresult (*)(size_t*, size_t*)>(d.real[static_cast<std::size_t>(Hook::cuMemGetInfo_v2)]);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!mem_get_info || mem_get_info(&free_bytes, &total_bytes) != CUDA_SUCCESS || total_bytes == 0 ||
+      free_bytes > total_bytes)
+    return out;
+  out.free_bytes = free_bytes;
+  out.total_bytes = total_bytes;
+  out.held_bytes = held_bytes(static_cast<int>(dev));
+  return out;
+}
+
+// The trace header lists each device (name, total memory, Note [the context's share]) and the
+// driver version.
+void note_device_for_trace(const DriverTable& d, CUdevice dev, const ContextShare& share) noexcept {
   int version = 0;
   char name[256] = {};
   size_t total = 0;
@@ -148,7 +179,8 @@ void note_device_for_trace(const DriverTable& d, CUdevice dev) noexcept {
   if (d.cuDeviceTotalMem_v2) d.cuDeviceTotalMem_v2(&total, dev);
   // Under a cap the trace describes the device the program saw (Note [capped figures]).
   if (std::uint64_t cap = cap_of(static_cast<int>(dev)); cap != 0 && (total == 0 || cap < total)) total = cap;
-  sink_note_device(static_cast<int>(dev), version, name, total);
+  sink_note_device(static_cast<int>(dev), version, name, total,
+                   {share.free_bytes, share.total_bytes, share.held_bytes});
 }
 }  // namespace
 
@@ -171,6 +203,8 @@ ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
       release(dev);
     }
   }
+  // Before the pool exists: nothing of this context has been allocated through us yet.
+  const ContextShare share = measure_context_share(*d, dev);
   std::lock_guard<std::mutex> lock(mu_);
   if (ContextPool* p = find(ctx)) return p;  // another thread won the race
   for (auto& slot : slots_) {
@@ -188,7 +222,7 @@ ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
     }
     // Named in the trace before any thread can allocate from the pool: the header (or a device
     // record) precedes the device's first event.
-    note_device_for_trace(*d, dev);
+    note_device_for_trace(*d, dev, share);
     slot.store(pool, std::memory_order_release);
     bump(g_counters.pools_created);
     log_line(LogLevel::info, "cuda:{}: caching allocator created for context {} ({})", static_cast<int>(dev),

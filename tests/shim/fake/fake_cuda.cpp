@@ -19,6 +19,10 @@
 //                         program unchanged and nothing else breaks)
 //   FAKECUDA_DELAY_US     every call sleeps this many microseconds before taking the driver lock
 //                         (a slow driver: a loaded GPU, MPS, a remote or virtualised device)
+//   FAKECUDA_CONTEXT_MB   device memory each live context takes (default 0): counted as used from
+//                         its creation (cuCtxCreate_v2, a primary context's first retain) to its
+//                         destruction, as the driver's own allocations are, never through an
+//                         allocation call
 //
 // Device queries: cuDeviceTotalMem_v2 (= FAKECUDA_TOTAL_MB), cuDeviceGetUuid_v2 (fa ce 00 <dev>
 // 00..., matched by the fake NVML), cuDeviceGetName, both cuMemGetInfo ABIs.
@@ -93,7 +97,8 @@ struct State {
   long fail_sync_every = 0;  // FAKECUDA_FAIL_SYNC_EVERY
   long sync_calls = 0;
   long injected_sync_faults = 0;
-  long delay_us = 0;  // FAKECUDA_DELAY_US
+  long delay_us = 0;         // FAKECUDA_DELAY_US
+  size_t context_bytes = 0;  // FAKECUDA_CONTEXT_MB
   bool initialized = false;
   bool finished = false;  // destructor ran
   unsigned long long next_handle = 0x1000;
@@ -108,6 +113,7 @@ State& st() {
     if (const char* v = getenv("FAKECUDA_FAIL_ALLOC_EVERY")) s->fail_alloc_every = atol(v);
     if (const char* v = getenv("FAKECUDA_FAIL_SYNC_EVERY")) s->fail_sync_every = atol(v);
     if (const char* v = getenv("FAKECUDA_DELAY_US")) s->delay_us = atol(v);
+    if (const char* v = getenv("FAKECUDA_CONTEXT_MB")) s->context_bytes = strtoull(v, nullptr, 10) << 20;
     for (int d = 0; d < kMaxDevices; ++d) {
       s->primary[d].device = d;
       s->primary[d].primary = true;
@@ -220,6 +226,7 @@ void destroy_context(Context* c) {
       ++it;
     }
   }
+  if (c->alive) s.used[c->device] -= s.context_bytes;
   c->alive = false;
   c->retains = 0;
   if (c->primary) c->next = kBase + c->device * kDeviceSpan;
@@ -278,6 +285,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   COUNT();
   if (dev < 0 || dev >= st().devices) return CUDA_ERROR_INVALID_DEVICE;
   Context& c = st().primary[dev];
+  if (!c.alive) st().used[dev] += st().context_bytes;
   c.alive = true;
   c.retains++;
   *pctx = reinterpret_cast<CUcontext>(&c);
@@ -325,6 +333,7 @@ FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevic
   auto* c = new Context;
   c->device = dev;
   c->alive = true;
+  st().used[dev] += st().context_bytes;
   c->next = kBase + dev * kDeviceSpan + (1ull << 35) + st().created.size() * (1ull << 32);
   st().created.push_back(c);
   *pctx = reinterpret_cast<CUcontext>(c);

@@ -47,6 +47,13 @@ struct DeviceInfo {
   std::string name;               ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
   std::uint64_t total_bytes = 0;  ///< total device memory (cudaMemGetInfo total)
   std::string uuid;               ///< "GPU-..." when known, else empty
+  /// The driver's cuMemGetInfo (free, total; bytes, not capped) when the shim first met a context
+  /// of this device, before that context's first allocation, and the device memory the shim held
+  /// on the device at that moment (its segments and the memory it forwards). 0 = not measured.
+  /// total - free - held is the device memory of the CUDA context and of everyone else then.
+  std::uint64_t context_free_bytes = 0;
+  std::uint64_t context_total_bytes = 0;
+  std::uint64_t context_held_bytes = 0;
 };
 
 /// What the shim knows about the process's CUDA setup; the writer adds pid, host, command line

@@ -119,10 +119,6 @@ class FrameNamer {
   /// About the modules asked for so far that could not be used, or only in part, for a
   /// report's notes. Default: none.
   virtual std::vector<std::string> notes() const { return {}; }
-  /// Names the native frames of stacks() with `namer` (each frame once, when stacks() or notes()
-  /// is next called), and adds its notes to notes(). Default: nothing, for formats whose frames
-  /// come named (PyTorch's) or that have none.
-  virtual void set_frame_namer(std::shared_ptr<FrameNamer> namer) {}
 };
 
 /// One allocator action read from a trace, in PyTorch's terms.
@@ -192,8 +188,8 @@ struct TraceHeader {
   std::string settings;
   std::uint64_t device_total_bytes = 0;  ///< 0 when unknown; the lowest-numbered device's
   /// Total memory in bytes by CUDA ordinal, when the trace names its devices (vramtrace: the
-  /// header's `devices` and later `device` records; the shim's totals are the capped ones);
-  /// empty otherwise. Use total_bytes_of.
+  /// header's `devices` and later `device` records; the shim's totals are the capped ones; a
+  /// snapshot: its sidecar's mem_get_info totals); empty otherwise. Use total_bytes_of.
   std::vector<std::pair<std::int32_t, std::uint64_t>> device_totals;
   /// OOMs the trace records beyond its `oom` entries (RecordedOom), oldest first.
   std::vector<RecordedOom> recorded_ooms;
@@ -245,10 +241,11 @@ struct TraceHeader {
     if (cap && cap->bytes != 0 && (total == 0 || cap->bytes < total)) return cap->bytes;
     return total;
   }
-  /// The traced process, when the trace says (vramtrace traces; PyTorch's traces do not): its
-  /// pid (0 = unknown), host name, rank and rank within the host as the launcher set them ("" =
-  /// none), and CUDA_VISIBLE_DEVICES (unset = not recorded or not set). Merged reports of several
-  /// traces use them to name processes and to find each process's own device.
+  /// The traced process, when the trace says (vramtrace traces, snapshots with their sidecar;
+  /// PyTorch's traces do not): its pid (0 = unknown), host name, rank and rank within the host as
+  /// the launcher set them ("" = none), and CUDA_VISIBLE_DEVICES (unset = not recorded or not
+  /// set). Merged reports of several traces use them to name processes and to find each process's
+  /// own device.
   std::int64_t pid = 0;
   std::string host;
   std::string rank;
@@ -257,9 +254,13 @@ struct TraceHeader {
   /// PyTorch flat statistics the trace recorded at its end (torchtrace header "stats"), if any:
   /// for a vramtrace trace, those of its lowest-numbered device.
   std::vector<std::pair<std::string, std::int64_t>> recorded_stats;
-  /// The same per device, when the trace records them per device (vramtrace's trailer); empty
-  /// otherwise. Reports compare each device with its own entry (recorded_stats_of).
+  /// The same per device, when the trace records them per device (vramtrace's trailer, a
+  /// snapshot's sidecar); empty otherwise. Reports compare each device with its own entry
+  /// (recorded_stats_of).
   std::vector<std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>> recorded_device_stats;
+  /// What the reader has to say about files that come with the trace (a snapshot's sidecar it
+  /// could not use, and why), for the reports' notes. Empty for most traces.
+  std::vector<std::string> notes;
 
   /// The recorded statistics of `device`: its own entry when the trace has per-device figures,
   /// else recorded_stats (PyTorch's traces describe one device). Null when the trace has figures

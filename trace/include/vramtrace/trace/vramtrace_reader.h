@@ -19,7 +19,7 @@ namespace vramtrace {
 /// The header line, field for field (schema.def lists them; docs/trace-format.md, "header").
 struct VramtraceHeaderDetails {
   std::string format;   ///< "vramtrace"
-  std::string version;  ///< "1.1"
+  std::string version;  ///< "1.2"
   std::string tool_version;
   std::int64_t pid = 0;
   std::int64_t ppid = 0;
@@ -38,6 +38,11 @@ struct VramtraceHeaderDetails {
     std::string name;
     std::uint64_t total_bytes = 0;
     std::string uuid;
+    /// Format 1.2: the driver's free and total memory when the shim first met a context of the
+    /// device, and what the shim held there then (bytes; 0 = not recorded).
+    std::uint64_t context_free_bytes = 0;
+    std::uint64_t context_total_bytes = 0;
+    std::uint64_t context_held_bytes = 0;
   };
   std::vector<Device> devices;
   std::string allocator_settings;
