@@ -104,6 +104,8 @@ void apply_limits(const TraceModel& m, std::int32_t device, const OomOptions& op
     f.allowed = *options.capacity_bytes;
     f.allowed_name = "--capacity";
   }
+}
+
 // The ledger at a post-mortem's OOM (model/ledger.h); null without a ledger, and for the last
 // state of an abrupt end.
 const LedgerAt* ledger_of_case(const TraceModel& m, const OomCase& c) {
@@ -272,7 +274,7 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
   std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format,
                                 m.header.workload.empty() ? "" : ", ", m.header.workload);
   if (m.ledger) out += "Levels: " + ledger_levels(*m.ledger) + "\n";
-  const auto observed = observer_only_ooms(m);
+  auto observed = observer_only_ooms(m);
   if (cases.empty() && !observed.empty()) {
     out +=
         fmt::format("PyTorch's history holds no OOM, but its OOM observer recorded {} (see below).\n", observed.size());
@@ -302,13 +304,12 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     if (c.last_state)
       out += fmt::format("Last state (the trace ends abruptly), device {}, +{}, event {}\n", c.device,
                          format_duration(c.time_ns), c.event_index);
-    else if (c.without_entry)
-      out += fmt::format(
-          "OOM {} on device {}{}: not in the history (known from {}); its moment and the allocator's state at it were "
-          "not recorded\n",
-          n++, c.device,
-          c.without_entry->recorded && c.without_entry->recorded->time_ns ? ", +" + format_duration(c.time_ns) : "",
-          c.without_entry->source);
+    else if (c.without_entry) {
+      const bool timed = c.without_entry->recorded && c.without_entry->recorded->time_ns;
+      out += fmt::format("OOM {} on device {}{}: not in the history (known from {}); {} not recorded\n", n++, c.device,
+                         timed ? ", +" + format_duration(c.time_ns) : "", c.without_entry->source,
+                         timed ? "the allocator's state at it was" : "its moment and the allocator's state at it were");
+    }
     else
       out +=
           fmt::format("OOM {} on device {}, +{}, event {}\n", n++, c.device, format_duration(c.time_ns), c.event_index);
@@ -363,10 +364,22 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     if (!c.diagnosis.next_step.empty()) out += fmt::format("  Next step: {}\n", c.diagnosis.next_step);
     if (const SitesAt* s = sites_of_case(m, sites, c))
       out += render_sites_text(*s, "Top allocation sites alive at this moment:", "  ");
-    if (const LedgerAt* at = ledger_of_case(m, c))
+    if (const LedgerAt* at = ledger_of_case(m, c)) {
       out += render_ledger_text(*m.ledger, *at, "Memory ledger of the device at this OOM:", "  ");
+    } else if (c.without_entry && c.without_entry->recorded) {
+      // An OOM only the observer saw is a case here and a ledger moment there: the same record.
+      const RecordedOom& r = *c.without_entry->recorded;
+      for (auto& [device, at] : observed) {
+        if (!at || device != c.device || at->time_ns != r.time_ns || at->request_bytes != r.alloc_bytes.value_or(0))
+          continue;
+        out += render_ledger_text(*m.ledger, *at, "Memory ledger of the device at this OOM:", "  ");
+        at = nullptr;
+        break;
+      }
+    }
   }
   for (const auto& [device, at] : observed) {
+    if (!at) continue;
     out += fmt::format(
         "\nOOM {} on device {}, recorded by PyTorch's OOM observer only (not in the history): request {} ({} B)\n",
         at->oom + 1, device, fb(static_cast<i64>(at->request_bytes)), at->request_bytes);

@@ -90,6 +90,8 @@ std::string check_verdict(std::string_view key, i64 recorded_value, i64 computed
       static_cast<i64>(d.oom_count.ooms) >= recorded_value)
     return fmt::format("no oom entry for {} of them (counted in the OOMs)", recorded_value - computed);
   return "DIFFERENT";
+}
+
 /// The ledger of one device in the summary: at the end, then at the peak (`d` gives the times'
 /// origin; a default DeviceModel for a device PyTorch's history does not have).
 std::string ledger_text(const MemoryLedger& ledger, const DeviceLedger& dl, const DeviceModel& d) {

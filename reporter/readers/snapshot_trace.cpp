@@ -86,6 +86,19 @@ class SnapshotReader final : public TraceReader {
       header_.recorded_stats = lowest->memory_stats;
       header_.device_total_bytes = lowest->total_bytes.value_or(0);
     }
+    // The OOMs PyTorch's observer saw: the model matches them with the history's entries and
+    // counts the rest (Note [one OOM per failed request]), so a snapshot taken before its run
+    // died still shows the OOM.
+    for (const auto& o : s.ooms) {
+      RecordedOom r;
+      r.device = o.device;
+      r.time_ns = o.time_ns;
+      r.alloc_bytes = o.alloc_bytes;
+      r.allowed_bytes = o.device_allocated_bytes;
+      r.device_free_bytes = o.device_free_bytes;
+      r.stats = o.stats;
+      header_.recorded_ooms.push_back(std::move(r));
+    }
   }
 
   [[noreturn]] void fail(const std::string& what) const {

@@ -100,7 +100,7 @@ TEST_CASE("a run that died without an oom entry is one OOM in every command", "[
             "OOM 1 on device 0: not in the history (known from the message in the header); its moment "
             "and the allocator's state at it were not recorded"));
   CHECK(has(oom.out, "message: CUDA out of memory. Tried to allocate 768.00 MiB"));
-  CHECK(has(oom.out, "allowed (a cap below the device)"));
+  CHECK(has(oom.out, "cap (allowed)                             13.50 GiB"));  // the message's "allowed"
   const auto oj = json_of(kVt + " oom --json --no-replay " + dead);
   REQUIRE(oj["ooms"].size() == 1);
   CHECK(oj["ooms"][0]["without_entry"]["source"] == "the message in the header");

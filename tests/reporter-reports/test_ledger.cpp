@@ -127,7 +127,7 @@ TEST_CASE("ledger: the sidecar names the snapshot's process, devices and PyTorch
   REQUIRE(cases.size() == 1);
   REQUIRE(cases[0].figures.device_total);
   CHECK(*cases[0].figures.device_total == static_cast<std::uint64_t>(kTotal));
-  CHECK_THAT(render_oom_text(m, cases, {}, 0), !Catch::Contains("not in the trace"));
+  CHECK_THAT(render_oom_text(m, cases, WhatIfRun{}), !Catch::Contains("not in the trace"));
   // PyTorch's recorded statistics against those computed from the history: all the same.
   const nlohmann::json check = summary_json(models)["traces"][0]["devices"][0]["recorded_check"];
   REQUIRE(check.size() >= 8);
@@ -231,10 +231,10 @@ TEST_CASE("ledger: every row of the pair at the end, the peak and the OOM", "[le
     CHECK(end["used_bytes"] == 729 * MiB);
     CHECK(end["not_pytorch_bytes"] == 627 * MiB);
     const auto cases = oom_cases(m);
-    const std::string oom = render_oom_text(m, cases, {}, 0);
+    const std::string oom = render_oom_text(m, cases, WhatIfRun{});
     CHECK_THAT(oom,
                Catch::Contains("Levels: tensor level") && Catch::Contains("Memory ledger of the device at this OOM"));
-    const nlohmann::json oj = oom_json(m, cases, {}, 0);
+    const nlohmann::json oj = oom_json(m, cases, WhatIfRun{});
     CHECK(oj["ooms"][0]["ledger"]["outside_bytes"] == 90 * MiB);
     CHECK(oj["ooms"][0]["ledger"]["rest_bytes"] == 600 * MiB);
     const nlohmann::json data = report_data(models);
@@ -403,6 +403,10 @@ TEST_CASE("ledger: an OOM only PyTorch's observer recorded still gets its ledger
   CHECK(o->request_bytes == static_cast<std::uint64_t>(4 * GiB));
   CHECK(*o->not_pytorch_bytes() == 627 * MiB);
   CHECK_FALSE(o->outside);  // PyTorch's segments then are not known
-  const std::string text = render_oom_text(m, oom_cases(m), {}, 0);
-  CHECK_THAT(text, Catch::Contains("recorded by PyTorch's OOM observer only"));
+  const std::string text = render_oom_text(m, oom_cases(m), WhatIfRun{});
+  // The observer's OOM is one of the post-mortems, with its ledger under it.
+  const auto second_oom = text.find("OOM 2 on device 0, +1.000 s: not in the history (known from PyTorch's OOM observer");
+  REQUIRE(second_oom != std::string::npos);
+  CHECK(text.find("Memory ledger of the device at this OOM:", second_oom) != std::string::npos);
+  CHECK_THAT(text, !Catch::Contains("recorded by PyTorch's OOM observer only"));  // not a second time
 }

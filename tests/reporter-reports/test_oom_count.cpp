@@ -232,7 +232,7 @@ TEST_CASE("PyTorch's history without the oom entry: num_ooms and the message cou
   CHECK(*cases[0].figures.request == 44 * MiB);  // read from the message
   REQUIRE(cases[0].figures.allowed);
   CHECK(cases[0].diagnosis.code == DiagnosisCode::capacity);
-  const std::string text = render_oom_text(m, cases, {}, 0);
+  const std::string text = render_oom_text(m, cases, WhatIfRun{});
   CHECK(text.find("No OOM") == std::string::npos);
   CHECK(text.find("OOM 1 on device 0: not in the history (known from the message in the header)") != std::string::npos);
   CHECK(text.find("its moment and the allocator's state at it were not recorded") != std::string::npos);
