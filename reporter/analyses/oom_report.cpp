@@ -309,8 +309,7 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
       out += fmt::format("OOM {} on device {}{}: not in the history (known from {}); {} not recorded\n", n++, c.device,
                          timed ? ", +" + format_duration(c.time_ns) : "", c.without_entry->source,
                          timed ? "the allocator's state at it was" : "its moment and the allocator's state at it were");
-    }
-    else
+    } else
       out +=
           fmt::format("OOM {} on device {}, +{}, event {}\n", n++, c.device, format_duration(c.time_ns), c.event_index);
     if (c.without_entry && c.without_entry->recorded && !c.without_entry->recorded->message.empty()) {
@@ -336,8 +335,8 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     line("reserved", f.reserved);
     line("free in the cache (reserved - active)", f.reserved_unallocated);
     if (f.allowed) {
-      const std::string name =
-          f.allowed_name.empty() ? std::string("allowed (a cap below the device)") : fmt::format("cap ({})", f.allowed_name);
+      const std::string name = f.allowed_name.empty() ? std::string("allowed (a cap below the device)")
+                                                      : fmt::format("cap ({})", f.allowed_name);
       line(name.c_str(), f.allowed);
     }
     line("largest free block in the cache", f.largest_free_block);

@@ -405,7 +405,8 @@ TEST_CASE("ledger: an OOM only PyTorch's observer recorded still gets its ledger
   CHECK_FALSE(o->outside);  // PyTorch's segments then are not known
   const std::string text = render_oom_text(m, oom_cases(m), WhatIfRun{});
   // The observer's OOM is one of the post-mortems, with its ledger under it.
-  const auto second_oom = text.find("OOM 2 on device 0, +1.000 s: not in the history (known from PyTorch's OOM observer");
+  const auto second_oom =
+      text.find("OOM 2 on device 0, +1.000 s: not in the history (known from PyTorch's OOM observer");
   REQUIRE(second_oom != std::string::npos);
   CHECK(text.find("Memory ledger of the device at this OOM:", second_oom) != std::string::npos);
   CHECK_THAT(text, !Catch::Contains("recorded by PyTorch's OOM observer only"));  // not a second time
