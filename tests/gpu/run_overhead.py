@@ -8,6 +8,8 @@ Each round runs every variant once, in an order rotated from round to round:
             front of PyTorch's allocator, its trace, PyTorch's history with allocation stacks)
   no_torch  the same with --no-torch (device level only)
   run_nostacks  `run` with VRAMTRACE_TORCH_CONTEXT=none (PyTorch's history without Python stacks)
+  run_noshimstacks  `run` with VRAMTRACE_STACKS=none (the shim's trace without call stacks)
+  run_nonestacks    `run` with both: no call stack recorded at either level
 Every process is pinned to the same CPUs (--cpus, default 2-9) so that the scheduler's placement
 is not one more variable, and the GPU's SM clock and throttle reasons are sampled once a second
 while it runs. Per process: the median of its timed steps; per variant: the median over rounds,
@@ -80,10 +82,14 @@ def main():
                     print(f"budget: stopped before round {rnd} {model} {v}", flush=True)
                     break
                 trace = os.path.join(tdir, f"{model}-{v}-r{rnd}-%p.jsonl")
-                argv = {"native": prog, "run": [vt, "run", "-o", trace, "--"] + prog,
+                run = [vt, "run", "-o", trace, "--"] + prog
+                argv = {"native": prog, "run": run,
                         "no_torch": [vt, "run", "--no-torch", "-o", trace, "--"] + prog,
-                        "run_nostacks": [vt, "run", "-o", trace, "--"] + prog}[v]
-                venv = dict(env, VRAMTRACE_TORCH_CONTEXT="none") if v == "run_nostacks" else env
+                        "run_nostacks": run, "run_noshimstacks": run, "run_nonestacks": run}[v]
+                venv = dict(env, **{"run_nostacks": {"VRAMTRACE_TORCH_CONTEXT": "none"},
+                                    "run_noshimstacks": {"VRAMTRACE_STACKS": "none"},
+                                    "run_nonestacks": {"VRAMTRACE_TORCH_CONTEXT": "none",
+                                                       "VRAMTRACE_STACKS": "none"}}.get(v, {}))
                 stop, samples = threading.Event(), []
                 th = threading.Thread(target=sampler, args=(stop, samples), daemon=True)
                 th.start()
