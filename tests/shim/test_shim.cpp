@@ -498,6 +498,23 @@ TEST_CASE(
   CHECK(get(r.stats(), "allocator.reserved_bytes.all.peak") <= 100 * kMiB);
 }
 
+// Note [the cap counts the driver's share]: the fake driver's contexts take 40 MiB each.
+TEST_CASE("memory cap: the CUDA context's memory comes out of the cap, as on a card of that size") {
+  Run plain = run({road("road_cap_contexts")}, false, {"FAKECUDA_TOTAL_MB=1024", "FAKECUDA_CONTEXT_MB=40"});
+  REQUIRE(plain.exit_code == 0);
+  CHECK(get(plain.program, "a") == 49);  // (1024 - 40) / 20 without a cap
+  Run r = run({road("road_cap_contexts")}, true,
+              {"FAKECUDA_TOTAL_MB=1024", "FAKECUDA_CONTEXT_MB=40", "VRAMTRACE_CONF=limit:100MiB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(get(r.program, "a") == 3);  // 100 - 40 of the context = three 20 MiB segments
+  CHECK(get(r.program, "b") == 0);  // a second context takes 40 MiB more: 140 > 100
+  CHECK(get(r.program, "b.total") == 100 * kMiB);
+  CHECK(get(r.program, "b.free") == 0);
+  // The first context destroyed gives back its segments and its own 40 MiB: b's 40 remain.
+  CHECK(get(r.program, "b.after_destroy") == 3);
+  CHECK(get(r.stats(), "allocator.reserved_bytes.all.peak") <= 60 * kMiB);
+}
+
 TEST_CASE("memory cap: a bad limit is refused like any bad setting") {
   // conf, and what the message must say
   const std::pair<const char*, const char*> cases[] = {

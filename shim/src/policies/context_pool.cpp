@@ -168,6 +168,21 @@ ContextShare measure_context_share(const DriverTable& d, CUdevice dev) noexcept 
   return out;
 }
 
+}  // namespace
+
+void measure_driver_share(int device) noexcept {
+  if (cap_of(device) == 0) return;
+  const DriverTable* d = driver();
+  auto mem_get_info = d ? reinterpret_cast<CUresult (*)(size_t*, size_t*)>(
+                              d->real[static_cast<std::size_t>(Hook::cuMemGetInfo_v2)])
+                        : nullptr;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (mem_get_info && mem_get_info(&free_bytes, &total_bytes) == CUDA_SUCCESS && total_bytes != 0)
+    count_driver_share(device, free_bytes, total_bytes);
+}
+
+namespace {
+
 // The trace header lists each device (name, total memory, Note [the context's share]) and the
 // driver version.
 void note_device_for_trace(const DriverTable& d, CUdevice dev, const ContextShare& share) noexcept {
@@ -205,6 +220,7 @@ ContextPool* PoolRegistry::create(CUcontext ctx) noexcept {
   }
   // Before the pool exists: nothing of this context has been allocated through us yet.
   const ContextShare share = measure_context_share(*d, dev);
+  if (share.total_bytes != 0) count_driver_share(static_cast<int>(dev), share.free_bytes, share.total_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   if (ContextPool* p = find(ctx)) return p;  // another thread won the race
   for (auto& slot : slots_) {
@@ -269,6 +285,7 @@ int PoolRegistry::drop_if(Pred pred) noexcept {
     p->dropped.store(true, std::memory_order_release);
     p->backend.abandon();
     p->capped.abandon();  // its memory died with the context: it leaves the cap's count
+    driver_share_stale(p->device);  // and so does the context's own (Note [the cap counts the driver's share])
     slot.store(nullptr, std::memory_order_release);
     ++n;
     bump(g_counters.pools_dropped);

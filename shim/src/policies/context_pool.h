@@ -131,6 +131,12 @@ class PoolRegistry {
 
 PoolRegistry& pools() noexcept;
 
+/// Under a cap on `device`, measures the driver's share of it again (Note [the cap counts the
+/// driver's share] in memory_cap.h) from the real cuMemGetInfo_v2 of the current context, which
+/// must be of `device`. For memory forwarded past the caches; pools measure through their
+/// backend. Nothing without a cap. Thread-safe, lock-free.
+void measure_driver_share(int device) noexcept;
+
 // Note [reuse policy] (`reuse` in VRAMTRACE_CONF, ReusePolicy in vramtrace/settings.h): when a
 // block the program freed with cudaFree/cuMemFree may serve the next request. cudaFree
 // synchronises implicitly and programs rely on it, while a cache hit does not; each policy is

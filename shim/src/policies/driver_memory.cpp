@@ -90,7 +90,9 @@ CUresult oom_fallback(const ContextPool& pool, Fn real, std::uint16_t entry, CUd
 // threads forwarding at once may pass together; allocations through the cache are exact.
 bool forwarded_fits(CUdeviceptr* dptr, size_t bytes) noexcept {
   if (!dptr || bytes == 0 || EntryScope::internal() || !enabled() || exiting()) return true;
-  return cap_admits(current_device(), bytes);
+  const int device = current_device();
+  measure_driver_share(device);
+  return cap_admits(device, bytes);
 }
 
 // Note [stream-ordered reuse]: cuMemAllocAsync/cuMemFreeAsync blocks are kept per stream by the

@@ -8,6 +8,9 @@ namespace vramtrace::shim {
 namespace {
 
 std::atomic<std::uint64_t> g_held[kCapDevices];
+std::atomic<std::uint64_t> g_share[kCapDevices];  // part of g_held (Note [the cap counts the driver's share])
+std::atomic<bool> g_share_stale[kCapDevices];
+std::atomic<bool> g_share_busy[kCapDevices];
 
 bool counted(int device) noexcept { return device >= 0 && device < kCapDevices; }
 
@@ -61,14 +64,48 @@ void capped_figures(int device, std::uint64_t idle, std::uint64_t& free_bytes, s
   free_bytes = f;
 }
 
+void count_driver_share(int device, std::uint64_t free_bytes, std::uint64_t total_bytes) noexcept {
+  if (!counted(device) || free_bytes > total_bytes || cap_of(device) == 0) return;
+  if (g_share_busy[device].exchange(true, std::memory_order_acquire)) return;
+  const bool exact = g_share_stale[device].exchange(false, std::memory_order_acq_rel);
+  const std::uint64_t used = total_bytes - free_bytes;
+  const std::uint64_t share = g_share[device].load(std::memory_order_relaxed);
+  const std::uint64_t held = g_held[device].load(std::memory_order_acquire);
+  const std::uint64_t mine = held > share ? held - share : 0;
+  const std::uint64_t now = used > mine ? used - mine : 0;
+  if (now > share) {
+    hold(device, now - share, /*force=*/true);
+    g_share[device].store(now, std::memory_order_relaxed);
+  } else if (exact && now < share) {
+    unhold(device, share - now);
+    g_share[device].store(now, std::memory_order_relaxed);
+  }
+  g_share_busy[device].store(false, std::memory_order_release);
+}
+
+void driver_share_stale(int device) noexcept {
+  if (counted(device)) g_share_stale[device].store(true, std::memory_order_release);
+}
+
+std::uint64_t driver_share_bytes(int device) noexcept {
+  return counted(device) ? g_share[device].load(std::memory_order_relaxed) : 0;
+}
+
 void memory_cap_after_fork_child() noexcept {
   for (auto& h : g_held) h.store(0, std::memory_order_relaxed);
+  for (auto& h : g_share) h.store(0, std::memory_order_relaxed);
+  for (auto& h : g_share_stale) h.store(false, std::memory_order_relaxed);
+  for (auto& h : g_share_busy) h.store(false, std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------------------------
 
 template <class Call>
 Status CappedDevice::taking(std::uint64_t bytes, Call call) noexcept {
+  if (cap_of(device_) != 0) {
+    const MemInfo m = inner_.mem_info();  // the driver's own figures
+    if (m.total_bytes != 0) count_driver_share(device_, m.free_bytes, m.total_bytes);
+  }
   if (!hold(device_, bytes)) return Status::out_of_memory;  // over the cap: the device is not asked
   Status s = call();
   if (s != Status::ok) {

@@ -5,10 +5,25 @@
 // device, plus the device memory it forwards and tracks (plain device memory forwarded under
 // reuse:none or during a stream capture, pitched allocations, explicit-pool allocations,
 // cuMemCreate handles). The CUDA context, module images and the driver's own bookkeeping are
-// allocated inside the driver, never through an entry point, so they cannot be counted: they sit
-// outside the cap, and only lower the physical free memory. One atomic counter per device, so that
-// two pools of one device (driver programs with several contexts) share the cap without taking
-// each other's locks.
+// allocated inside the driver, never through an entry point, so no call shows them; they are
+// counted from the driver's figures instead (Note [the cap counts the driver's share]). One atomic
+// counter per device, so that two pools of one device (driver programs with several contexts)
+// share the cap without taking each other's locks.
+//
+// Note [the cap counts the driver's share]: on a real card of C bytes the CUDA context, module
+// images and the driver's bookkeeping come out of the C bytes (about 0.5 GiB of an H200's for a
+// PyTorch process: docs/benchmarks.md), so a cap that counted only allocations would let a program
+// use more than the card it stands for (PyTorch's OOM message read "this process has 15.15 GiB
+// memory in use" under a 14.58 GiB cap). Under a cap the shim therefore also counts the device's
+// used memory that it does not hold itself: share = (total - free) - (held - share), from the
+// driver's own cuMemGetInfo, measured when it first meets a context of the device and again before
+// each device allocation it makes (a segment, a mapped page range), so that modules loaded lazily
+// and libraries' own allocations are counted as they appear. The share only grows between
+// measurements that another thread's allocation in flight could skew (its bytes are held before
+// the driver has them, which makes the share read low), and is measured exactly again after a
+// context is destroyed. On a GPU shared with other processes their memory is part of the share,
+// as it would be on a card of that size shared with them. Measurements never overlap (a busy
+// flag: a second thread skips, the first one counts for both).
 //
 // Note [capped figures]: with a cap C on a device whose driver reports (free F, total T), and
 // with H bytes held by the shim of which I are idle in our caches:
@@ -52,6 +67,20 @@ bool cap_admits(int device, std::uint64_t bytes) noexcept;
 /// Applies Note [capped figures] to a driver's (free, total) for `device`. `idle` = idle cached
 /// bytes of our pools on the device. Without a cap: free = min(total, free + idle), total as is.
 void capped_figures(int device, std::uint64_t idle, std::uint64_t& free_bytes, std::uint64_t& total_bytes) noexcept;
+
+/// Counts the device's used memory outside the shim's own holdings against the cap of `device`
+/// (Note [the cap counts the driver's share]): `free_bytes` and `total_bytes` are the driver's
+/// real cuMemGetInfo figures for the device, read just now. Nothing without a cap, for a device
+/// beyond kCapDevices, or for figures that do not make sense (free > total). Lock-free; concurrent
+/// calls for one device: one measures, the others return at once.
+void count_driver_share(int device, std::uint64_t free_bytes, std::uint64_t total_bytes) noexcept;
+
+/// The next count_driver_share of `device` sets the share exactly, lower too (a context of the
+/// device is being destroyed and gives its memory back). Lock-free.
+void driver_share_stale(int device) noexcept;
+
+/// The share of `device` counted now, bytes (part of held_bytes). Lock-free.
+std::uint64_t driver_share_bytes(int device) noexcept;
 
 /// Forgets every count (fork child: the parent's memory is not the child's).
 void memory_cap_after_fork_child() noexcept;
