@@ -204,7 +204,13 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
   std::vector<ReplayConfig> configs;
   std::vector<std::string> names;
   std::vector<WhatIf> refused;
-  for (const auto& extra : whatif_settings()) {
+  std::vector<std::string> settings = whatif_settings();
+  if (!options.settings.empty()) {
+    settings = {""};
+    for (const auto& x : options.settings)
+      if (!x.empty()) settings.push_back(x);
+  }
+  for (const auto& extra : settings) {
     std::string conf = m.header.settings;
     if (!extra.empty()) conf = conf.empty() ? extra : conf + "," + extra;
     ReplayConfig c;
@@ -294,6 +300,33 @@ void note_replays_in_cases(std::vector<OomCase>& cases, const WhatIfRun& run) {
     if (c.last_state) continue;
     note_replays_in_diagnosis(c.diagnosis, passing, tried, run.reproduces);
   }
+}
+
+namespace {
+
+// `s` as one word of a POSIX shell command line: as is when it holds only safe characters, else
+// in single quotes.
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string tune_command(const WhatIfRun& run, std::uint64_t limit_bytes, const std::string& command) {
+  std::vector<std::string> settings;
+  for (const auto& w : run.rows)
+    if (!w.settings.empty() && w.error.empty() && w.verdict != WhatIfVerdict::does_not_fit)
+      settings.push_back(w.settings);
+  if (settings.empty() || limit_bytes == 0) return {};
+  std::string joined;
+  for (const auto& x : settings) joined += (joined.empty() ? "" : ";") + x;
+  return fmt::format("vramtrace tune --limit {} --candidates {} -- {}", limit_bytes, shell_word(joined),
+                     command.empty() ? std::string("<the program's command line>") : command);
 }
 
 }  // namespace vramtrace

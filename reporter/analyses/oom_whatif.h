@@ -121,7 +121,17 @@ struct WhatIfOptions {
   std::string full_path;
   /// The error bound; 0: whatif_error_bound(capacity).
   std::uint64_t bound_bytes = 0;
+  /// The settings to replay besides the trace's own, each added to the trace's settings; empty:
+  /// whatif_settings().
+  std::vector<std::string> settings;
 };
+
+/// The `vramtrace tune` command line that checks `run`'s verdicts on the real program: every
+/// setting replayed without an error that did not come out "does not fit", under `--limit
+/// limit_bytes` (the cap the program ran under: a memory cap counts the CUDA context, where the
+/// replays' capacity leaves it out), then `command` (the program's command line; a placeholder
+/// when empty). Empty when no such setting exists or `limit_bytes` is 0. Pure.
+std::string tune_command(const WhatIfRun& run, std::uint64_t limit_bytes, const std::string& command);
 
 /// Replays `path` (reopened), or `options.full_path`, under each setting on `capacity` and on
 /// capacity + the error bound, and judges each (analyses/verdict.h). A setting that the allocator

@@ -82,11 +82,25 @@ void register_oom(CLI::App& app) {
             note_replays_in_cases(cases, run);
           }
         }
+        // The program's command line is known from the shim's trace (its header's command line).
+        // Its cap: --capacity, else the one the trace records, else the device's total.
+        std::uint64_t limit = 0;
+        if (!cases.empty()) {
+          limit = m.header.usable_bytes_of(cases.front().device);
+          if (const TraceHeader::Cap* cap = m.header.cap_of(cases.front().device)) limit = cap->bytes;
+        }
+        if (oom_options.capacity_bytes) limit = *oom_options.capacity_bytes;
+        const std::string tune =
+            tune_command(run, limit, m.header.format == "vramtrace" ? m.header.workload : std::string());
         if (opts->json) {
-          traces.push_back(oom_json(m, cases, run));
+          nlohmann::json j = oom_json(m, cases, run);
+          j["tune_command"] = tune.empty() ? nlohmann::json(nullptr) : nlohmann::json(tune);
+          traces.push_back(std::move(j));
         } else {
           if (models.size() > 1) text += "\n=== " + paths[i] + " ===\n";
           text += render_oom_text(m, cases, run);
+          if (!tune.empty())
+            text += "To check these verdicts on the real program, under the same cap:\n  " + tune + "\n";
         }
       }
       if (opts->json) {

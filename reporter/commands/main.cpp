@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   vramtrace::cli::register_report(app);
   vramtrace::cli::register_check(app);
   vramtrace::cli::register_diff(app);
+  vramtrace::cli::register_tune(app);
   vramtrace::cli::refuse_empty_values(app, {"replay --conf"});
   try {
     app.parse(argc, argv);

@@ -701,6 +701,47 @@ TEST_CASE(
   rmdir(dir.c_str());
 }
 
+// `vramtrace tune` on a program whose need depends on PYTORCH_CUDA_ALLOC_CONF (road_tune.cpp):
+// under a 64 MiB cap its defaults run out of memory, max_split_size_mb:20 fits.
+TEST_CASE("tune: each setting runs under the cap, and the table says which really fit") {
+  const std::string vt = vramtrace_cmd();
+  if (vt.empty()) return;
+  const std::string dir = temp_dir();
+  const std::vector<std::string> env = {"FAKECUDA_TOTAL_MB=1024", std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH};
+  Run r = run({vt, "tune", "--limit", "64MiB", "--candidates", "expandable_segments:True; max_split_size_mb:20", "-o",
+               dir + "/t", "--", road("road_tune")},
+              false, env);
+  CHECK(r.exit_code == 0);  // a setting fits
+  CHECK(r.out.find("The program under --limit 64MiB, once per setting") != std::string::npos);
+  CHECK(r.out.find("Fits on the real program: max_split_size_mb:20.") != std::string::npos);
+  Run j = run({vt, "tune", "--json", "--limit", "64MiB", "--candidates",
+               "expandable_segments:True;max_split_size_mb:20", "-o", dir + "/j", "--", road("road_tune")},
+              false, env);
+  REQUIRE(j.exit_code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  REQUIRE(doc["runs"].size() == 3);
+  CHECK(doc["runs"][0]["settings"] == "");  // the program's own first
+  CHECK(doc["runs"][0]["result"] == "OOM");
+  CHECK(doc["runs"][0]["exit_code"] == 1);
+  CHECK(doc["runs"][0]["ooms"] == 1);  // one failed request, however many attempts
+  CHECK(doc["runs"][1]["settings"] == "expandable_segments:True");
+  CHECK(doc["runs"][1]["result"] == "OOM");
+  CHECK(doc["runs"][2]["result"] == "fits");
+  CHECK(doc["runs"][2]["conf"] == "max_split_size_mb:20");
+  CHECK(doc["runs"][2]["peak_reserved_bytes"] == 30 * kMiB);
+  // Nothing fits: exit 1. A setting the allocator refuses: a usage error before any run.
+  Run none = run({vt, "tune", "--limit", "64MiB", "--candidates", "expandable_segments:True", "-o", dir + "/n", "--",
+                  road("road_tune")},
+                 false, env);
+  CHECK(none.exit_code == 1);
+  CHECK(none.out.find("No setting tried fits") != std::string::npos);
+  Run bad =
+      run({vt, "tune", "--candidates", "max_split_size_mb:x", "-o", dir + "/b", "--", road("road_tune")}, false, env);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("candidate 'max_split_size_mb:x'") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("memory cap: `vramtrace run --limit` takes a size or a card name, and refuses an unknown name") {
   const std::string vt = vramtrace_cmd();
   if (vt.empty()) return;

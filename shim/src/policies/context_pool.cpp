@@ -173,9 +173,9 @@ ContextShare measure_context_share(const DriverTable& d, CUdevice dev) noexcept 
 void measure_driver_share(int device) noexcept {
   if (cap_of(device) == 0) return;
   const DriverTable* d = driver();
-  auto mem_get_info = d ? reinterpret_cast<CUresult (*)(size_t*, size_t*)>(
-                              d->real[static_cast<std::size_t>(Hook::cuMemGetInfo_v2)])
-                        : nullptr;
+  auto mem_get_info =
+      d ? reinterpret_cast<CUresult (*)(size_t*, size_t*)>(d->real[static_cast<std::size_t>(Hook::cuMemGetInfo_v2)])
+        : nullptr;
   size_t free_bytes = 0, total_bytes = 0;
   if (mem_get_info && mem_get_info(&free_bytes, &total_bytes) == CUDA_SUCCESS && total_bytes != 0)
     count_driver_share(device, free_bytes, total_bytes);
@@ -284,7 +284,7 @@ int PoolRegistry::drop_if(Pred pred) noexcept {
     if (!p || !pred(*p)) continue;
     p->dropped.store(true, std::memory_order_release);
     p->backend.abandon();
-    p->capped.abandon();  // its memory died with the context: it leaves the cap's count
+    p->capped.abandon();            // its memory died with the context: it leaves the cap's count
     driver_share_stale(p->device);  // and so does the context's own (Note [the cap counts the driver's share])
     slot.store(nullptr, std::memory_order_release);
     ++n;
