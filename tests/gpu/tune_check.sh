@@ -33,6 +33,11 @@ except Exception as e:  # noqa: BLE001
     print(f"{sys.argv[3]}: FAIL: no oom report ({e})"); sys.exit(1)
 real = {r["settings"]: r for r in tune["runs"]}
 bad = 0
+if not oom.get("replays"):
+    # The defaults must die of an OOM under the cap, or there is no verdict to check.
+    print(f"{sys.argv[3]}: FAIL: no verdicts to check (the defaults' run: {real.get('', {}).get('result')}); "
+          "choose a lower cap")
+    sys.exit(1)
 print(f"  {'settings':<30} {'real':>10} {'real peak':>12}  {'verdict':>13} {'replay peak':>12} {'spare':>10}")
 for w in oom.get("replays", []):
     r = real.get(w["settings"])
