@@ -275,3 +275,31 @@ TEST_CASE("diff: the failed request lined up at the same allocation names the ca
   const auto j = json_of(kVt + " diff --json " + full + " " + data("dead_entry.torchtrace.jsonl"));
   CHECK(j["devices"][0]["explanation"].get<std::string>().find("lower capacity") != std::string::npos);
 }
+
+// A real run that died of its OOM on the H200 under `vramtrace run --limit T4` (the Llama-style
+// 1.1B training of tests/gpu/torch_train.py, which needs about 20.8 GB; made by
+// tests/gpu/oom_runs.sh on 2026-12-01): the shim's trace, PyTorch's snapshot and its sidecar.
+TEST_CASE("a real capped run that died of its OOM: every command reports it, no setting is said to fit",
+          "[cmd][oom_count]") {
+  const std::string trace = data("llama_t4/llama.vramtrace.jsonl.zst");
+  for (const std::string level : {"auto", "device"}) {
+    INFO("level " << level);
+    const std::string lv = " --level " + level + " ";
+    const Result summary = sh(kVt + " summary" + lv + trace);
+    REQUIRE(summary.rc == 0);
+    CHECK(has(summary.out, "OOMs 1, cudaMalloc retries 2"));
+    CHECK(sh(kVt + " check --max-ooms 0" + lv + trace).rc == 1);
+    const auto oj = json_of(kVt + " oom --json" + lv + trace);
+    REQUIRE(oj["ooms"].size() == 1);
+    CHECK(oj["ooms"][0]["figures"]["request_bytes"] == 44ll << 20);
+    CHECK(oj["ooms"][0]["figures"]["device_total_bytes"] == 15653142528ll);  // the T4's 14.58 GiB
+    REQUIRE(oj["replays"].size() == 6);
+    CHECK(oj["replays"][0]["settings"] == "");
+    CHECK(oj["replays"][0]["verdict"] == "does_not_fit");  // the trace's own row reproduces the OOM
+    CHECK(oj["whatif"]["covers"] == "to_failure");
+    for (const auto& r : oj["replays"]) CHECK(r["verdict"] != "fits");  // it needs 6 GB more than a T4
+  }
+  const std::string page = report_of(trace);
+  CHECK(has(page, "CUDA OOMs: 1 "));
+  CHECK(has(page, "\"capacity\":15653142528"));
+}
