@@ -27,6 +27,7 @@ std::vector<TraceFigures> figures_from_models(const std::vector<TraceModel>& mod
     t.rank = m.header.rank;
     t.incomplete = m.incomplete;
     if (m.incomplete) t.incomplete_reason = m.incomplete_reason;
+    t.lost_events = m.lost_events;
     for (const auto& d : m.devices) {
       const DeviceStats& s = d.stats;
       DeviceFigures f;
@@ -111,6 +112,8 @@ std::vector<TraceFigures> figures_from_summary_json(const nlohmann::json& summar
     if (auto why = t.find("incomplete_reason"); why != t.end() && why->is_string())
       tf.incomplete_reason = why->get<std::string>();
     if (!tf.incomplete) tf.incomplete_reason.clear();
+    if (auto lost = t.find("lost_events"); lost != t.end() && lost->is_number_unsigned())
+      tf.lost_events = lost->get<std::uint64_t>();
     out.push_back(std::move(tf));
     ++ti;
   }

@@ -55,6 +55,7 @@ struct TraceFigures {
   std::string rank;                    ///< the launcher's rank, "" when the trace names none
   bool incomplete = false;             ///< the trace ended early
   std::string incomplete_reason;       ///< why, when incomplete ("cut last line" if not said)
+  std::uint64_t lost_events = 0;       ///< TraceModel::lost_events
   std::vector<DeviceFigures> devices;  ///< in the order of the model (sorted) or the document
 
   bool operator==(const TraceFigures&) const = default;

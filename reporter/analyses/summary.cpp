@@ -282,6 +282,11 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         out += fmt::format("The trace ends abruptly ({}): figures are up to its last complete event.\n",
                            m.incomplete_reason);
       }
+      if (m.lost_events)
+        out += fmt::format(
+            "WARNING: the trace lost {} event{} (its writer dropped them, or the file lost lines): every "
+            "figure below may be wrong by them.\n",
+            m.lost_events, m.lost_events == 1 ? "" : "s");
       // PyTorch's own table, with the OOMs and retries every command counts.
       out += memory_summary_table(d);
       out += fmt::format("Duration {}, {} events\n", format_duration(d.last_time_ns - d.first_time_ns), d.events);
@@ -421,6 +426,7 @@ nlohmann::json trace_identity_json(const TraceModel& m) {
   t["workload"] = m.header.workload;
   t["settings"] = m.header.settings;
   t["incomplete"] = m.incomplete;
+  t["lost_events"] = m.lost_events;
   if (m.incomplete) t["incomplete_reason"] = m.incomplete_reason;
   t["events"] = m.events;
   t["notes"] = m.notes;

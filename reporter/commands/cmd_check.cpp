@@ -1,6 +1,7 @@
 // `vramtrace check TRACE... [budgets] [--format text|json|junit|github]`: memory budgets for CI.
 // Exit 0 when every budget holds, 1 when one is exceeded, 2 for unusable input or usage.
 #include <fmt/format.h>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
@@ -80,11 +81,14 @@ int run_check(const CheckOptions& o) {
   std::vector<std::pair<std::string, std::string>> incomplete;  // path, reason
   // Devices whose history begins late or is absent: their peaks are lower bounds, likewise.
   std::vector<std::tuple<std::string, std::int32_t, std::string>> partial;  // path, device, history
+  // Traces that lost events: no figure of theirs can be vouched for, so the check fails.
+  std::vector<std::pair<std::string, std::uint64_t>> lossy;  // path, events lost
   for (std::size_t i = 0; i < traces.size(); ++i) {
     auto in = load_check_input(traces[i], i);
     measures.insert(measures.end(), in.measures.begin(), in.measures.end());
     for (const TraceFigures& t : in.traces) {
       if (t.incomplete) incomplete.emplace_back(t.path.value_or(traces[i]), t.incomplete_reason);
+      if (t.lost_events) lossy.emplace_back(t.path.value_or(traces[i]), t.lost_events);
       for (const DeviceFigures& d : t.devices)
         if (!d.history.empty()) partial.emplace_back(t.path.value_or(traces[i]), d.device, d.history);
     }
@@ -104,6 +108,13 @@ int run_check(const CheckOptions& o) {
         history == "none" ? "has no allocator history (only its end state)" : "has a history that starts late");
     warnings += o.format == "github" ? "::warning::" + what + "\n" : "warning: " + what + "\n";
   }
+  for (const auto& [path, lost] : lossy) {
+    const std::string what = fmt::format(
+        "{} lost {} event{} (its writer dropped them, or the file lost lines): its figures cannot be trusted, so "
+        "the check fails whatever the budgets say",
+        path, lost, lost == 1 ? "" : "s");
+    warnings += o.format == "github" ? "::error::" + what + "\n" : "error: " + what + "\n";
+  }
   std::vector<DeviceMeasures> base;
   if (budgets.baseline) base = load_check_input(*budgets.baseline).measures;
   auto results = evaluate_budgets(budgets, measures, budgets.baseline ? &base : nullptr);
@@ -114,6 +125,9 @@ int run_check(const CheckOptions& o) {
     nlohmann::json inc = nlohmann::json::array();
     for (const auto& [path, reason] : incomplete) inc.push_back({{"trace", path}, {"reason", reason}});
     j["incomplete_traces"] = inc;
+    nlohmann::json lost = nlohmann::json::array();
+    for (const auto& [path, n] : lossy) lost.push_back({{"trace", path}, {"lost_events", n}});
+    j["lossy_traces"] = lost;
     if (!partial.empty()) {
       nlohmann::json p = nlohmann::json::array();
       for (const auto& [path, device, history] : partial)
@@ -138,11 +152,12 @@ int run_check(const CheckOptions& o) {
   } else {
     std::ofstream out(o.output, std::ios::binary);
     out << text;
-    if (!out.flush()) throw BudgetError(o.output + ": cannot write the report");
+    if (!out.flush()) throw BudgetError(o.output + ": cannot write the report: " + std::strerror(errno));
     // The verdict still goes to the terminal so that the CI log shows it.
     std::fputs((warnings + render_check_text(results)).c_str(), stdout);
   }
-  return check_exit_code(results);
+  const int rc = check_exit_code(results);
+  return lossy.empty() || rc == 2 ? rc : 1;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -22,7 +23,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -158,8 +158,7 @@ void read_run(TuneRow& row, const std::string& dir, std::size_t index) {
 
 void register_tune(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "tune",
-      "Run the program under a memory cap once per allocator setting and show which settings really fit");
+      "tune", "Run the program under a memory cap once per allocator setting and show which settings really fit");
   struct Opts {
     std::string limit;
     std::string candidates;
@@ -289,7 +288,8 @@ void register_tune(CLI::App& app) {
         if (c == order[i]) row.replay_verdict = v;
       // Traces of an earlier tune in the same directory would be read as this run's.
       for (const auto& e : std::filesystem::directory_iterator(opts->out, ec))
-        if (e.path().filename().string().rfind(fmt::format("tune-{}.", i), 0) == 0) std::filesystem::remove(e.path(), ec);
+        if (e.path().filename().string().rfind(fmt::format("tune-{}.", i), 0) == 0)
+          std::filesystem::remove(e.path(), ec);
       std::vector<std::string> argv = {self, "run"};
       if (!opts->limit.empty()) {
         argv.push_back("--limit");
@@ -322,40 +322,42 @@ void register_tune(CLI::App& app) {
     if (opts->json) {
       nlohmann::json j = {{"limit", opts->limit}, {"base_settings", base}, {"runs", nlohmann::json::array()}};
       for (const auto& r : rows)
-        j["runs"].push_back({{"settings", r.candidate},
-                             {"conf", r.conf},
-                             {"result", r.result},
-                             {"exit_code", r.exit_code},
-                             {"seconds", r.seconds},
-                             {"ooms", r.ooms},
-                             {"peak_reserved_bytes", r.peak_reserved < 0 ? nlohmann::json(nullptr)
-                                                                          : nlohmann::json(r.peak_reserved)},
-                             {"replay_verdict", r.replay_verdict.empty() ? nlohmann::json(nullptr)
-                                                                         : nlohmann::json(r.replay_verdict)},
-                             {"log", r.log},
-                             {"traces", r.traces}});
+        j["runs"].push_back(
+            {{"settings", r.candidate},
+             {"conf", r.conf},
+             {"result", r.result},
+             {"exit_code", r.exit_code},
+             {"seconds", r.seconds},
+             {"ooms", r.ooms},
+             {"peak_reserved_bytes", r.peak_reserved < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.peak_reserved)},
+             {"replay_verdict", r.replay_verdict.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.replay_verdict)},
+             {"log", r.log},
+             {"traces", r.traces}});
       std::fputs(j.dump(2).c_str(), stdout);
       std::fputc('\n', stdout);
     } else {
-      std::string text = fmt::format("The program under {}, once per setting (PYTORCH_CUDA_ALLOC_CONF{}):\n",
-                                     cap_words, base.empty() ? "" : " = '" + base + "' plus each");
+      std::string text = fmt::format("The program under {}, once per setting (PYTORCH_CUDA_ALLOC_CONF{}):\n", cap_words,
+                                     base.empty() ? "" : " = '" + base + "' plus each");
       text += fmt::format("  {:<40} {:>10} {:>6} {:>14} {:>9}{}\n", "settings", "result", "exit", "peak reserved",
                           "seconds", replay_verdicts.empty() ? "" : "  replay said");
       for (const auto& r : rows) {
         const std::string label = r.candidate.empty() ? "(the program's own)" : r.candidate;
         const std::string result = r.result == "OOM" ? fmt::format("OOM x{}", r.ooms) : r.result;
-        text += fmt::format("  {:<40} {:>10} {:>6} {:>14} {:>9.1f}{}\n", label, result, r.exit_code,
-                            r.peak_reserved < 0 ? std::string("?") : format_size(static_cast<std::uint64_t>(r.peak_reserved)),
-                            r.seconds, r.replay_verdict.empty() ? "" : "  " + r.replay_verdict);
+        text += fmt::format(
+            "  {:<40} {:>10} {:>6} {:>14} {:>9.1f}{}\n", label, result, r.exit_code,
+            r.peak_reserved < 0 ? std::string("?") : format_size(static_cast<std::uint64_t>(r.peak_reserved)),
+            r.seconds, r.replay_verdict.empty() ? "" : "  " + r.replay_verdict);
       }
-      text += "(fits = exit 0 and no OOM in its traces; peak reserved = PyTorch's, or the shim's segments without "
-              "its tensor level)\n";
+      text +=
+          "(fits = exit 0 and no OOM in its traces; peak reserved = PyTorch's, or the shim's segments without "
+          "its tensor level)\n";
       std::vector<std::string> fit;
       for (const auto& r : rows)
         if (r.result == "fits") fit.push_back(r.candidate.empty() ? "(the program's own)" : r.candidate);
       if (fit.empty())
-        text += "No setting tried fits: the program needs less memory (a smaller batch, mixed precision, activation "
-                "checkpointing, a sharded optimizer) or a larger device.\n";
+        text +=
+            "No setting tried fits: the program needs less memory (a smaller batch, mixed precision, activation "
+            "checkpointing, a sharded optimizer) or a larger device.\n";
       else
         text += fmt::format("Fits on the real program: {}.\n", fmt::join(fit, "; "));
       for (const auto& r : rows)

@@ -1,7 +1,9 @@
 // The `vramtrace` command: one subcommand per file (cmd_*.cpp), registered here.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "commands/commands.h"
 
@@ -24,6 +26,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;  // usage errors exit 2, as unusable input
+  }
+  // Output lost to a full disk or a closed pipe is a failure, never a silent success: a CI step
+  // that saved `summary --json` as its baseline would otherwise keep an empty file.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "vramtrace: cannot write the output: %s\n",
+                 errno != 0 ? std::strerror(errno) : "a write to standard output failed (a full disk, a closed pipe?)");
+    return 2;
   }
   return vramtrace::cli::exit_code();
 }

@@ -1100,6 +1100,7 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
     m.stacks = std::move(stacks);
     if (const Snapshot* end = reader.final_state()) impl_->recorded_end_stacks(*end, m);
   }
+  m.lost_events = reader.lost_events();
   if (reader.nul_bytes() != 0) {
     m.notes.push_back(
         fmt::format("{} NUL bytes where lines should be were skipped: file-system blocks that were "

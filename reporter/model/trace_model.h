@@ -173,6 +173,9 @@ struct TraceModel {
   /// Why, in words ("its last line is cut", "no trailer: ..."; "cut last line" when the reader
   /// says no more); empty when complete.
   std::string incomplete_reason;
+  /// Events the trace lost (TraceReader::lost_events): every figure computed from the events may
+  /// be wrong by them, in either direction (a lost free leaves memory allocated). 0 = none known.
+  std::uint64_t lost_events = 0;
   bool has_segment_events = false;
   std::uint64_t events = 0;
   std::vector<DeviceModel> devices;  ///< sorted by device id

@@ -303,3 +303,49 @@ TEST_CASE("a real capped run that died of its OOM: every command reports it, no 
   CHECK(has(page, "CUDA OOMs: 1 "));
   CHECK(has(page, "\"capacity\":15653142528"));
 }
+
+namespace {
+// `src` with its trailer's `from` replaced by `to`, written to the temp directory as `name`.
+std::string with_trailer_edit(const std::string& src, const std::string& from, const std::string& to,
+                              const std::string& name) {
+  std::ifstream in(src);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const auto at = text.rfind(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+  const std::string out = (tmp_dir() / name).string();
+  std::ofstream(out, std::ios::binary) << text;
+  return out;
+}
+}  // namespace
+
+TEST_CASE("lost events are said by every command, and fail the check", "[cmd][lost]") {
+  const std::string plain = data("plain_oom.vramtrace.jsonl");
+  const std::string dropped = with_trailer_edit(plain, "\"dropped\":0", "\"dropped\":5", "dropped.jsonl");
+  const std::string missing = with_trailer_edit(plain, "\"events\":3", "\"events\":999", "missing.jsonl");
+  for (const auto& [trace, lost] : {std::pair{dropped, 5}, std::pair{missing, 996}}) {
+    INFO(trace);
+    const Result summary = sh(kVt + " summary " + trace);
+    REQUIRE(summary.rc == 0);
+    CHECK(has(summary.out, "WARNING: the trace lost " + std::to_string(lost) + " events"));
+    CHECK(json_of(kVt + " summary --json " + trace)["traces"][0]["lost_events"] == lost);
+    const Result check = sh(kVt + " check --max-ooms 5 " + trace);
+    CHECK(check.rc == 1);  // the budget holds, but the figures cannot be vouched for
+    CHECK(has(check.out, "lost " + std::to_string(lost) + " events"));
+  }
+  // The untouched trace: nothing lost, the same budget passes.
+  CHECK(sh(kVt + " check --max-ooms 5 " + plain).rc == 0);
+  CHECK_FALSE(has(sh(kVt + " summary " + plain).out, "lost"));
+}
+
+TEST_CASE("output lost to a full disk is an error, not a success", "[cmd][output]") {
+  if (!fs::exists("/dev/full")) return;
+  const std::string plain = data("plain_oom.vramtrace.jsonl");
+  for (const std::string cmd : {" summary --json ", " summary ", " oom --no-replay "}) {
+    const Result r = sh(kVt + cmd + plain + " 2>&1 >/dev/full");  // stderr to the pipe, stdout to the full disk
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, "vramtrace: cannot write the output: "));
+  }
+}

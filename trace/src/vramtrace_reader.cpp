@@ -434,6 +434,7 @@ class Reader final : public VramtraceTraceReader {
         fail("a record after the trailer (two traces concatenated?)");
       }
       int kind = parse_line(line, out);
+      if (kind == kEvent || kind == kSkipped) ++event_lines_;
       if (kind == kEvent) return true;
       if (kind == kCut) {
         incomplete_ = true;
@@ -895,6 +896,14 @@ class Reader final : public VramtraceTraceReader {
 
   void set_frame_namer(std::shared_ptr<FrameNamer> namer) override { namer_ = std::move(namer); }
 
+  // The trailer's dropped count (the writer's full buffer under VRAMTRACE_TRACE_ON_FULL=drop), or
+  // the event lines its count says were written and the file does not hold, whichever is larger.
+  std::uint64_t lost_events() const override {
+    if (!trailer_.present || !finished_) return 0;
+    const std::uint64_t missing = trailer_.events > event_lines_ ? trailer_.events - event_lines_ : 0;
+    return std::max(trailer_.dropped, missing);
+  }
+
   std::vector<std::string> notes() const override {
     name_frames();
     std::vector<std::string> out;
@@ -962,6 +971,7 @@ class Reader final : public VramtraceTraceReader {
   Snapshot snapshot_;
   bool has_snapshot_ = false;
   std::uint64_t skipped_ = 0;
+  std::uint64_t event_lines_ = 0;  // event lines read (events and skipped ones), for lost_events
   std::shared_ptr<StackTable> stacks_ = std::make_shared<StackTable>();
   std::unordered_map<std::uint32_t, trace::ModuleInfo> modules_;
   std::unordered_map<std::uint32_t, std::string> strings_;
