@@ -77,9 +77,16 @@ struct StackInterner::Tables {
 };
 
 StackInterner::~StackInterner() {
-  // Only tests destroy an interner; the shim's lives until the process ends. The nodes are left
-  // to the process (they may still be read by a writer that outlives this object in a test).
-  std::free(tables_.load(std::memory_order_acquire));
+  // The shim's interner lives until the process ends; writers and tests that own one destroy it
+  // after every reader of it is gone (a TraceWriter joins its thread first). Every node has an id
+  // (one that lost a race for a slot too), so freeing by id frees each node once.
+  Tables* t = tables_.load(std::memory_order_acquire);
+  if (!t) return;
+  const std::uint32_t stacks = std::min(t->next_stack.load(std::memory_order_acquire), kMaxStacks + 1);
+  for (std::uint32_t id = 1; id < stacks; ++id) ::operator delete(t->stacks_by_id[id]);
+  const std::uint32_t codes = std::min(t->next_code.load(std::memory_order_acquire), kMaxCodes + 1);
+  for (std::uint32_t id = 1; id < codes; ++id) ::operator delete(t->codes_by_id[id]);
+  std::free(t);
 }
 
 StackInterner::Tables* StackInterner::tables() noexcept {
