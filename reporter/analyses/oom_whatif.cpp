@@ -155,8 +155,12 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
   const FailureCoverage cov = failure_coverage(m);
   run.allocs_after_failure = cov.allocs_after;
   run.marks_before_failure = cov.marks_before;
-  bool has_oom = false;
-  for (const auto& d : m.devices) has_oom = has_oom || !d.ooms.empty();
+  bool has_oom = false;       // an oom entry: the failed request is put back at its moment
+  bool recorded_oom = false;  // any OOM the trace records, with or without an entry
+  for (const auto& d : m.devices) {
+    has_oom = has_oom || !d.ooms.empty();
+    recorded_oom = recorded_oom || !d.ooms.empty() || d.oom_count.ooms > 0;
+  }
 
   std::string replayed = path;
   if (!options.full_path.empty()) {
@@ -271,7 +275,18 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
     own->verdict = WhatIfVerdict::does_not_fit;
     own->shortfall_bytes.reset();
   }
-  if (has_oom && own && own->ooms == 0) {
+  if (!has_oom && recorded_oom && own && own->ooms == 0) {
+    // Note [one OOM per failed request]: an OOM known only from a message, the statistics or the
+    // observer has no moment in the history, so no replay can put its request back.
+    run.reproduces = false;
+    run.warnings.push_back(fmt::format(
+        "the trace records its OOM without an entry in the history (only a message, the statistics or PyTorch's OOM "
+        "observer say it), so the failed request cannot be put back at its moment: the replay of the trace's own "
+        "settings runs without an OOM ({}, {} spare) and the other verdicts are not to be trusted. A trace with the "
+        "OOM's entry (PyTorch's history kept to the failure, or the shim's trace with --level device) can be "
+        "replayed.",
+        whatif_verdict_words(own->verdict), fb(own->margin_bytes)));
+  } else if (has_oom && own && own->ooms == 0) {
     run.reproduces = false;
     run.warnings.push_back(fmt::format(
         "the replay of the trace's own settings runs without an OOM ({}, {} spare) although the trace recorded one: "
@@ -326,7 +341,7 @@ std::string tune_command(const WhatIfRun& run, std::uint64_t limit_bytes, const 
   std::string joined;
   for (const auto& x : settings) joined += (joined.empty() ? "" : ";") + x;
   return fmt::format("vramtrace tune --limit {} --candidates {} -- {}", limit_bytes, shell_word(joined),
-                     command.empty() ? std::string("<the program's command line>") : command);
+                     command.empty() ? std::string("YOUR_COMMAND...") : command);
 }
 
 }  // namespace vramtrace

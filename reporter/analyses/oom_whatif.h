@@ -129,8 +129,8 @@ struct WhatIfOptions {
 /// The `vramtrace tune` command line that checks `run`'s verdicts on the real program: every
 /// setting replayed without an error that did not come out "does not fit", under `--limit
 /// limit_bytes` (the cap the program ran under: a memory cap counts the CUDA context, where the
-/// replays' capacity leaves it out), then `command` (the program's command line; a placeholder
-/// when empty). Empty when no such setting exists or `limit_bytes` is 0. Pure.
+/// replays' capacity leaves it out), then `command` (the program's command line; the placeholder
+/// YOUR_COMMAND... when empty). Empty when no such setting exists or `limit_bytes` is 0. Pure.
 std::string tune_command(const WhatIfRun& run, std::uint64_t limit_bytes, const std::string& command);
 
 /// Replays `path` (reopened), or `options.full_path`, under each setting on `capacity` and on

@@ -8,7 +8,9 @@
 #include "analyses/processes.h"
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "model/ledger.h"
 #include "model/load_models.h"
+#include "readers/open_trace.h"
 #include "readers/trace_paths.h"
 #include "vramtrace/units.h"
 
@@ -90,8 +92,17 @@ void register_oom(CLI::App& app) {
           if (const TraceHeader::Cap* cap = m.header.cap_of(cases.front().device)) limit = cap->bytes;
         }
         if (oom_options.capacity_bytes) limit = *oom_options.capacity_bytes;
-        const std::string tune =
-            tune_command(run, limit, m.header.format == "vramtrace" ? m.header.workload : std::string());
+        // The program's command line: the shim's trace names it (the snapshot's own level does not).
+        std::string command = m.header.format == "vramtrace" ? m.header.workload : std::string();
+        if (command.empty() && m.ledger && !m.ledger->device_trace.empty()) {
+          try {
+            auto shim = open_trace(m.ledger->device_trace);
+            if (shim->header().format == "vramtrace") command = shim->header().workload;
+          } catch (const TraceError&) {
+            // The placeholder then: the line is a convenience, the report stands without it.
+          }
+        }
+        const std::string tune = tune_command(run, limit, command);
         if (opts->json) {
           nlohmann::json j = oom_json(m, cases, run);
           j["tune_command"] = tune.empty() ? nlohmann::json(nullptr) : nlohmann::json(tune);

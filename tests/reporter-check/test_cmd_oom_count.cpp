@@ -107,6 +107,12 @@ TEST_CASE("a run that died without an oom entry is one OOM in every command", "[
   CHECK(oj["ooms"][0]["event"].is_null());
   CHECK(oj["ooms"][0]["figures"]["request_bytes"] == 768ll << 20);
   CHECK(oj["oom_counts"][0]["ooms"] == 1);
+  // With replays: the failed request has no moment to be put back at, so the trace's own row
+  // cannot reproduce the OOM, and the verdicts are said to be untrustworthy.
+  const auto rj = json_of(kVt + " oom --json " + dead);
+  CHECK(rj["whatif"]["reproduces"] == false);
+  REQUIRE(rj["whatif"]["warnings"].size() >= 1);
+  CHECK(rj["whatif"]["warnings"][0].get<std::string>().find("without an entry in the history") != std::string::npos);
 
   const std::string page = report_of(dead);
   CHECK(has(page, "OOMs 1 (1 without an oom entry in the history"));
@@ -298,6 +304,9 @@ TEST_CASE("a real capped run that died of its OOM: every command reports it, no 
     CHECK(oj["replays"][0]["verdict"] == "does_not_fit");  // the trace's own row reproduces the OOM
     CHECK(oj["whatif"]["covers"] == "to_failure");
     for (const auto& r : oj["replays"]) CHECK(r["verdict"] != "fits");  // it needs 6 GB more than a T4
+    // The tune line runs the program the shim's trace names, at either level.
+    CHECK(oj["tune_command"].get<std::string>().find(" -- python3 tests/gpu/torch_train.py --model llama") !=
+          std::string::npos);
   }
   const std::string page = report_of(trace);
   CHECK(has(page, "CUDA OOMs: 1 "));
