@@ -635,20 +635,44 @@ Diagnosis diagnose(const OomFigures& f) {
   return d;
 }
 
-void note_replays_in_diagnosis(Diagnosis& d, const std::vector<std::string>& passing, std::size_t tried,
-                               bool reproduces) {
-  if (d.code != DiagnosisCode::capacity || tried == 0) return;
-  if (!reproduces) {
+void note_replays_in_diagnosis(Diagnosis& d, const ReplayOutcome& r) {
+  if (r.tried == 0) return;
+  std::string list;
+  for (std::size_t i = 0; i < r.passing.size(); ++i) list += (i ? "; " : "") + r.passing[i];
+  // Note [fragmentation that no layout rescues]: the figures of the failed moment say the free
+  // memory exists but is scattered, which promises that a setting fixes it. When the trace's own
+  // replay reproduces the OOM and no setting fits above the error bound, expandable segments
+  // (which reuse any free page, whatever the split) among them, nothing shows that promise kept:
+  // the program needs about as much memory as it has, or more.
+  if (d.code == DiagnosisCode::fragmentation && r.reproduces && r.layout_tried && !r.any_fits) {
+    d.code = DiagnosisCode::capacity;
+    d.headline = "not enough memory whatever the layout: the free memory is scattered at the failure, but no "
+                 "replayed setting fits";
+    d.reasons.push_back(
+        r.passing.empty()
+            ? fmt::format("none of the {} replayed settings, expandable_segments:True among them, gets past the failure",
+                          r.tried)
+            : fmt::format("of the {} replayed settings, expandable_segments:True among them, none fits above the error "
+                          "bound; within it: {}",
+                          r.tried, list));
+    d.next_step =
+        "Need less memory: smaller batch or sequence length, mixed precision, activation checkpointing, a sharded or "
+        "8-bit optimizer, CPU offload; or raise the cap, or use a device with more memory. A layout that packs the "
+        "free memory would serve this request, but the replays show no setting with room to spare.";
+    if (!r.passing.empty())
+      d.next_step += " Check the settings within the bound on the real program (vramtrace tune) before you rely on one.";
+    return;
+  }
+  if (d.code != DiagnosisCode::capacity) return;
+  if (!r.reproduces) {
     d.next_step +=
         " The replays below do not reproduce this OOM, so they cannot say whether a setting would get past it.";
     return;
   }
-  if (passing.empty()) {
-    d.next_step += fmt::format(" None of the {} replayed settings gets past it either (the replays below).", tried);
+  if (r.passing.empty()) {
+    d.next_step += fmt::format(" None of the {} replayed settings gets past it either (the replays below).", r.tried);
     return;
   }
-  std::string list;
-  for (std::size_t i = 0; i < passing.size(); ++i) list += (i ? "; " : "") + passing[i];
   d.next_step += fmt::format(
       " But a setting changes what was reserved before it, and the replays below get past the failure under: {}. "
       "Check that verdict on the real program before you cut the batch.",

@@ -101,15 +101,27 @@ inline constexpr std::uint64_t kContextAllowanceBytes = 1280ull << 20;
 /// messages have their own, shorter lists of the same codes. Pure function.
 Diagnosis diagnose(const OomFigures& f);
 
+/// What the replays of a trace found about its failure, for note_replays_in_diagnosis.
+struct ReplayOutcome {
+  /// Each setting whose replay got past the failure, with its verdict and spare, in words.
+  std::vector<std::string> passing;
+  std::size_t tried = 0;    ///< settings replayed besides the trace's own
+  bool reproduces = false;  ///< the replay of the trace's own settings runs out of memory as the trace did
+  bool layout_tried = false;  ///< a setting that packs free memory (expandable_segments:True) was replayed
+  bool any_fits = false;      ///< a replayed setting fits, spare above the error bound
+};
+
 /// What the verdict "capacity" can and cannot say about allocator settings, after replays:
 /// at the failure the cache held too little free memory for any layout, but a setting changes
 /// what was reserved before it. When a replay under another setting got past the failure
-/// (`passing` names each with its verdict and spare), the next step says so instead of "need less
-/// memory" alone; with no such replay it says that none of `tried` did. When the replay of the
-/// trace's own settings does not reproduce the OOM (`reproduces` false), the replays can say
-/// nothing and the next step says that. Other codes are left as they are.
-void note_replays_in_diagnosis(Diagnosis& d, const std::vector<std::string>& passing, std::size_t tried,
-                               bool reproduces);
+/// (`r.passing`), the next step says so instead of "need less memory" alone; with no such replay
+/// it says that none did. When the replay of the trace's own settings does not reproduce the OOM,
+/// the replays can say nothing and the next step says that.
+/// A `fragmentation` whose replays reproduce the OOM, with a setting that packs free memory among
+/// them, while none fits above the error bound, becomes `capacity` (Note [fragmentation that no
+/// layout rescues]): the free memory is scattered, but no setting is shown to rescue the run; the
+/// settings that got past it within the bound are named. Other codes are left as they are. Pure.
+void note_replays_in_diagnosis(Diagnosis& d, const ReplayOutcome& r);
 
 /// The environment variable that takes allocator settings on `p`: PYTORCH_CUDA_ALLOC_CONF,
 /// PYTORCH_HIP_ALLOC_CONF (ROCm); for MPS, which has no such settings, its watermark variable

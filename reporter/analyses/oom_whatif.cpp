@@ -299,21 +299,31 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
   return run;
 }
 
+namespace {
+// Whether a setting lets the allocator use any free page whatever the split: expandable segments
+// map and unmap pages, so the free memory of a fragmented cache can serve one large request.
+bool packs_free_memory(const std::string& settings) {
+  return AllocatorSettings::parse_recorded(settings).expandable_segments;
+}
+}  // namespace
+
 void note_replays_in_cases(std::vector<OomCase>& cases, const WhatIfRun& run) {
   if (run.rows.empty()) return;
-  std::vector<std::string> passing;
-  std::size_t tried = 0;
+  ReplayOutcome r;
+  r.reproduces = run.reproduces;
   for (const auto& w : run.rows) {
     if (w.settings.empty() || !w.error.empty()) continue;
-    ++tried;
+    ++r.tried;
+    if (packs_free_memory(w.settings)) r.layout_tried = true;
+    if (w.ooms == 0 && w.verdict == WhatIfVerdict::fits) r.any_fits = true;
     // Got past the failure on the capacity itself: a marginal row that ran out there did not.
     if (w.ooms == 0 && (w.verdict == WhatIfVerdict::fits || w.verdict == WhatIfVerdict::marginal))
-      passing.push_back(
+      r.passing.push_back(
           fmt::format("{} ({}, {} spare)", w.settings, whatif_verdict_words(w.verdict), fb(w.margin_bytes)));
   }
   for (auto& c : cases) {
     if (c.last_state) continue;
-    note_replays_in_diagnosis(c.diagnosis, passing, tried, run.reproduces);
+    note_replays_in_diagnosis(c.diagnosis, r);
   }
 }
 

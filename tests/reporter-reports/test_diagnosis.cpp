@@ -314,17 +314,37 @@ TEST_CASE("capacity never says settings cannot help, and takes the replays in", 
   auto e = explain_message(msg::kM3Full);
   REQUIRE(e.diagnosis.code == DiagnosisCode::capacity);
   Diagnosis d = e.diagnosis;
-  note_replays_in_diagnosis(d, {"expandable_segments:True (fits, 1.83 GiB spare)"}, 5, true);
+  note_replays_in_diagnosis(d, {{"expandable_segments:True (fits, 1.83 GiB spare)"}, 5, true, true, true});
   CHECK(contains(d.next_step, "get past the failure under: expandable_segments:True (fits, 1.83 GiB spare)"));
   d = e.diagnosis;
-  note_replays_in_diagnosis(d, {}, 5, true);
+  note_replays_in_diagnosis(d, {{}, 5, true, true, false});
   CHECK(contains(d.next_step, "None of the 5 replayed settings"));
   d = e.diagnosis;
-  note_replays_in_diagnosis(d, {"x"}, 5, false);
+  note_replays_in_diagnosis(d, {{"x"}, 5, false, true, false});
   CHECK(contains(d.next_step, "do not reproduce this OOM"));
+  // Fragmentation that no replayed layout rescues is capacity: with expandable segments replayed
+  // and nothing fitting above the bound, the promise "a setting fixes it" is not kept.
+  auto c4 = explain_message(msg::kC4);
+  REQUIRE(c4.diagnosis.code == DiagnosisCode::fragmentation);
+  Diagnosis k = c4.diagnosis;
+  note_replays_in_diagnosis(k, {{"expandable_segments:True (marginal, 10.00 MiB spare)"}, 5, true, true, false});
+  CHECK(k.code == DiagnosisCode::capacity);
+  CHECK(contains(k.reasons.back(), "none fits above the error bound; within it: expandable_segments:True (marginal"));
+  CHECK(contains(k.next_step, "vramtrace tune"));
+  k = c4.diagnosis;
+  note_replays_in_diagnosis(k, {{}, 5, true, true, false});
+  CHECK(k.code == DiagnosisCode::capacity);
+  CHECK(contains(k.reasons.back(), "none of the 5 replayed settings"));
+  // ... but not when the replays cannot tell: they do not reproduce the OOM, or no setting that
+  // packs free memory was replayed.
+  for (ReplayOutcome r : {ReplayOutcome{{}, 5, false, true, false}, ReplayOutcome{{}, 3, true, false, false}}) {
+    k = c4.diagnosis;
+    note_replays_in_diagnosis(k, r);
+    CHECK(k.code == DiagnosisCode::fragmentation);
+  }
   // Other codes are left alone.
   auto f = explain_message(msg::kC4);
   Diagnosis g = f.diagnosis;
-  note_replays_in_diagnosis(g, {"x"}, 5, true);
+  note_replays_in_diagnosis(g, {{"x"}, 5, true, true, true});
   CHECK(g.next_step == f.diagnosis.next_step);
 }
