@@ -403,6 +403,7 @@ class _Recorder:
         self.pid = os.getpid()
         self.started_at = time.time()
         self.allocator = self._allocator_settings()
+        self._one_cache()
         backend = self.allocator.get("backend")
         if backend not in (None, "native"):
             self.mode = "no_history"
@@ -456,6 +457,31 @@ class _Recorder:
         record(True, record_context=stacks, trace_alloc_max_entries=self.max_entries,
                trace_alloc_record_context=stacks)
         return "legacy"
+
+    def _one_cache(self):
+        """Asks the shim to forward device allocations when PyTorch's caching allocator is on.
+
+        PyTorch's allocator is then in charge of reuse, and a second cache in the shim below it
+        would change what a capped run does (the segments PyTorch releases at an OOM would stay
+        cached in the shim, counted as free, reusable only at their own sizes). With
+        PYTORCH_NO_CUDA_MEMORY_CACHING set, PyTorch's cache is off (or the variable means what
+        this version makes of it), and the shim's cache stays as the user chose. Records the
+        outcome in the sidecar's allocator settings ("shim_forwards").
+        """
+        forwards = False
+        if self.allocator["env"].get("PYTORCH_NO_CUDA_MEMORY_CACHING") is None:
+            try:
+                import ctypes
+
+                fn = getattr(ctypes.CDLL(None), "vramtrace_forward_allocations", None)
+                if fn is not None:
+                    fn.restype = None
+                    fn.argtypes = []
+                    fn()
+                    forwards = True
+            except Exception:  # noqa: BLE001 - without the shim (or its symbol) nothing changes
+                forwards = False
+        self.allocator["shim_forwards"] = forwards
 
     def _allocator_settings(self):
         torch = self.torch

@@ -32,6 +32,14 @@ VT_PUBLIC void vramtrace_mark(const char* name);
  * they reached the trace file. No-op when tracing is off. */
 VT_PUBLIC void vramtrace_flush(void);
 
+/* From now on, every device allocation of the process goes to the driver as the program asked for
+ * it, instead of through the shim's caching allocator: for a program whose own caching allocator
+ * is in charge (PyTorch's native allocator; the tensor-level recorder of `vramtrace run` calls it
+ * when PyTorch initialises CUDA), so that there is one cache, as without vramtrace. The memory cap
+ * still applies and every allocation is still traced; blocks the shim already handed out are
+ * freed through it as before. Cannot be undone. */
+VT_PUBLIC void vramtrace_forward_allocations(void);
+
 /* The shim's version as "MAJOR.MINOR.PATCH" (static storage, never NULL). */
 VT_PUBLIC const char* vramtrace_version(void);
 

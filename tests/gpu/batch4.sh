@@ -4,6 +4,7 @@
 # default run. Usage: tests/gpu/batch4.sh PHASE   (OUT set by the device tool)
 #   one   the encoder's OOM (tests/gpu/oom_runs.sh encoder), tune_check bert and gpt2
 #   two   tune_check llama, scripts/gpu-check.sh cap, run_overhead (GPT-2, native against run)
+#   three tune_check bert gpt2 llama, then the cap step (after a change to the shim)
 # Each phase leaves at most 8 files in $OUT.
 export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -37,5 +38,20 @@ case ${1:-} in
     echo "== run_overhead rc $? $((SECONDS - t)) s"
     tail -25 "$OUT/overhead.log"
     ;;
-  *) echo "usage: batch4.sh one|two" >&2; exit 2 ;;
+  three)  # after the shim forwards PyTorch's segments and caps cuMemCreate: all three tunes, the cap step
+    t=$SECONDS; timeout 420 tests/gpu/tune_check.sh $B "$OUT/tune" ${TUNE:-bert gpt2 llama} >"$OUT/tune.log" 2>&1
+    echo "== tune rc $? $((SECONDS - t)) s"
+    cat "$OUT/tune.log"
+    for f in "$OUT"/tune/*.tune-0.tar.gz; do
+      tar -xzOf "$f" --wildcards '*.torch.pickle.json' 2>/dev/null |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); print(sys.argv[1], "shim_forwards", d["allocator"].get("shim_forwards"))' "$f"
+    done
+    mv "$OUT"/tune/*.tune-0.tar.gz "$OUT/" 2>/dev/null
+    tar -C "$OUT" -czf "$OUT/tune-json.tar.gz" tune 2>/dev/null; rm -rf "$OUT/tune"
+    t=$SECONDS; OUT="$OUT/gc" timeout 95 scripts/gpu-check.sh --budget 90 cap >"$OUT/cap.log" 2>&1
+    echo "== cap rc $? $((SECONDS - t)) s"
+    grep -E "^\((a|a2|b|c|d)\)" "$OUT/cap.log" | sort -u
+    rm -rf "$OUT/gc"
+    ;;
+  *) echo "usage: batch4.sh one|two|three" >&2; exit 2 ;;
 esac

@@ -524,6 +524,7 @@ class Files(TorchLevelTest):
         self.assertEqual(alloc["backend"], "native")
         self.assertEqual(alloc["env"]["PYTORCH_CUDA_ALLOC_CONF"], "expandable_segments:True")
         self.assertEqual(alloc["current_allocator"], "_cuda_CUDAAllocator")
+        self.assertFalse(alloc["shim_forwards"])  # no shim in this process: nothing to ask
         self.assertEqual(alloc["snapshot_settings"]["PYTORCH_CUDA_ALLOC_CONF"], "expandable_segments:True")
         [dev] = side["devices"]
         self.assertEqual(dev["device"], 0)

@@ -102,7 +102,7 @@ void no_call_after_exit(const Run& r) { CHECK(r.err.find("FAKECUDA: call after e
 }  // namespace
 
 TEST_CASE("exports are exactly the hooks of hooks.def, dlsym and the C API, all unversioned") {
-  std::set<std::string> expected = {"dlsym", "vramtrace_mark", "vramtrace_flush", "vramtrace_version"};
+  std::set<std::string> expected = {"dlsym", "vramtrace_mark", "vramtrace_flush", "vramtrace_forward_allocations", "vramtrace_version"};
 #define VT_HOOK(level, policy, name, ret, params, args) expected.insert(#name);
 #include "base/hooks.def"
 #undef VT_HOOK
@@ -573,7 +573,7 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
   // 40 MiB (the cached 30 MiB released), 10 MiB, 100 MiB driver, 100 MiB async: one retry each
   CHECK(get(s, "allocator.num_alloc_retries") == 4);
   CHECK(get(s, "allocator.num_ooms") == 3);
-  CHECK(get(s, "events.oom") == 3);
+  CHECK(get(s, "events.oom") == 4);  // and the 20 MiB cuMemCreate, refused before the driver
   CHECK(get(s, "shim.oom_fallbacks") == 0);  // no fallback past the cap
   CHECK(get(s, "allocator.reserved_bytes.all.peak") <= 64 * kMiB);
   CHECK(get(s, "allocator.reserved_bytes.all.peak") == 62 * kMiB);
@@ -588,6 +588,11 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
     auto j = nlohmann::json::parse(l);
     if (j.value("a", "") != "oom") continue;
     ++ooms;
+    if (ooms == 4) {  // the forwarded cuMemCreate: no allocator was asked, so no snapshot
+      CHECK(j["r"].get<long long>() == 20 * kMiB);
+      CHECK_FALSE(j.contains("snapshot"));
+      continue;
+    }
     REQUIRE(j.contains("snapshot"));
     long long reserved = 0;
     for (const auto& seg : j["snapshot"]["segments"]) {
@@ -602,7 +607,7 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
       CHECK(j["free"].get<long long>() == 4 * kMiB);  // capped free: 64 - 60
     }
   }
-  CHECK(ooms == 3);
+  CHECK(ooms == 4);
   std::remove(trace.c_str());
   rmdir(dir.c_str());
 }
@@ -618,7 +623,7 @@ TEST_CASE("memory cap: a forwarded allocation the cap refuses (reuse:none) is an
   CHECK(get(r.stats(), "shim.cached_allocs") == 0);
   // 10 MiB (cudaMalloc), then 100 MiB through the driver and through cudaMallocAsync: no allocator
   // was asked, and each is in the trace all the same.
-  CHECK(get(r.stats(), "events.oom") == 3);
+  CHECK(get(r.stats(), "events.oom") == 4);
   std::vector<long long> sizes;
   for (const auto& l : lines_of(trace)) {
     auto j = nlohmann::json::parse(l);
@@ -629,12 +634,35 @@ TEST_CASE("memory cap: a forwarded allocation the cap refuses (reuse:none) is an
     if (sizes.size() == 1) CHECK(j["free"].get<long long>() == 4 * kMiB);  // capped free: 64 - 60
   }
   CHECK(sizes == std::vector<long long>{10 * static_cast<long long>(kMiB), 100 * static_cast<long long>(kMiB),
-                                        100 * static_cast<long long>(kMiB)});
+                                        100 * static_cast<long long>(kMiB), 20 * static_cast<long long>(kMiB)});
   const std::string vt = vramtrace_cmd();
   if (!vt.empty()) {
     const std::string summary = capture_cmd(vt + " summary " + trace + " 2>/dev/null");
-    CHECK(summary.find("OOMs 3, cudaMalloc retries 0\n") != std::string::npos);
+    CHECK(summary.find("OOMs 4, cudaMalloc retries 0\n") != std::string::npos);
   }
+  std::remove(trace.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("memory cap: forwarded allocations (vramtrace_forward_allocations) are capped and traced, none cached") {
+  std::string dir = temp_dir();
+  const std::string trace = dir + "/forward.jsonl";
+  Run r = run({road("road_cap_oom")}, true,
+              {"VRAMTRACE_CONF=limit:64MiB", "ROAD_CAP=1", "ROAD_FORWARD=1", "FAKECUDA_TOTAL_MB=1024",
+               "VRAMTRACE_OUTPUT=" + trace});
+  REQUIRE(r.exit_code == 0);  // the same error codes as through the cache
+  // 30 + 20 MiB, the 30 freed to the driver, 40 MiB fits beside the 20 without any retry, and the
+  // 10 MiB request is over the cap (60 + 10 > 64): the same failure as with the shim's cache.
+  CHECK(get(r.program, "failed_at") == 3);
+  CHECK(get(r.program, "trace_has_oom") == 0);  // no allocator was asked: no snapshot
+  const Stats& s = r.stats();
+  CHECK(get(s, "shim.cached_allocs") == 0);
+  CHECK(get(s, "shim.runtime_fast_allocs") == 0);
+  CHECK(get(s, "allocator.num_alloc_retries") <= 0);  // -1: no allocator was ever made
+  CHECK(get(s, "events.oom") == 4);  // 10 MiB, 100 MiB driver, 100 MiB async, 20 MiB cuMemCreate
+  // Every forwarded allocation is traced as the program's own segment: 30, 20, 40 MiB, the 2 MiB
+  // handle and the 1000 B at the end.
+  CHECK(get(s, "events.segment_alloc") == 5);
   std::remove(trace.c_str());
   rmdir(dir.c_str());
 }
@@ -676,12 +704,12 @@ TEST_CASE(
   const long long retries_at_oom = f["allocator_num_alloc_retries"].get<long long>();
   CHECK(retries_at_oom >= 1);
   CHECK(retries_at_oom <= get(a.stats(), "allocator.num_alloc_retries"));
-  // The program tried none of its failed allocations again: each of its three failures (10 MiB,
-  // then 100 MiB through the driver and through cudaMallocAsync) is one OOM, none a retry (Note
-  // [one OOM per failed request]).
+  // The program tried none of its failed allocations again: each of its four failures (10 MiB,
+  // then 100 MiB through the driver and through cudaMallocAsync, 20 MiB through cuMemCreate) is
+  // one OOM, none a retry (Note [one OOM per failed request]).
   CHECK(f["num_alloc_retries"] == 0);
-  CHECK(oom["ooms"].size() == 3);
-  CHECK(oom["oom_counts"][0]["ooms"] == 3);
+  CHECK(oom["ooms"].size() == 4);
+  CHECK(oom["oom_counts"][0]["ooms"] == 4);
   CHECK(oom["oom_counts"][0]["num_alloc_retries"] == 0);
   std::string text = capture_cmd(vt + " oom --no-replay " + capped + " 2>&1");
   CHECK(text.find("Diagnosis: capacity") != std::string::npos);

@@ -38,7 +38,18 @@ CUresult to_cuda(Status s, const ContextPool& pool) noexcept {
 }
 
 /// Whether this call must bypass the cache (and be forwarded, traced).
-bool bypass_cache() noexcept { return EntryScope::internal() || !config().caching || exiting() || capture_active(); }
+// Note [one cache]: set when the program's own caching allocator is in charge (PyTorch's native
+// allocator, told by the tensor-level recorder through vramtrace_forward_allocations). Its
+// segments then go to the driver as it asked for them, as without vramtrace: a second cache below
+// PyTorch's would keep the segments PyTorch releases on an OOM (its memory queries count them as
+// free, but only their own sizes can reuse them), so a capped run would fail where a card of that
+// size would not, and `tune`'s verdicts would not be a real card's.
+std::atomic<bool> g_forward_all{false};
+
+bool bypass_cache() noexcept {
+  return EntryScope::internal() || !config().caching || g_forward_all.load(std::memory_order_relaxed) || exiting() ||
+         capture_active();
+}
 
 /// Why an allocation was forwarded instead of served from the cache, for the debug log: the
 /// conditions of the callers in the order they test them. An explicit pool (alloc_async) is
@@ -51,7 +62,7 @@ void log_bypass(std::uint16_t entry, CUdeviceptr* dptr, size_t bytes, bool custo
     d = Decision::pass_internal;
   else if (!enabled())
     d = Decision::pass_disabled;
-  else if (!config().caching)
+  else if (!config().caching || g_forward_all.load(std::memory_order_relaxed))
     d = Decision::pass_reuse_none;
   else if (exiting())
     d = Decision::pass_exit;
@@ -184,6 +195,8 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
 namespace vramtrace::shim {
 /// Set by Tracer<cuDeviceSetMemPool> (tracers.cpp): async allocations are forwarded from now on.
 void note_custom_mem_pool() noexcept { g_custom_pool.store(true, std::memory_order_relaxed); }
+/// Note [one cache]: every device allocation is forwarded from now on (vramtrace_forward_allocations).
+void forward_all_allocations() noexcept { g_forward_all.store(true, std::memory_order_relaxed); }
 }  // namespace vramtrace::shim
 
 namespace {

@@ -22,12 +22,15 @@ using namespace vramtrace::shim;
 #define VT_GEN_nvml_REPORT(name, ret, params, args)
 #define VT_GEN_runtime_FAST(name, ret, params, args)
 
-// Driver: forward to the real function, then trace (Tracer<Hook::name>, tracers.h).
+// Driver: ask the cap (Admit<Hook::name>, tracers.h), forward to the real function, then trace
+// (Tracer<Hook::name>).
 #define VT_GEN_DRIVER_FORWARD(name, ret, params, args)                                                    \
   extern "C" ret name params {                                                                            \
     EntryScope e_(Hook::name);                                                                            \
     auto real_ = real_driver<ret(*) params>(Hook::name);                                                  \
     if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                                        \
+    if (!EntryScope::internal() && enabled() && !Admit<Hook::name>::admits(e_.entry(), VT_UNPAREN args))  \
+      return CUDA_ERROR_OUT_OF_MEMORY;                                                                    \
     ret r_ = real_ args;                                                                                  \
     if (!EntryScope::internal() && enabled()) Tracer<Hook::name>::after(e_.entry(), r_, VT_UNPAREN args); \
     return r_;                                                                                            \

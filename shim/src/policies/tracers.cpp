@@ -5,10 +5,12 @@
 
 #include "base/counters.h"
 #include "base/log.h"
+#include "base/process.h"
 #include "base/sink.h"
 #include "base/streams.h"
 #include "policies/capture.h"
 #include "policies/context_pool.h"
+#include "policies/memory_cap.h"
 #include "policies/passthrough.h"
 
 namespace vramtrace::shim {
@@ -108,6 +110,46 @@ void Tracer<Hook::cuMipmappedArrayCreate>::after(std::uint16_t entry, CUresult r
 }
 void Tracer<Hook::cuMipmappedArrayDestroy>::after(std::uint16_t entry, CUresult r, CUmipmappedArray a) noexcept {
   if (r == CUDA_SUCCESS) passthrough_free(handle_value(a), entry);
+}
+
+// Note [forwarded memory under the cap]: device memory the shim forwards to the driver (virtual
+// memory, pitched memory, explicit pools) counts against the cap like the cache's segments, so it
+// must be refused before the driver gives it: PyTorch's expandable segments take all their memory
+// through cuMemCreate, and without this check a capped run with them ran past the cap (21.18 GiB
+// reserved under a 14.58 GiB cap on the H200). The refusal is CUDA_ERROR_OUT_OF_MEMORY, what the
+// driver returns on a full device, and PyTorch handles it as an OOM (it frees its cache and
+// retries, then raises torch.OutOfMemoryError). A check, not a reservation: two threads at once
+// may pass together.
+namespace {
+bool forwarded_admits(int device, std::uint64_t bytes, std::uint16_t entry, std::uint64_t stream) noexcept {
+  if (bytes == 0 || exiting() || cap_of(device) == 0) return true;
+  measure_driver_share(device);
+  if (cap_admits(device, bytes)) return true;
+  passthrough_oom(bytes, entry, stream);
+  return false;
+}
+}  // namespace
+
+bool Admit<Hook::cuMemCreate>::admits(std::uint16_t entry, CUmemGenericAllocationHandle*, size_t size,
+                                      const CUmemAllocationProp* prop, unsigned long long) noexcept {
+  if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return true;  // host memory: not capped
+  return forwarded_admits(prop->location.id, size, entry, 0);
+}
+bool Admit<Hook::cuMemAllocPitch_v2>::admits(std::uint16_t entry, CUdeviceptr*, size_t*, size_t width, size_t height,
+                                             unsigned int) noexcept {
+  // The pitch is the driver's choice, at least the width: the width decides before the call.
+  std::uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(width), static_cast<std::uint64_t>(height), &bytes))
+    return true;  // the driver refuses it itself
+  return forwarded_admits(current_device(), bytes, entry, 0);
+}
+bool Admit<Hook::cuMemAllocFromPoolAsync>::admits(std::uint16_t entry, CUdeviceptr*, size_t bytes, CUmemoryPool,
+                                                  CUstream s) noexcept {
+  return forwarded_admits(current_device(), bytes, entry, stream_key(s, false).value);
+}
+bool Admit<Hook::cuMemAllocFromPoolAsync_ptsz>::admits(std::uint16_t entry, CUdeviceptr*, size_t bytes, CUmemoryPool,
+                                                       CUstream s) noexcept {
+  return forwarded_admits(current_device(), bytes, entry, stream_key(s, true).value);
 }
 
 // Virtual memory (PyTorch expandable segments, NCCL): physical memory lives from cuMemCreate to

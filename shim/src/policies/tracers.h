@@ -15,6 +15,30 @@ struct Tracer {
   static void after(std::uint16_t, CUresult, A...) noexcept {}
 };
 
+/// What a generated TRACE wrapper asks before forwarding a call: Admit<Hook::name>::admits. True
+/// lets the call through; false makes the wrapper return CUDA_ERROR_OUT_OF_MEMORY without calling
+/// the driver. The primary template admits everything; the forwarded calls that take device memory
+/// (cuMemCreate, cuMemAllocPitch_v2, cuMemAllocFromPoolAsync) are refused when they would not fit
+/// under the memory cap (memory_cap.h), with an `oom` event, as the cached path refuses them.
+template <Hook H>
+struct Admit {
+  template <class... A>
+  static bool admits(std::uint16_t, A...) noexcept {
+    return true;
+  }
+};
+
+#define VT_ADMIT(name, ...)                                  \
+  template <>                                                \
+  struct Admit<Hook::name> {                                 \
+    static bool admits(std::uint16_t entry, __VA_ARGS__) noexcept; \
+  };
+VT_ADMIT(cuMemCreate, CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)
+VT_ADMIT(cuMemAllocPitch_v2, CUdeviceptr*, size_t*, size_t, size_t, unsigned int)
+VT_ADMIT(cuMemAllocFromPoolAsync, CUdeviceptr*, size_t, CUmemoryPool, CUstream)
+VT_ADMIT(cuMemAllocFromPoolAsync_ptsz, CUdeviceptr*, size_t, CUmemoryPool, CUstream)
+#undef VT_ADMIT
+
 #define VT_TRACER(name, ...)                                                  \
   template <>                                                                 \
   struct Tracer<Hook::name> {                                                 \

@@ -8,7 +8,8 @@
 // With ROAD_CAP=1 (run under the cap) it also checks: the driver entry point fails with
 // CUDA_ERROR_OUT_OF_MEMORY and cudaMallocAsync with cudaErrorMemoryAllocation, and the trace file
 // (VRAMTRACE_OUTPUT, a plain path) already holds the oom line with its snapshot right after the
-// failing call returned (the shim writes it before returning).
+// failing call returned (the shim writes it before returning), and cuMemCreate of device memory
+// is refused over the cap as well.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -34,6 +35,13 @@ static bool trace_has_oom_snapshot() {
 
 int main() {
   const bool capped = std::getenv("ROAD_CAP") != nullptr;
+  // ROAD_FORWARD=1: as PyTorch's tensor-level recorder does, ask the shim to forward every
+  // allocation (one cache: the program's).
+  if (std::getenv("ROAD_FORWARD")) {
+    auto forward = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "vramtrace_forward_allocations"));
+    CHECK(forward != nullptr);
+    forward();
+  }
   const size_t MiB = 1 << 20;
   struct Op {
     bool alloc;
@@ -73,6 +81,19 @@ int main() {
     CHECK_EQ(alloc(&d, 100 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
     void* q = nullptr;
     CHECK_EQ(cudaMallocAsync(&q, 100 * MiB, nullptr), cudaErrorMemoryAllocation);
+    // Virtual memory (PyTorch's expandable segments) counts too: refused before the driver gives it.
+    auto create = reinterpret_cast<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                                                unsigned long long)>(dlsym(cu, "cuMemCreate"));
+    auto release = reinterpret_cast<CUresult (*)(CUmemGenericAllocationHandle)>(dlsym(cu, "cuMemRelease"));
+    CHECK(create != nullptr && release != nullptr);
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h = 0;
+    CHECK_EQ(create(&h, 20 * MiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(create(&h, 2 * MiB, &prop, 0), CUDA_SUCCESS);  // 2 MiB of the 4 MiB left
+    CHECK_EQ(release(h), CUDA_SUCCESS);
     // What still fits does: 64 - 60 = 4 MiB left, and a 2 MiB small-pool segment fits in it.
     CHECK_EQ(cudaMalloc(&q, 1000), cudaSuccess);
     CHECK_EQ(cudaFree(q), cudaSuccess);
