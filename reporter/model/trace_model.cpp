@@ -378,6 +378,18 @@ struct TraceModelBuilder::Impl {
     return false;
   }
 
+  // Memory a vramtrace trace says the shim forwarded to the driver (any kind but the caching
+  // allocator's own segments): the program's allocation itself.
+  static bool forwarded(const TraceRecord& r) { return !is_memory_kind(r.memory_kind, MemoryKind::allocator); }
+
+  // Whether the segment at `addr` is the one allocated block of a forwarded allocation.
+  bool holds_forwarded_block(DeviceState& d, u64 addr) {
+    u64 seg_addr = 0;
+    Segment* s = segment_of(d, addr, &seg_addr);
+    return s && seg_addr == addr && s->blocks.size() == 1 &&
+           s->blocks.begin()->second.state == BlockState::active_allocated;
+  }
+
   void on_segment_alloc(DeviceState& d, const TraceRecord& r, bool mapped_range) {
     has_segment_events = true;
     if (r.size == 0) return;
@@ -798,6 +810,14 @@ struct TraceModelBuilder::Impl {
         if (!lays_out_as_segment(r)) break;
         note_segment_event(d, r);
         on_segment_alloc(d, r, false);
+        if (forwarded(r) && r.size != 0) {
+          // Note [forwarded memory is allocated]: no cache stands between the program and this
+          // memory, so the whole segment is one block the program holds, not free cache.
+          TraceRecord a = r;
+          a.action = Action::alloc;
+          a.block_size = r.size;
+          on_alloc(d, a);
+        }
         break;
       case Action::segment_map:
         note_segment_event(d, r);
@@ -806,6 +826,14 @@ struct TraceModelBuilder::Impl {
       case Action::segment_free:
         if (!lays_out_as_segment(r)) break;
         note_segment_event(d, r);
+        if (forwarded(r) && r.size != 0 && holds_forwarded_block(d, r.addr)) {
+          TraceRecord f = r;
+          f.action = Action::free_requested;
+          f.block_size = r.size;
+          on_free_requested(d, f);
+          f.action = Action::free_completed;
+          on_free_completed(d, f);
+        }
         on_segment_free(d, r, false);
         break;
       case Action::segment_unmap:

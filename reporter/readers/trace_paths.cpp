@@ -162,14 +162,20 @@ std::string tensor_level_companion(const std::string& trace) {
   // and pid), so that the trace of a program without PyTorch is opened once, by the command that
   // reads it.
   std::error_code ec;
-  std::string plain = stem + ".torch.pickle";
-  const bool has_plain = fs::is_regular_file(plain, ec);
-  bool has_pid_named = false;  // stem.<digits>.torch.pickle
+  // A snapshot may have been compressed since (.gz, .zst): the readers take it either way.
+  auto existing = [&ec](const std::string& path) -> std::string {
+    for (const char* ext : {"", ".gz", ".zst"})
+      if (fs::is_regular_file(path + ext, ec)) return path + ext;
+    return {};
+  };
+  std::string plain = existing(stem + ".torch.pickle");
+  const bool has_plain = !plain.empty();
+  bool has_pid_named = false;  // stem.<digits>.torch.pickle[.gz|.zst]
   const fs::path stem_path(stem);
   const std::string prefix = stem_path.filename().string() + ".", suffix = ".torch.pickle";
   const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
   for (fs::directory_iterator it(dir, ec), end; !has_pid_named && !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+    const std::string name = without_compression(it->path().filename().string());
     if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
         !ends_with(name, suffix))
       continue;
@@ -194,8 +200,8 @@ std::string tensor_level_companion(const std::string& trace) {
   if (proc.pid == 0) return {};
   if (has_plain) return plain;
   if (has_pid_named) {
-    std::string with_pid = stem + "." + std::to_string(proc.pid) + suffix;
-    if (fs::is_regular_file(with_pid, ec)) return with_pid;
+    std::string with_pid = existing(stem + "." + std::to_string(proc.pid) + suffix);
+    if (!with_pid.empty()) return with_pid;
     others = with_sidecars();
   }
   std::string found;
@@ -260,7 +266,10 @@ std::vector<std::string> choose_trace_level(const std::vector<std::string>& path
     if (level == TraceLevel::device) {
       if (is_companion) continue;  // its trace is listed: the device level of the same process
       if (!companion[i].empty())
-        notes.push_back(p + ": device level (the shim's trace); PyTorch's tensor level is in " + companion[i]);
+        notes.push_back(p + ": device level (the shim's trace); PyTorch's tensor level is in " + companion[i] +
+                        ". Here PyTorch's segments are memory the program holds: the free blocks of its cache "
+                        "inside them are not seen, so an OOM that the tensor level calls fragmentation reads as "
+                        "capacity here");
       add(p);
       continue;
     }

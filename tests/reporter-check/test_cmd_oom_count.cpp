@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -311,6 +312,47 @@ TEST_CASE("a real capped run that died of its OOM: every command reports it, no 
   const std::string page = report_of(trace);
   CHECK(has(page, "CUDA OOMs: 1 "));
   CHECK(has(page, "\"capacity\":15653142528"));
+}
+
+// Two real runs of the BERT-base encoder with variable lengths (tests/gpu/bert_varlen.py) that
+// died of their OOM on the H200 (2026-12-01): under `vramtrace run --limit 10GiB` (it needs about
+// 13.8 GiB allocated: capacity) and under `vramtrace tune --limit 16GiB` (the defaults' run, with
+// the shim forwarding PyTorch's segments: fragmentation). On the GPU, tune ran every replayed
+// setting under 16 GiB: expandable_segments:True and the three max_split_size_mb settings fitted,
+// the defaults and roundup_power2_divisions:4 ran out of memory (docs/compatibility.md).
+TEST_CASE("real encoder OOMs: capacity under 10 GiB; fragmentation under 16 GiB with the verdicts tune confirmed",
+          "[cmd][oom_count]") {
+  const std::string capped = data("encoder_10g/encoder.jsonl.zst");
+  for (const std::string level : {"auto", "device"}) {
+    INFO("level " << level);
+    const std::string lv = " --level " + level + " ";
+    CHECK(has(sh(kVt + " summary" + lv + capped).out, "OOMs 1, cudaMalloc retries 1"));
+    CHECK(sh(kVt + " check --max-ooms 0" + lv + capped).rc == 1);
+    const auto oj = json_of(kVt + " oom --json" + lv + capped);
+    REQUIRE(oj["ooms"].size() == 1);
+    CHECK(oj["ooms"][0]["diagnosis"] == "capacity");
+    CHECK(oj["ooms"][0]["figures"]["device_total_bytes"] == 10ll << 30);
+    REQUIRE(!oj["replays"].empty());
+    CHECK(oj["replays"][0]["verdict"] == "does_not_fit");
+    for (const auto& r : oj["replays"]) CHECK(r["verdict"] != "fits");
+  }
+  CHECK(has(report_of(capped), "CUDA OOMs: 1 "));
+
+  const std::string frag = data("bert_16g/bert.jsonl.zst");
+  const auto oj = json_of(kVt + " oom --json " + frag);
+  REQUIRE(oj["ooms"].size() == 1);
+  CHECK(oj["ooms"][0]["diagnosis"] == "fragmentation");
+  std::map<std::string, std::string> verdict;
+  for (const auto& r : oj["replays"]) verdict[r["settings"].get<std::string>()] = r["verdict"].get<std::string>();
+  CHECK(verdict[""] == "does_not_fit");
+  CHECK(verdict["expandable_segments:True"] == "fits");  // fitted on the GPU, 14.75 GiB peak reserved
+  CHECK(verdict["roundup_power2_divisions:4"] == "does_not_fit");  // ran out of memory on the GPU
+  for (const char* s : {"max_split_size_mb:20", "max_split_size_mb:128", "max_split_size_mb:512"})
+    CHECK(verdict[s] == "marginal");  // within 12 MiB of the cap: the replay does not promise
+  // The device level sees PyTorch's segments as the program's memory, and says why it differs.
+  const Result dev = sh(kVt + " oom --no-replay --level device " + frag + " 2>&1");
+  CHECK(has(dev.out, "Diagnosis: capacity"));
+  CHECK(has(dev.out, "reads as capacity here"));
 }
 
 namespace {

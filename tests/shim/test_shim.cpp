@@ -663,6 +663,21 @@ TEST_CASE("memory cap: forwarded allocations (vramtrace_forward_allocations) are
   // Every forwarded allocation is traced as the program's own segment: 30, 20, 40 MiB, the 2 MiB
   // handle and the 1000 B at the end.
   CHECK(get(s, "events.segment_alloc") == 5);
+  // The device is in the header although no allocation went through a pool.
+  auto header = nlohmann::json::parse(lines_of(trace).front());
+  REQUIRE(header["devices"].size() == 1);
+  CHECK(header["devices"][0]["total_bytes"].get<long long>() == 64 * kMiB);
+  // At the device level the forwarded memory is the program's own (allocated), not free cache:
+  // at the OOM, 60 MiB allocated of 60 MiB reserved.
+  const std::string vt = vramtrace_cmd();
+  if (!vt.empty()) {
+    auto oom = nlohmann::json::parse(capture_cmd(vt + " oom --json --no-replay " + trace + " 2>/dev/null"));
+    REQUIRE(oom["ooms"].size() == 4);
+    const auto& f = oom["ooms"][0]["figures"];
+    CHECK(f["allocated_bytes"].get<long long>() == 60 * kMiB);
+    CHECK(f["reserved_bytes"].get<long long>() == 60 * kMiB);
+    CHECK(oom["ooms"][0]["diagnosis"] == "capacity");
+  }
   std::remove(trace.c_str());
   rmdir(dir.c_str());
 }

@@ -51,6 +51,13 @@ bool bypass_cache() noexcept {
          capture_active();
 }
 
+// Forwarding all allocations, the context still gets its pool record: that is where the trace
+// header learns the device (name, total, the context's share) and the cap counts the context.
+void meet_context_when_forwarding() noexcept {
+  if (g_forward_all.load(std::memory_order_relaxed) && !EntryScope::internal() && enabled() && !exiting())
+    (void)pools().current();
+}
+
 /// Why an allocation was forwarded instead of served from the cache, for the debug log: the
 /// conditions of the callers in the order they test them. An explicit pool (alloc_async) is
 /// named by passthrough_alloc (Decision::pass_pool).
@@ -122,6 +129,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   StreamId key = stream_key(s, per_thread);
   if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
   ContextPool* pool = nullptr;
+  meet_context_when_forwarding();
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
       !(pool = pools().current())) {
     if (log_enabled(LogLevel::debug)) log_bypass(e.entry(), dptr, bytes, g_custom_pool.load(std::memory_order_relaxed));
@@ -243,6 +251,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   Fn real = real_driver<Fn>(Hook::cuMemAlloc_v2);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   ContextPool* pool = nullptr;
+  meet_context_when_forwarding();
   // bytes == 0 keeps the driver's CUDA_ERROR_INVALID_VALUE (research 5.10).
   if (!dptr || bytes == 0 || bypass_cache() || !(pool = pools().current())) {
     if (log_enabled(LogLevel::debug)) log_bypass(e.entry(), dptr, bytes);

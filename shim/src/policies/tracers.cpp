@@ -133,6 +133,9 @@ bool forwarded_admits(int device, std::uint64_t bytes, std::uint16_t entry, std:
 bool Admit<Hook::cuMemCreate>::admits(std::uint16_t entry, CUmemGenericAllocationHandle*, size_t size,
                                       const CUmemAllocationProp* prop, unsigned long long) noexcept {
   if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return true;  // host memory: not capped
+  // A program whose memory is all virtual (PyTorch's expandable segments) may never make a
+  // cached allocation: the context's pool record is what puts the device in the trace header.
+  if (!exiting()) (void)pools().current();
   return forwarded_admits(prop->location.id, size, entry, 0);
 }
 bool Admit<Hook::cuMemAllocPitch_v2>::admits(std::uint16_t entry, CUdeviceptr*, size_t*, size_t width, size_t height,
