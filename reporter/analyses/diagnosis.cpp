@@ -646,12 +646,14 @@ void note_replays_in_diagnosis(Diagnosis& d, const ReplayOutcome& r) {
   // the program needs about as much memory as it has, or more.
   if (d.code == DiagnosisCode::fragmentation && r.reproduces && r.layout_tried && !r.any_fits) {
     d.code = DiagnosisCode::capacity;
-    d.headline = "not enough memory whatever the layout: the free memory is scattered at the failure, but no "
-                 "replayed setting fits";
+    d.headline =
+        "not enough memory whatever the layout: the free memory is scattered at the failure, but no "
+        "replayed setting fits";
     d.reasons.push_back(
         r.passing.empty()
-            ? fmt::format("none of the {} replayed settings, expandable_segments:True among them, gets past the failure",
-                          r.tried)
+            ? fmt::format(
+                  "none of the {} replayed settings, expandable_segments:True among them, gets past the failure",
+                  r.tried)
             : fmt::format("of the {} replayed settings, expandable_segments:True among them, none fits above the error "
                           "bound; within it: {}",
                           r.tried, list));
@@ -660,7 +662,8 @@ void note_replays_in_diagnosis(Diagnosis& d, const ReplayOutcome& r) {
         "8-bit optimizer, CPU offload; or raise the cap, or use a device with more memory. A layout that packs the "
         "free memory would serve this request, but the replays show no setting with room to spare.";
     if (!r.passing.empty())
-      d.next_step += " Check the settings within the bound on the real program (vramtrace tune) before you rely on one.";
+      d.next_step +=
+          " Check the settings within the bound on the real program (vramtrace tune) before you rely on one.";
     return;
   }
   if (d.code != DiagnosisCode::capacity) return;

@@ -105,8 +105,8 @@ Diagnosis diagnose(const OomFigures& f);
 struct ReplayOutcome {
   /// Each setting whose replay got past the failure, with its verdict and spare, in words.
   std::vector<std::string> passing;
-  std::size_t tried = 0;    ///< settings replayed besides the trace's own
-  bool reproduces = false;  ///< the replay of the trace's own settings runs out of memory as the trace did
+  std::size_t tried = 0;      ///< settings replayed besides the trace's own
+  bool reproduces = false;    ///< the replay of the trace's own settings runs out of memory as the trace did
   bool layout_tried = false;  ///< a setting that packs free memory (expandable_segments:True) was replayed
   bool any_fits = false;      ///< a replayed setting fits, spare above the error bound
 };

@@ -59,8 +59,8 @@ bool is_optimizer(const Frame& f, const PathParts& p) {
 
 bool is_parameters(const Frame& f, const PathParts& p) {
   if (p.base == "module.py" && p.parent() == "modules" &&
-      one_of(f.name, {"_apply", "to", "cuda", "to_empty", "load_state_dict", "_load_from_state_dict",
-                      "register_parameter"}))
+      one_of(f.name,
+             {"_apply", "to", "cuda", "to_empty", "load_state_dict", "_load_from_state_dict", "register_parameter"}))
     return true;
   if (p.base == "parameter.py" && p.parent() == "nn") return true;
   if (p.base == "init.py" && p.parent() == "nn") return true;
@@ -197,9 +197,8 @@ MemoryUses memory_uses(const std::vector<StackBytes>& stacks, const StackTable& 
   }
   const u64 params = acc[1].bytes, none = acc[5].bytes;
   out.no_stack_like_gradients = params > 0 && none > 0 && none * 10 >= params * 9 && none * 10 <= params * 11;
-  std::stable_sort(out.rows.begin(), out.rows.end(), [](const UseBytes& a, const UseBytes& b) {
-    return a.bytes > b.bytes;
-  });
+  std::stable_sort(out.rows.begin(), out.rows.end(),
+                   [](const UseBytes& a, const UseBytes& b) { return a.bytes > b.bytes; });
   return out;
 }
 
@@ -212,8 +211,8 @@ std::string next_step_by_use(const MemoryUses& uses) {
   if (uses.rows.size() > 1) {
     const UseBytes& next = uses.rows[1];
     if (next.bytes * 4 >= uses.total_bytes)
-      s += fmt::format(" Then {} ({}, {}). {}", words_of(next.use, g), fb(next.bytes), share(next.bytes, uses.total_bytes),
-                       remedy(next.use, uses.no_stack_like_gradients));
+      s += fmt::format(" Then {} ({}, {}). {}", words_of(next.use, g), fb(next.bytes),
+                       share(next.bytes, uses.total_bytes), remedy(next.use, uses.no_stack_like_gradients));
   }
   s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
   return s;
@@ -223,9 +222,9 @@ std::string render_memory_uses_text(const MemoryUses& uses, const std::string& t
   if (!uses.telling()) return {};
   std::string out = indent + title + "\n";
   for (const auto& r : uses.rows)
-    out += fmt::format("{}    {:<28} {:>12} {:>6}  ({} blocks)\n", indent, words_of(r.use, uses.no_stack_like_gradients),
-                       fb(r.bytes),
-                       share(r.bytes, uses.total_bytes), r.blocks);
+    out +=
+        fmt::format("{}    {:<28} {:>12} {:>6}  ({} blocks)\n", indent, words_of(r.use, uses.no_stack_like_gradients),
+                    fb(r.bytes), share(r.bytes, uses.total_bytes), r.blocks);
   out += indent + "Next step by kind of memory: " + next_step_by_use(uses) + "\n";
   return out;
 }

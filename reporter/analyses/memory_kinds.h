@@ -41,7 +41,7 @@ struct UseBytes {
 
 /// The kinds of the memory alive at one moment, largest first (ties in MemoryUse order).
 struct MemoryUses {
-  std::vector<UseBytes> rows;   ///< only kinds with bytes
+  std::vector<UseBytes> rows;     ///< only kinds with bytes
   std::uint64_t total_bytes = 0;  ///< allocated bytes in the rows
   /// Bytes without a stack that are within 10 % of the parameters' bytes: in a training step, the
   /// gradients (one per parameter, made on autograd's thread, which has no Python frames).

@@ -365,8 +365,9 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
     if (const SitesAt* s = sites_of_case(m, sites, c))
       out += render_sites_text(*s, "Top allocation sites alive at this moment:", "  ");
     if (m.stacks && c.state && !c.state->stacks.empty())
-      out += render_memory_uses_text(memory_uses(c.state->stacks, *m.stacks),
-                                     "Memory of the tensors alive at this moment, by kind (from their call stacks):", "  ");
+      out += render_memory_uses_text(
+          memory_uses(c.state->stacks, *m.stacks),
+          "Memory of the tensors alive at this moment, by kind (from their call stacks):", "  ");
     if (const LedgerAt* at = ledger_of_case(m, c)) {
       out += render_ledger_text(*m.ledger, *at, "Memory ledger of the device at this OOM:", "  ");
     } else if (c.without_entry && c.without_entry->recorded) {
@@ -467,7 +468,8 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     o["next_step"] = c.diagnosis.next_step;
     if (const SitesAt* s = sites_of_case(m, sites, c)) o["sites"] = sites_json(*s);
     if (m.stacks && c.state && !c.state->stacks.empty())
-      if (const MemoryUses u = memory_uses(c.state->stacks, *m.stacks); u.telling()) o["memory_kinds"] = memory_uses_json(u);
+      if (const MemoryUses u = memory_uses(c.state->stacks, *m.stacks); u.telling())
+        o["memory_kinds"] = memory_uses_json(u);
     if (m.stacks && c.request_stack) o["request_site"] = stack_site_label(*m.stacks, c.request_stack);
     if (const LedgerAt* at = ledger_of_case(m, c)) o["ledger"] = ledger_at_json(*m.ledger, *at);
     arr.push_back(o);

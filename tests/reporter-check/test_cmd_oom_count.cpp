@@ -345,7 +345,7 @@ TEST_CASE("real encoder OOMs: capacity under 10 GiB; fragmentation under 16 GiB 
   std::map<std::string, std::string> verdict;
   for (const auto& r : oj["replays"]) verdict[r["settings"].get<std::string>()] = r["verdict"].get<std::string>();
   CHECK(verdict[""] == "does_not_fit");
-  CHECK(verdict["expandable_segments:True"] == "fits");  // fitted on the GPU, 14.75 GiB peak reserved
+  CHECK(verdict["expandable_segments:True"] == "fits");            // fitted on the GPU, 14.75 GiB peak reserved
   CHECK(verdict["roundup_power2_divisions:4"] == "does_not_fit");  // ran out of memory on the GPU
   for (const char* s : {"max_split_size_mb:20", "max_split_size_mb:128", "max_split_size_mb:512"})
     CHECK(verdict[s] == "marginal");  // within 12 MiB of the cap: the replay does not promise

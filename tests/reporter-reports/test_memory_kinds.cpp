@@ -49,8 +49,8 @@ TEST_CASE("memory kinds: a state's blocks by kind, and the remedy for the larges
   const std::uint32_t act = t.intern({fr("model.py", 40, "forward"), fr("train.py", 71, "main")});
   const std::uint64_t GiB = 1ull << 30;
   // A Llama-like OOM in the first optimizer step: state 5, parameters 4, gradients (no stack) 4.1.
-  MemoryUses u = memory_uses({{opt, 5 * GiB, 250}, {par, 4 * GiB, 200}, {0, 4 * GiB + GiB / 10, 200}, {act, GiB / 2, 3}},
-                             t);
+  MemoryUses u =
+      memory_uses({{opt, 5 * GiB, 250}, {par, 4 * GiB, 200}, {0, 4 * GiB + GiB / 10, 200}, {act, GiB / 2, 3}}, t);
   REQUIRE(u.rows.size() == 4);
   CHECK(u.rows[0].use == MemoryUse::optimizer_state);
   CHECK(u.rows[1].use == MemoryUse::no_stack);

@@ -102,7 +102,8 @@ void no_call_after_exit(const Run& r) { CHECK(r.err.find("FAKECUDA: call after e
 }  // namespace
 
 TEST_CASE("exports are exactly the hooks of hooks.def, dlsym and the C API, all unversioned") {
-  std::set<std::string> expected = {"dlsym", "vramtrace_mark", "vramtrace_flush", "vramtrace_forward_allocations", "vramtrace_version"};
+  std::set<std::string> expected = {"dlsym", "vramtrace_mark", "vramtrace_flush", "vramtrace_forward_allocations",
+                                    "vramtrace_version"};
 #define VT_HOOK(level, policy, name, ret, params, args) expected.insert(#name);
 #include "base/hooks.def"
 #undef VT_HOOK
@@ -573,7 +574,7 @@ TEST_CASE("memory cap: OOM under the cap -- retry counted, the real error codes,
   // 40 MiB (the cached 30 MiB released), 10 MiB, 100 MiB driver, 100 MiB async: one retry each
   CHECK(get(s, "allocator.num_alloc_retries") == 4);
   CHECK(get(s, "allocator.num_ooms") == 3);
-  CHECK(get(s, "events.oom") == 4);  // and the 20 MiB cuMemCreate, refused before the driver
+  CHECK(get(s, "events.oom") == 4);          // and the 20 MiB cuMemCreate, refused before the driver
   CHECK(get(s, "shim.oom_fallbacks") == 0);  // no fallback past the cap
   CHECK(get(s, "allocator.reserved_bytes.all.peak") <= 64 * kMiB);
   CHECK(get(s, "allocator.reserved_bytes.all.peak") == 62 * kMiB);
@@ -659,7 +660,7 @@ TEST_CASE("memory cap: forwarded allocations (vramtrace_forward_allocations) are
   CHECK(get(s, "shim.cached_allocs") == 0);
   CHECK(get(s, "shim.runtime_fast_allocs") == 0);
   CHECK(get(s, "allocator.num_alloc_retries") <= 0);  // -1: no allocator was ever made
-  CHECK(get(s, "events.oom") == 4);  // 10 MiB, 100 MiB driver, 100 MiB async, 20 MiB cuMemCreate
+  CHECK(get(s, "events.oom") == 4);                   // 10 MiB, 100 MiB driver, 100 MiB async, 20 MiB cuMemCreate
   // Every forwarded allocation is traced as the program's own segment: 30, 20, 40 MiB, the 2 MiB
   // handle and the 1000 B at the end.
   CHECK(get(s, "events.segment_alloc") == 5);

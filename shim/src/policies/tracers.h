@@ -28,9 +28,9 @@ struct Admit {
   }
 };
 
-#define VT_ADMIT(name, ...)                                  \
-  template <>                                                \
-  struct Admit<Hook::name> {                                 \
+#define VT_ADMIT(name, ...)                                        \
+  template <>                                                      \
+  struct Admit<Hook::name> {                                       \
     static bool admits(std::uint16_t entry, __VA_ARGS__) noexcept; \
   };
 VT_ADMIT(cuMemCreate, CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long)
