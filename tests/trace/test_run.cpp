@@ -230,7 +230,20 @@ TEST_CASE("damaged traces: each kind of damage is named, nothing readable is los
        "ends abruptly before its first event (no trailer", 0},
       {"cuthdr.jsonl", plain.substr(0, 30), "header line is cut", "header line is cut", 2},
   };
-  for (const Case& c : cases) {
+  // Values no writer produces: refused with the file, the line and the field, never printed as memory.
+  auto with_event = [&](const std::string& event) {
+    return plain.substr(0, trailer_at) + event + "\n" + plain.substr(trailer_at);
+  };
+  const std::vector<std::pair<std::string, std::string>> impossible = {
+      {R"({"a":"alloc","t":1000,"p":4096,"r":18446744073709551615})", "field \"r\": impossible size"},
+      {R"({"a":"alloc","t":1000,"d":-1,"p":4096,"r":512})", "field \"d\": device -1 outside 0..1023"},
+      {R"({"a":"alloc","t":1000,"d":99999,"p":4096,"r":512})", "field \"d\": device 99999 outside"},
+  };
+  std::vector<Case> all = cases;
+  for (std::size_t i = 0; i < impossible.size(); ++i)
+    all.push_back({"impossible" + std::to_string(i) + ".jsonl", with_event(impossible[i].first), impossible[i].second,
+                   impossible[i].second, 2});
+  for (const Case& c : all) {
     INFO(c.file);
     const std::string path = write(c.file, c.text);
     RunResult s = run_vramtrace({"summary", path}, dir);

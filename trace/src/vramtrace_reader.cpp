@@ -662,6 +662,24 @@ class Reader final : public VramtraceTraceReader {
     return err;
   }
 
+  // Note [impossible values]: a value no writer can produce is refused with the field that holds
+  // it (the file and line come from fail): shown as memory it would read as "-1 B", a negative
+  // rounding waste or a run of 235 years. The bounds: sizes up to 1 EiB (the PyTorch-history
+  // reader's bound), devices 0..1023 (replay's). A block below its request is not refused: the
+  // trace writer takes events as given and its own tests write such blocks. Times are not bounded here: a writer stamps events with its own clock, which
+  // may run before the header's origin (the readers saturate what would overflow).
+  void refuse_impossible(Action action, const LineFields& f) {
+    constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 60;
+    constexpr std::int64_t kMaxDevice = 1023;
+    if (action != Action::mark && f.r > kMaxBytes)
+      fail(fmt::format("field \"r\": impossible size {} bytes (more than 1 EiB)", f.r));
+    const bool block = action == Action::alloc || action == Action::free_requested || action == Action::free_completed;
+    if (block && f.b && *f.b > kMaxBytes)
+      fail(fmt::format("field \"b\": impossible block size {} bytes (more than 1 EiB)", *f.b));
+    if (static_cast<std::int64_t>(f.d) < 0 || static_cast<std::int64_t>(f.d) > kMaxDevice)
+      fail(fmt::format("field \"d\": device {} outside 0..{}", static_cast<std::int64_t>(f.d), kMaxDevice));
+  }
+
   // One line: an event (filled into `out`), the trailer, a skipped kind, or a cut last line.
   int parse_line(std::string_view line, TraceRecord& out) {
     LineFields f;
@@ -716,6 +734,7 @@ class Reader final : public VramtraceTraceReader {
       ++skipped_;
       return kSkipped;
     }
+    refuse_impossible(*action, f);
     out = TraceRecord{};
     out.action = *action;
     out.addr = f.p;
