@@ -663,11 +663,11 @@ class Reader final : public VramtraceTraceReader {
   }
 
   // Note [impossible values]: a value no writer can produce is refused with the field that holds
-  // it (the file and line come from fail): shown as memory it would read as "-1 B", a negative
-  // rounding waste or a run of 235 years. The bounds: sizes up to 1 EiB (the PyTorch-history
-  // reader's bound), devices 0..1023 (replay's). A block below its request is not refused: the
-  // trace writer takes events as given and its own tests write such blocks. Times are not bounded here: a writer stamps events with its own clock, which
-  // may run before the header's origin (the readers saturate what would overflow).
+  // it (the file and line come from fail): shown as memory it would read as "-1 B" or a device
+  // no replay accepts. The bounds: sizes up to 1 EiB (the PyTorch-history reader's bound),
+  // devices 0..1023 (replay's). Not refused: a block below its request (the trace writer takes
+  // events as given, and its own tests write such blocks), and times, which a writer stamps with
+  // its own clock, possibly before the header's origin (the readers saturate what would overflow).
   void refuse_impossible(Action action, const LineFields& f) {
     constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 60;
     constexpr std::int64_t kMaxDevice = 1023;
