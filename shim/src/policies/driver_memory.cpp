@@ -103,14 +103,11 @@ CUresult oom_fallback(const ContextPool& pool, Fn real, std::uint16_t entry, CUd
   return r;
 }
 
-// Plain device memory forwarded past the cache (reuse:none, stream capture, exit) still counts
-// against the cap (memory_cap.h): refused when it would not fit. A check, not a reservation: two
-// threads forwarding at once may pass together; allocations through the cache are exact.
+// Plain device memory forwarded past the cache (reuse:none, forwarding, stream capture, exit)
+// still counts against the cap (memory_cap.h): refused when it would not fit.
 bool forwarded_fits(CUdeviceptr* dptr, size_t bytes) noexcept {
-  if (!dptr || bytes == 0 || EntryScope::internal() || !enabled() || exiting()) return true;
-  const int device = current_device();
-  measure_driver_share(device);
-  return cap_admits(device, bytes);
+  if (!dptr || bytes == 0 || EntryScope::internal() || !enabled() || exiting()) return true;  // before any driver call
+  return vramtrace::shim::forwarded_fits(current_device(), bytes);
 }
 
 // Note [stream-ordered reuse]: cuMemAllocAsync/cuMemFreeAsync blocks are kept per stream by the

@@ -11,6 +11,7 @@
 #include "base/process.h"
 #include "base/real.h"
 #include "base/streams.h"
+#include "policies/context_pool.h"
 #include "policies/memory_cap.h"
 
 namespace vramtrace::shim {
@@ -67,6 +68,12 @@ int current_device() noexcept {
   CUdevice dev = 0;
   if (!d || !d->cuCtxGetDevice || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;
   return dev;
+}
+
+bool forwarded_fits(int device, std::uint64_t bytes) noexcept {
+  if (bytes == 0 || EntryScope::internal() || !enabled() || exiting() || cap_of(device) == 0) return true;
+  measure_driver_share(device);
+  return cap_admits(device, bytes);
 }
 
 void passthrough_oom(std::uint64_t bytes, std::uint16_t entry, std::uint64_t stream) noexcept {

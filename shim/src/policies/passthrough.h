@@ -38,4 +38,11 @@ void passthrough_init() noexcept;
 /// Device ordinal of the calling thread's current context (0 if none).
 int current_device() noexcept;
 
+/// Whether `bytes` of device memory forwarded to the driver on `device` fit under the memory cap
+/// (memory_cap.h), the driver's share measured first. True without a cap, for 0 bytes, for the
+/// shim's own calls, when disabled and during exit. A check, not a reservation: two threads
+/// forwarding at once may both pass (Note [forwarded memory under the cap], tracers.cpp).
+/// Thread-safe.
+bool forwarded_fits(int device, std::uint64_t bytes) noexcept;
+
 }  // namespace vramtrace::shim

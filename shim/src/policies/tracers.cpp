@@ -122,9 +122,7 @@ void Tracer<Hook::cuMipmappedArrayDestroy>::after(std::uint16_t entry, CUresult 
 // may pass together.
 namespace {
 bool forwarded_admits(int device, std::uint64_t bytes, std::uint16_t entry, std::uint64_t stream) noexcept {
-  if (bytes == 0 || exiting() || cap_of(device) == 0) return true;
-  measure_driver_share(device);
-  if (cap_admits(device, bytes)) return true;
+  if (forwarded_fits(device, bytes)) return true;
   passthrough_oom(bytes, entry, stream);
   return false;
 }
