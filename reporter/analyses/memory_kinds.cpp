@@ -81,8 +81,9 @@ bool is_activations(const Frame& f, const PathParts& p) {
   return p.base == "checkpoint.py" && p.parent() == "utils";
 }
 
-constexpr std::array<MemoryUse, 6> kOrder = {MemoryUse::optimizer_state, MemoryUse::parameters, MemoryUse::backward,
-                                             MemoryUse::activations,     MemoryUse::other,      MemoryUse::no_stack};
+// One slot per MemoryUse, indexed by its value (the enum lists the kinds in this order).
+constexpr std::size_t kUses = static_cast<std::size_t>(MemoryUse::no_stack) + 1;
+std::size_t slot(MemoryUse u) { return static_cast<std::size_t>(u); }
 
 const char* words_of(MemoryUse u, bool like_gradients = false) {
   switch (u) {
@@ -181,12 +182,12 @@ bool MemoryUses::telling() const noexcept {
 }
 
 MemoryUses memory_uses(const std::vector<StackBytes>& stacks, const StackTable& table) {
-  std::array<UseBytes, kOrder.size()> acc{};
-  for (std::size_t i = 0; i < kOrder.size(); ++i) acc[i].use = kOrder[i];
+  std::array<UseBytes, kUses> acc{};
+  for (std::size_t i = 0; i < kUses; ++i) acc[i].use = static_cast<MemoryUse>(i);
   for (const auto& sb : stacks) {
     const std::vector<Frame>* st = sb.stack ? table.get(sb.stack) : nullptr;
     const MemoryUse u = st ? memory_use_of(*st) : MemoryUse::no_stack;
-    UseBytes& a = acc[static_cast<std::size_t>(std::find(kOrder.begin(), kOrder.end(), u) - kOrder.begin())];
+    UseBytes& a = acc[slot(u)];
     a.bytes += sb.bytes;
     a.blocks += sb.blocks;
   }
@@ -195,7 +196,7 @@ MemoryUses memory_uses(const std::vector<StackBytes>& stacks, const StackTable& 
     out.total_bytes += a.bytes;
     if (a.bytes) out.rows.push_back(a);
   }
-  const u64 params = acc[1].bytes, none = acc[5].bytes;
+  const u64 params = acc[slot(MemoryUse::parameters)].bytes, none = acc[slot(MemoryUse::no_stack)].bytes;
   out.no_stack_like_gradients = params > 0 && none > 0 && none * 10 >= params * 9 && none * 10 <= params * 11;
   std::stable_sort(out.rows.begin(), out.rows.end(),
                    [](const UseBytes& a, const UseBytes& b) { return a.bytes > b.bytes; });
