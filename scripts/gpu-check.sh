@@ -20,7 +20,8 @@
 #
 # Environment:
 #   VRAMTRACE_BUILD_DIR  the binaries: a carry directory (bin/vramtrace, shim/libvramtrace.so,
-#                        gpu/alloc_check_{static,shared}, gpu/count_probe.so, lib/, share/) or a build
+#                        gpu/alloc_check_{static,shared}, gpu/{pointer,reuse}_check, gpu/count_probe.so,
+#                        lib/, share/) or a build
 #                        directory (default: .carry/gpu if it holds the shim, else build/, then
 #                        build-release/)
 #   OUT                  where results go (default ./gpu-check-out)
@@ -44,8 +45,9 @@ leak 90 1 `vramtrace check --no-leaks` on a real training loop with and without 
 trace 150 1 `vramtrace run --tensors` of GPT-2 training: its replay reproduces the trailer, full tracing costs <= 1.03x step time
 compat 120 1 the compatibility table: nvcc programs, PyTorch (four allocator modes), CuPy, JAX without and with the shim, bit-identical results and intercepted calls, plus benchmark rows
 bench 150 1 interleaved step-time rounds: native, the shim in front of PyTorch, tensor mode under each reuse policy, traced
+reuse 60 1 pointer queries answer for the block (base, size, buffer id; a memset of that size spares the neighbours; IPC) and reuse safety: a cross-stream free and reallocate in CUDA and the PyTorch record_stream pattern, 20 trials under each reuse policy (ctest "gpu: reuse safety and pointer queries")
 whatif 300 1 what-if accuracy: replay peak reserved vs the real run under each setting, per workload (the error bound of the verdicts; not in the default steps: about 10 minutes for all four workloads)'
-DEFAULT_STEPS=(cap multi leak trace compat bench)
+DEFAULT_STEPS=(reuse cap multi leak trace compat bench)
 
 list_steps() {
   printf '%-13s %-8s %s\n' step minimum "what it checks"
@@ -98,7 +100,7 @@ carry() {
   mkdir -p "$dest/share/vramtrace/python/vramtrace/_boot"
   cp python/vramtrace/torch_level.py "$dest/share/vramtrace/python/vramtrace/"
   cp python/vramtrace/_boot/sitecustomize.py "$dest/share/vramtrace/python/vramtrace/_boot/"
-  for p in alloc_check_static alloc_check_shared; do
+  for p in alloc_check_static alloc_check_shared pointer_check reuse_check; do
     [[ -x $build/gpu/$p ]] && cp "$build/gpu/$p" "$dest/gpu/"
   done
   # The counting probe of tests/gpu/count_probe.c (plain C, glibc only): an independent count of
@@ -138,6 +140,7 @@ step_command() {  # step seconds
     cap) cmd=(tests/gpu/cap_check.sh) ;;
     multi) cmd=(tests/gpu/multi_check.sh) ;;
     leak) cmd=(tests/gpu/leak_check.sh "$B" "$OUT/leak") ;;
+    reuse) cmd=(tests/gpu/reuse_check.sh "$B" "$OUT/reuse") ;;
     whatif) read -r -a extra <<<"${WHATIF_ARGS:-}"
             cmd=(python3 tests/gpu/whatif_accuracy.py --budget "$t" --build "$B" --out "$OUT/whatif" "${extra[@]}") ;;
   esac

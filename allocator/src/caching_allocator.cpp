@@ -1194,6 +1194,22 @@ std::optional<BlockInfo> CachingAllocator::find(DevicePtr ptr) const noexcept {
                    b->pool->is_small ? PoolKind::small : PoolKind::large};
 }
 
+std::optional<BlockInfo> CachingAllocator::find_containing(DevicePtr addr) const noexcept {
+  if (addr == 0) return std::nullopt;
+  std::lock_guard<SpinLock> lock(impl_->mu);
+  const Block* b = impl_->active.find(addr);
+  if (b == nullptr) {
+    // Blocks are linked only within their segment and free blocks are indexed by size, so an
+    // interior address is found by a scan of the live blocks.
+    impl_->active.for_each([&](DevicePtr start, const Block* candidate) {
+      if (b == nullptr && start < addr && addr - start < candidate->size) b = candidate;
+    });
+  }
+  if (b == nullptr) return std::nullopt;
+  return BlockInfo{b->ptr, b->size, b->requested_size, b->stream,
+                   b->pool->is_small ? PoolKind::small : PoolKind::large};
+}
+
 std::uint64_t CachingAllocator::cached_free_bytes() const noexcept {
   std::lock_guard<SpinLock> lock(impl_->mu);
   return static_cast<std::uint64_t>(impl_->stats.reserved_bytes[kStatAll].current -

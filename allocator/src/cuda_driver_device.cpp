@@ -170,12 +170,14 @@ void CudaDriverDevice::synchronize() noexcept {
   api_.cuCtxSynchronize();
 }
 
-bool CudaDriverDevice::contains(DevicePtr ptr) const noexcept {
+bool CudaDriverDevice::contains(DevicePtr ptr) const noexcept { return range_start(ptr) != 0; }
+
+DevicePtr CudaDriverDevice::range_start(DevicePtr ptr) const noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = ranges_.upper_bound(ptr);
-  if (it == ranges_.begin()) return false;
+  if (it == ranges_.begin()) return 0;
   --it;
-  return ptr < it->first + it->second;
+  return ptr - it->first < it->second ? it->first : 0;
 }
 
 std::uint64_t CudaDriverDevice::held_bytes() const noexcept {

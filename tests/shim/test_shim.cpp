@@ -960,3 +960,22 @@ TEST_CASE("the trace writer's failure goes through the shim's logger in the same
   REQUIRE(off.exit_code == 0);
   CHECK(off.err.empty());
 }
+
+TEST_CASE("pointer queries describe the block and not its cached segment and IPC inside a segment is refused") {
+  Run plain = run({road("road_pointers")}, false);
+  REQUIRE(plain.exit_code == 0);
+  Run r = run({road("road_pointers")}, true, {"VRAMTRACE_LOG_LEVEL=debug"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.program == plain.program);
+  const Stats& s = r.stats();
+  for (const char* f : {"cuMemGetAddressRange_v2", "cuPointerGetAttribute", "cuPointerGetAttributes",
+                        "cuIpcGetMemHandle", "cuMemAlloc_v2", "cuMemFree_v2"}) {
+    INFO(f);
+    CHECK(get(s, std::string("calls.") + f) == get(r.program, f));
+  }
+  CHECK(get(s, "shim.cached_allocs") == 5);
+  CHECK(lines_with(r.err, "vramtrace: cuIpcGetMemHandle: the block at ") == 1);
+  CHECK(lines_with(r.err, "] debug: cuIpcGetMemHandle: an IPC export of a block that does not start") == 1);
+  CHECK(lines_with(r.err, "] debug: cuPointerGetAttribute: a pointer query about a block") == 1);
+}

@@ -78,6 +78,12 @@ class CachingAllocator {
   /// Looks up a live (allocated or pending) block by its exact start address. Thread-safe.
   std::optional<BlockInfo> find(DevicePtr ptr) const noexcept;
 
+  /// The live block holding `addr` (its start or any byte inside it), for the driver's pointer
+  /// queries, which accept interior pointers. A start address costs one hash lookup; an interior
+  /// address a scan of the live blocks (O(live blocks), a few ns each), so this is for rare
+  /// queries, never for the allocation path. Thread-safe.
+  std::optional<BlockInfo> find_containing(DevicePtr addr) const noexcept;
+
   /// Bytes cached but not allocated (reserved - allocated - pending); what cudaMemGetInfo
   /// should add to the device's free bytes. Thread-safe.
   std::uint64_t cached_free_bytes() const noexcept;

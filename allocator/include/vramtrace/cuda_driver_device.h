@@ -82,6 +82,8 @@ class CudaDriverDevice final : public DeviceBackend {
   /// Whether `ptr` lies inside a live segment or reserved range of this backend (used by the shim
   /// to tell a double free of a cached block from a pointer it never handed out).
   bool contains(DevicePtr ptr) const noexcept;
+  /// The start of the segment or reserved range holding `ptr`, or 0 when none does.
+  DevicePtr range_start(DevicePtr ptr) const noexcept;
   /// Bytes currently held from the driver (segments + mapped pages).
   std::uint64_t held_bytes() const noexcept;
   /// Stops all driver calls for good (see class comment). Thread-safe, idempotent.

@@ -167,7 +167,11 @@ void write_log_line(LogLevel level, std::initializer_list<RawPart> parts) noexce
     "CUDA_ERROR_INVALID_VALUE (shim.double_frees)")                                                           \
   X(free_exit, "a free after process exit began: forgotten, no driver call (Note [no CUDA call at exit])")    \
   X(free_ipc, "a block exported by IPC: quarantined at its free, never reused")                               \
-  X(ipc_exported, "a block of vramtrace's cache exported by IPC: it will never be reused")
+  X(ipc_exported, "a block of vramtrace's cache exported by IPC: it will never be reused")                    \
+  X(ipc_refused,                                                                                              \
+    "an IPC export of a block that does not start its cached segment: refused with "                          \
+    "CUDA_ERROR_INVALID_VALUE (an importer would map the segment's start)")                                   \
+  X(query_block, "a pointer query about a block of vramtrace's cache: answered for the block")
 
 enum class Decision : std::uint8_t {
 #define VT_DECISION_ENUM(name, text) name,

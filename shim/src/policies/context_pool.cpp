@@ -90,6 +90,28 @@ bool ContextPool::take_exported(DevicePtr addr) noexcept {
   return exported_.erase(addr) != 0;
 }
 
+std::uint64_t ContextPool::buffer_id(DevicePtr block) noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    auto [it, made] = buffer_ids_.try_emplace(block, 0);
+    if (made) {
+      it->second = (std::uint64_t{1} << 63) | next.fetch_add(1, std::memory_order_relaxed);
+      any_buffer_ids_.store(true, std::memory_order_release);
+    }
+    return it->second;
+  } catch (...) {
+    // Out of host memory: an id that is never handed out twice, though not stable across calls.
+    return (std::uint64_t{1} << 63) | next.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ContextPool::forget_buffer_id(DevicePtr block) noexcept {
+  if (!any_buffer_ids_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  buffer_ids_.erase(block);
+}
+
 namespace {
 std::atomic<bool> g_other_stream{false};
 }  // namespace
@@ -255,6 +277,16 @@ Owner PoolRegistry::owner_of(DevicePtr addr) noexcept {
     if (!p) continue;
     if (auto b = p->allocator.find(addr)) return Owner{p, true, *b};
     if (p->backend.contains(addr)) return Owner{p, false, {}};
+  }
+  return Owner{};
+}
+
+Owner PoolRegistry::owner_containing(DevicePtr addr) noexcept {
+  for (auto& slot : slots_) {
+    ContextPool* p = slot.load(std::memory_order_acquire);
+    if (!p || !p->backend.contains(addr)) continue;
+    if (auto b = p->allocator.find_containing(addr)) return Owner{p, true, *b};
+    return Owner{p, false, {}};
   }
   return Owner{};
 }

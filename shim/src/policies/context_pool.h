@@ -76,6 +76,22 @@ class ContextPool {
   void mark_exported(DevicePtr addr) noexcept;
   bool take_exported(DevicePtr addr) noexcept;
 
+  // Note [a block answers as an allocation]: the driver's pointer queries describe the driver
+  // allocation holding a pointer, which for a block of ours is the whole cached segment, shared
+  // with other live blocks. Libraries size buffers and register memory from these answers
+  // (numba clears cuMemGetAddressRange's size from the block's start; registration caches key on
+  // CU_POINTER_ATTRIBUTE_BUFFER_ID), so every answer about a live block is that block's: its
+  // start, its requested size, and a buffer id of its own that changes when the block is freed
+  // and handed out again, as a new driver allocation's would. An id is made when first asked for
+  // and forgotten at the block's free, so allocation paths pay one relaxed load.
+
+  /// The buffer id reported for the live block starting at `block`: the same on every call until
+  /// the block is freed, then never again. Ids have bit 63 set, so they never equal the driver's
+  /// own (a counter from 1). Thread-safe.
+  std::uint64_t buffer_id(DevicePtr block) noexcept;
+  /// Forgets the buffer id of `block` (at its free). Thread-safe, lock-free when no id was made.
+  void forget_buffer_id(DevicePtr block) noexcept;
+
   /// Set when the pool's context was reset or destroyed (then it is out of the registry).
   std::atomic<bool> dropped{false};
 
@@ -86,7 +102,9 @@ class ContextPool {
   bool all_unsynced_ = false;                                          // mark_all_unsynced since the last sync
   std::uint64_t all_unsynced_epoch_ = 0;                               // the epoch it was marked in
   std::set<DevicePtr> exported_;
-  std::atomic<bool> any_exported_{false};  // lets take_exported skip the lock when nothing was
+  std::atomic<bool> any_exported_{false};          // lets take_exported skip the lock when nothing was
+  std::map<DevicePtr, std::uint64_t> buffer_ids_;  // block start -> id, made by buffer_id
+  std::atomic<bool> any_buffer_ids_{false};
 };
 
 /// Result of looking a pointer up in every pool.
@@ -108,8 +126,11 @@ class PoolRegistry {
   ContextPool* current() noexcept;
   /// The live pool of `ctx`, or null.
   ContextPool* find(CUcontext ctx) noexcept;
-  /// Which pool `addr` belongs to.
+  /// Which pool `addr` belongs to, `addr` being a block's start.
   Owner owner_of(DevicePtr addr) noexcept;
+  /// Which pool holds `addr`, a block's start or any byte inside it (the pointer queries accept
+  /// interior pointers; a scan of the pool's live blocks when it is not a start).
+  Owner owner_containing(DevicePtr addr) noexcept;
   /// Idle cached bytes of the pools on `device` (what cuMemGetInfo adds to free).
   std::uint64_t cached_free_bytes(int device) noexcept;
   /// Drops (abandons, without any driver call) the pools of a context, or of the primary context

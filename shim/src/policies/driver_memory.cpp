@@ -178,6 +178,7 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
       bump(g_counters.cross_stream_frees);
       o.pool->allocator.record_stream(p, key);
     }
+    o.pool->forget_buffer_id(p);  // Note [a block answers as an allocation]
     return to_cuda(o.pool->allocator.deallocate(p, e.entry()), *o.pool);
   }
   if (o.pool) {
@@ -237,6 +238,7 @@ Status cached_free(const Owner& o, DevicePtr p, std::uint16_t entry) noexcept {
   }
   // Note [lazy sync before reuse]: remember the range before the block can be handed out again.
   if (reuse_needs_sync()) o.pool->note_freed(p, o.block.size);
+  o.pool->forget_buffer_id(p);  // Note [a block answers as an allocation]
   return o.pool->allocator.deallocate(p, entry);
 }
 

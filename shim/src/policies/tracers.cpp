@@ -172,14 +172,4 @@ void Tracer<Hook::cuMemUnmap>::after(std::uint16_t entry, CUresult r, CUdevicept
   if (r == CUDA_SUCCESS) emit(Action::segment_unmap, p, size, 0, entry, MemoryKind::vmm, current_device());
 }
 
-// IPC: an exported block of ours is quarantined at its free (never reused; research 5.5).
-void Tracer<Hook::cuIpcGetMemHandle>::after(std::uint16_t entry, CUresult r, CUipcMemHandle*, CUdeviceptr p) noexcept {
-  if (r != CUDA_SUCCESS) return;
-  Owner o = pools().owner_of(p);
-  if (o.pool && o.live) {
-    o.pool->mark_exported(p);
-    log_decision(Decision::ipc_exported, entry);
-  }
-}
-
 }  // namespace vramtrace::shim

@@ -74,7 +74,6 @@ VT_TRACER(cuMemCreate, CUmemGenericAllocationHandle*, size_t, const CUmemAllocat
 VT_TRACER(cuMemRelease, CUmemGenericAllocationHandle)
 VT_TRACER(cuMemMap, CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)
 VT_TRACER(cuMemUnmap, CUdeviceptr, size_t)
-VT_TRACER(cuIpcGetMemHandle, CUipcMemHandle*, CUdeviceptr)
 #undef VT_TRACER
 
 }  // namespace vramtrace::shim

@@ -62,6 +62,7 @@ struct Allocation {
   char* host = nullptr;  // backing store
   CUcontext ctx = nullptr;
   Kind kind = Kind::device;
+  unsigned long long buffer_id = 0;  // CU_POINTER_ATTRIBUTE_BUFFER_ID: a counter from 1
 };
 
 struct Context {
@@ -186,6 +187,8 @@ CUresult do_alloc(CUdeviceptr* out, size_t bytes, Kind kind) {
   a.host = static_cast<char*>(calloc(1, charged));
   a.ctx = reinterpret_cast<CUcontext>(c);
   a.kind = kind;
+  static unsigned long long next_buffer_id = 1;
+  a.buffer_id = next_buffer_id++;
   CUdeviceptr p = c->next;
   c->next += round_up(bytes, 4096);
   s.used[c->device] += charged;
@@ -479,6 +482,49 @@ FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CU
   return CUDA_SUCCESS;
 }
 
+// The allocation holding p (any byte of it), or null.
+static const std::pair<const CUdeviceptr, Allocation>* allocation_holding(CUdeviceptr p) {
+  auto& a = st().allocs;
+  auto it = a.upper_bound(p);
+  if (it == a.begin()) return nullptr;
+  --it;
+  return p < it->first + it->second.size ? &*it : nullptr;
+}
+// The attributes the tests ask for; `known` false gives the defaults cuPointerGetAttributes
+// writes for a pointer the driver does not know.
+static bool pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, bool known) {
+  const auto* a = known ? allocation_holding(p) : nullptr;
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = a ? a->first : 0;
+      return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = a ? a->second.size : 0;
+      return true;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = a ? a->second.buffer_id : 0;
+      return true;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned int*>(data) = a ? CU_MEMORYTYPE_DEVICE : 0;
+      return true;
+    default:
+      return false;
+  }
+}
+FAKE_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
+  COUNT();
+  if (!data || !allocation_holding(p)) return CUDA_ERROR_INVALID_VALUE;
+  return pointer_attribute(data, attr, p, true) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+FAKE_EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute* attrs, void** data, CUdeviceptr p) {
+  COUNT();
+  if (!attrs || !data) return CUDA_ERROR_INVALID_VALUE;
+  const bool known = allocation_holding(p) != nullptr;
+  for (unsigned i = 0; i < n; ++i)
+    if (!pointer_attribute(data[i], attrs[i], p, known)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
 // ---------------------------------------------------------------- stream-ordered memory
 static CUresult alloc_async(CUdeviceptr* p, size_t bytes, CUstream s) {
   if (inject_alloc_fault()) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -720,6 +766,8 @@ const ProcEntry kProcs[] = {
     {"cuMemcpyHtoD", 3020, "cuMemcpyHtoD_v2", nullptr},
     {"cuMemcpyDtoH", 3020, "cuMemcpyDtoH_v2", nullptr},
     {"cuMemGetAddressRange", 3020, "cuMemGetAddressRange_v2", nullptr},
+    {"cuPointerGetAttribute", 4000, "cuPointerGetAttribute", nullptr},
+    {"cuPointerGetAttributes", 7000, "cuPointerGetAttributes", nullptr},
     {"cuMemAllocAsync", 11020, "cuMemAllocAsync", "cuMemAllocAsync_ptsz"},
     {"cuMemFreeAsync", 11020, "cuMemFreeAsync", "cuMemFreeAsync_ptsz"},
     {"cuMemAllocFromPoolAsync", 11020, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"},
@@ -802,6 +850,8 @@ const struct {
     {"cuMemFreeHost", reinterpret_cast<void*>(&cuMemFreeHost)},
     {"cuMemFree_v2", reinterpret_cast<void*>(&cuMemFree_v2)},
     {"cuMemGetAddressRange_v2", reinterpret_cast<void*>(&cuMemGetAddressRange_v2)},
+    {"cuPointerGetAttribute", reinterpret_cast<void*>(&cuPointerGetAttribute)},
+    {"cuPointerGetAttributes", reinterpret_cast<void*>(&cuPointerGetAttributes)},
     {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&cuMemGetAllocationGranularity)},
     {"cuMemGetInfo", reinterpret_cast<void*>(&cuMemGetInfo)},
     {"cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},

@@ -1,0 +1,65 @@
+// GPU check of reuse safety (tests/gpu/reuse_check.sh): a correct CUDA program that frees a
+// buffer while a kernel on another stream still reads it and allocates the same size at once.
+// cudaFree synchronises the device, so natively the reader has finished before the free returns;
+// a cache that hands the block out again without that guarantee lets the new owner overwrite it
+// while it is read. The new owner writes on the legacy stream ("legacy") or on a second
+// non-blocking stream ("side"). Prints "wrong N of T" per writer.
+//
+// Usage: reuse_check [TRIALS]  (default 20)
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#define CK(call)                                                                                  \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+__global__ void fill(unsigned* p, size_t n, unsigned v) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = v;
+}
+// Waits ~`cycles`, then sums the buffer.
+__global__ void slow_sum(const unsigned* p, size_t n, long long cycles, unsigned long long* out) {
+  long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  unsigned long long s = 0;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += p[i];
+  atomicAdd(out, s);
+}
+
+int main(int argc, char** argv) {
+  const int trials = argc > 1 ? std::atoi(argv[1]) : 20;
+  cudaStream_t reader, writer;
+  CK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking));
+  const size_t words = (8u << 20) / 4;
+  unsigned long long* sum = nullptr;
+  CK(cudaMallocManaged(&sum, sizeof *sum));
+  for (int side = 0; side < 2; ++side) {
+    int wrong = 0, same_address = 0;
+    for (int t = 0; t < trials; ++t) {
+      unsigned* a = nullptr;
+      CK(cudaMalloc(&a, words * 4));
+      fill<<<128, 256>>>(a, words, 1);
+      CK(cudaDeviceSynchronize());
+      *sum = 0;
+      slow_sum<<<1, 256, 0, reader>>>(a, words, 100000000ll, sum);  // ~50 ms
+      CK(cudaFree(a));
+      unsigned* b = nullptr;
+      CK(cudaMalloc(&b, words * 4));
+      same_address += b == a;
+      fill<<<128, 256, 0, side ? writer : cudaStream_t{}>>>(b, words, 2);
+      CK(cudaDeviceSynchronize());
+      if (*sum != words) ++wrong;
+      CK(cudaFree(b));
+    }
+    std::printf("%s wrong %d of %d (same address %d)\n", side ? "side" : "legacy", wrong, trials, same_address);
+  }
+  return 0;
+}

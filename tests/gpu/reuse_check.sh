@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# GPU step `reuse` of scripts/gpu-check.sh: what a program can see of the shim's cache.
+#  1. Pointer queries (pointer_check.cu): every block answers as its own driver allocation, the
+#     answers equal a native run's, a memset of the reported size spares the neighbours, IPC of a
+#     segment's first block works end to end, and a block inside a segment is refused.
+#  2. Reuse safety (reuse_check.cu, record_stream_check.py): a buffer freed while another stream
+#     still reads it and reallocated at once, TRIALS trials (default 20) natively and under each
+#     reuse policy. Every policy that claims cudaFree's guarantee (lazy_sync, device_sync) must give
+#     0 wrong; stream_ordered's figure is printed as what it is for (one-stream programs).
+#  3. numba's device_memory_size pattern (cuMemGetAddressRange, then a memset), where numba is
+#     installed.
+# Usage: tests/gpu/reuse_check.sh BUILD OUT [TRIALS]; exit 1 when a row fails (summary.txt).
+set -uo pipefail
+B=${1:?build dir} OUT=${2:?out dir} TRIALS=${3:-20}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+: >"$OUT/summary.txt"
+SHIM=$B/shim/libvramtrace.so
+fail=0
+row() {  # verdict text
+  printf '%-5s %s\n' "$1" "$2" | tee -a "$OUT/summary.txt"
+  [[ $1 == FAIL ]] && fail=1
+  return 0
+}
+verdict() { if "$@"; then echo PASS; else echo FAIL; fi; }
+
+# 1. pointer queries
+PC=$B/gpu/pointer_check
+if [[ -x $PC ]]; then
+  "$PC" >"$OUT/pointers.native.txt" 2>&1; rn=$?
+  LD_PRELOAD=$SHIM "$PC" >"$OUT/pointers.shim.txt" 2>"$OUT/pointers.shim.err"; rs=$?
+  VRAMTRACE_CONF=reuse:none LD_PRELOAD=$SHIM "$PC" >"$OUT/pointers.none.txt" 2>&1; rx=$?
+  row "$(verdict test $rn -eq 0)" "pointer_check native: every check holds (exit $rn)"
+  row "$(verdict test $rs -eq 0)" "pointer_check under the shim: every check holds, neighbours intact (exit $rs)"
+  row "$(verdict diff -q <(grep '^answer' "$OUT/pointers.native.txt") <(grep '^answer' "$OUT/pointers.shim.txt"))" \
+    "pointer_check: the shim's answers equal the driver's ($(grep -c '^answer' "$OUT/pointers.shim.txt") answers)"
+  row "$(verdict grep -q '^ipc_b 1$' "$OUT/pointers.shim.txt")" "IPC of a block inside a cached segment refused (cudaErrorInvalidValue)"
+  row "$(verdict grep -q '^ipc_b 0$' "$OUT/pointers.none.txt")" "IPC of the same block under reuse:none exported (exit $rx)"
+  sed -n 1,40p "$OUT/pointers.native.txt" "$OUT/pointers.shim.txt"
+else
+  row FAIL "no $PC (scripts/gpu-check.sh carry builds it)"
+fi
+
+# 2. reuse safety
+RC=$B/gpu/reuse_check
+run_policy() {  # label env...
+  local label=$1; shift
+  env "$@" "$RC" "$TRIALS" >"$OUT/reuse.$label.txt" 2>&1 || echo "exit $?" >>"$OUT/reuse.$label.txt"
+}
+if [[ -x $RC ]]; then
+  run_policy native
+  for p in lazy_sync device_sync stream_ordered; do run_policy "$p" LD_PRELOAD="$SHIM" VRAMTRACE_CONF=reuse:$p; done
+  for label in native lazy_sync device_sync stream_ordered; do
+    for w in legacy side; do
+      line=$(grep "^$w wrong" "$OUT/reuse.$label.txt" || echo "$w: no result ($(tail -1 "$OUT/reuse.$label.txt"))")
+      if [[ $label == stream_ordered ]]; then
+        row INFO "CUDA free+reallocate, writer on the $w stream, $label: $line (no guarantee across streams)"
+      else
+        row "$(verdict grep -q "^$w wrong 0 of $TRIALS" "$OUT/reuse.$label.txt")" "CUDA free+reallocate, writer on the $w stream, $label: $line"
+      fi
+    done
+  done
+else
+  row FAIL "no $RC (scripts/gpu-check.sh carry builds it)"
+fi
+RS=$here/record_stream_check.py
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  rs_run() {  # label env...
+    local label=$1; shift
+    env "$@" python3 "$RS" "$TRIALS" >"$OUT/record_stream.$label.txt" 2>&1 || echo "exit $?" >>"$OUT/record_stream.$label.txt"
+    local line; line=$(grep '^record_stream wrong' "$OUT/record_stream.$label.txt" || tail -1 "$OUT/record_stream.$label.txt")
+    if [[ $label == tensor_stream_ordered ]]; then
+      row INFO "PyTorch record_stream, $label: $line (no guarantee across streams)"
+    else
+      row "$(verdict grep -q "^record_stream wrong 0 of $TRIALS" "$OUT/record_stream.$label.txt")" "PyTorch record_stream, $label: $line"
+    fi
+  }
+  rs_run native
+  rs_run native_uncached PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  rs_run shim_front LD_PRELOAD="$SHIM"
+  for p in lazy_sync device_sync stream_ordered; do
+    rs_run "tensor_$p" LD_PRELOAD="$SHIM" PYTORCH_NO_CUDA_MEMORY_CACHING=1 VRAMTRACE_CONF=reuse:$p
+  done
+else
+  row SKIP "PyTorch with CUDA not available: record_stream rows not run"
+fi
+
+# 3. numba
+if python3 -c 'import numba.cuda' 2>/dev/null; then
+  cat >"$OUT/numba_pinned.py" <<'PY'
+import numpy as np
+from numba import cuda
+from numba.cuda.cudadrv import driver
+for _ in range(3):
+    ary = cuda.pinned_array(10, dtype=np.uint32)
+    ary.fill(123)
+    keep = cuda.to_device(np.full(1000, 7, dtype=np.uint32))  # a neighbour in the same segment
+    devary = cuda.to_device(ary)
+    driver.device_memset(devary, 0, driver.device_memory_size(devary))
+    devary.copy_to_host(ary)
+    assert all(ary == 0), ary
+    assert (keep.copy_to_host() == 7).all(), "neighbour overwritten"
+print("numba ok")
+PY
+  LD_PRELOAD=$SHIM python3 "$OUT/numba_pinned.py" >"$OUT/numba.txt" 2>&1
+  row "$(verdict grep -q '^numba ok' "$OUT/numba.txt")" "numba: device_memory_size + memset under the shim ($(tail -1 "$OUT/numba.txt"))"
+else
+  row SKIP "numba-cuda not installed: numba row not run"
+fi
+exit $fail
