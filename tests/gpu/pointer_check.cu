@@ -25,12 +25,12 @@ static int failures = 0;
       std::exit(1);                                                                               \
     }                                                                                             \
   } while (0)
-#define EXPECT(cond)                                                         \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);            \
-      ++failures;                                                            \
-    }                                                                        \
+#define EXPECT(cond)                                              \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                 \
+    }                                                             \
   } while (0)
 
 struct Block {
@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
   CK(cudaFree(nullptr));
   // Small blocks share a 2 MiB segment under the shim (a at its start); two 8 MiB blocks share a
   // 20 MiB one (d at its start, e inside it).
-  Block blocks[] = {{"a", 256 << 10, 0x11}, {"b", 256 << 10, 0x22}, {"c", 1000, 0x33},
-                    {"d", 8 << 20, 0x44},   {"e", 8 << 20, 0x55}};
+  Block blocks[] = {
+      {"a", 256 << 10, 0x11}, {"b", 256 << 10, 0x22}, {"c", 1000, 0x33}, {"d", 8 << 20, 0x44}, {"e", 8 << 20, 0x55}};
   for (Block& b : blocks) {
     void* v = nullptr;
     CK(cudaMalloc(&v, b.size));

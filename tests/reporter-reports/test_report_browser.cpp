@@ -480,3 +480,70 @@ TEST_CASE("browser: a hostile trace's strings do not run", "[browser][escape]") 
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
+
+TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and the peak are marked",
+          "[browser][marks]") {
+  skip_without_chromium();
+  // A BERT-style encoder that ran out of memory under a 10 GiB cap on the H200
+  // (tests/data/oom/encoder_10g): PyTorch's history with its OOM, and idle stretches between steps.
+  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/oom/encoder_10g/encoder.484.torch.pickle.gz"});
+  fs::path dir = fs::temp_directory_path() / ("vt-report-marks-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "report.html";
+  const std::string page = render_report_html(models);
+  std::ofstream(html, std::ios::binary) << page;
+  // Without JavaScript the page says so, and which commands give the figures as text.
+  auto ns = page.find("<noscript>");
+  REQUIRE(ns != std::string::npos);
+  CHECK(page.find("vramtrace summary TRACE", ns) < page.find("</noscript>", ns));
+
+  Browser b(html, dir / "browser.err");
+  wait_for_page(b);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  // The whole run: one OOM marker, the peak's dot.
+  auto shown = b.eval("JSON.parse(document.getElementById('vt-probe').textContent).marks[0]");
+  CHECK(shown["oom"] == 1);
+  CHECK(shown["peak"] == true);
+
+  // The longest idle stretch: zoomed into its middle half, every series is still drawn, flat at
+  // the last values before it, and the tooltip's values are exactly those.
+  auto gap = b.eval(
+      "(function(){var d=vtPage.data.traces[0].devices[0],tl=d.tl,best=-1,len=0;"
+      "for(var i=0;i+1<tl.t.length;i++)if(tl.t[i+1]-tl.te[i]>len){len=tl.t[i+1]-tl.te[i];best=i;}"
+      "if(best<0)return null;var a=tl.te[best],z=tl.t[best+1],t0=a+len/4,t1=z-len/4,v=vtPage.valuesAt(d,(t0+t1)/2);"
+      "var tln=vtPage.timelines[0];tln.zoom(t0,t1);var c=tln.canvas,g=c.getContext('2d'),w=c.width,h=c.height,"
+      "y=Math.round(tln.yOf(tl.alast[best])),px=g.getImageData(90,0,w-110,h).data,drawn=0;"
+      "for(var k=0;k<px.length;k+=4)if(px[k]<240||px[k+1]<240||px[k+2]<240)drawn++;"
+      "var row=g.getImageData(90,Math.max(0,y-2),w-110,5).data,blue=0;"
+      "for(var k=0;k<row.length;k+=4)if(row[k+2]>row[k]+40)blue++;"
+      "return {len:len,last:tl.alast[best],v:v,drawn:drawn,blue:blue,cols:w-110};})()");
+  INFO(gap.dump(1));
+  REQUIRE(gap.is_object());
+  CHECK(gap["len"].get<double>() > 1.0);  // a stretch of more than a millisecond without an event
+  CHECK(gap["v"]["gap"] == true);
+  CHECK(gap["v"]["allocated"]["min"] == gap["last"]);
+  CHECK(gap["v"]["allocated"]["max"] == gap["last"]);
+  CHECK(gap["blue"].get<int>() > gap["cols"].get<int>() / 2);  // the allocated line runs across the view
+
+  // Back to the whole run: hovering the OOM marker gives its diagnosis; clicking it goes to its section.
+  auto at = b.eval(
+      "(function(){var tln=vtPage.timelines[0],d=vtPage.data.traces[0].devices[0];tln.zoom(0,1e18);"
+      "var m=d.markers.filter(function(m){return m.kind==='oom';})[0];var r=tln.canvas.getBoundingClientRect();"
+      "tln.canvas.scrollIntoView({block:'center'});r=tln.canvas.getBoundingClientRect();"
+      "return {x:r.left+tln.xOf(m.t),y:r.top+60,anchor:d.ooms.filter(function(o){return o.anchor;})[0].anchor};})()");
+  INFO(at.dump());
+  b.move_mouse(at["x"].get<double>(), at["y"].get<double>());
+  auto tip = b.eval(
+      "(function(){var t=document.querySelector('.plot .tip');return {shown:t.style.display,text:t.textContent};})()");
+  INFO(tip.dump());
+  CHECK(tip["shown"] == "block");
+  CHECK_THAT(tip["text"].get<std::string>(), Catch::StartsWith("OOM at "));
+  CHECK_THAT(tip["text"].get<std::string>(), Catch::Contains("Diagnosis: capacity"));
+  b.click(at["x"].get<double>(), at["y"].get<double>());
+  auto top = b.eval("document.getElementById('" + at["anchor"].get<std::string>() + "').getBoundingClientRect().top");
+  CHECK(std::abs(top.get<double>()) < 40);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  CHECK(b.eval("window.__vtErrors||[]") == nlohmann::json::array());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}

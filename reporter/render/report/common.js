@@ -12,8 +12,12 @@ function niceBytesStep(range,n){var u=range>3*1073741824?1073741824:range>3*1048
 // Values at time t (ms from the device's first event): the bucket holding t.
 function bucketAt(tl,t){var lo=0,hi=tl.t.length-1;if(hi<0)return -1;if(t<tl.t[0])return 0;
  while(lo<hi){var mid=(lo+hi+1)>>1;if(tl.t[mid]<=t)lo=mid;else hi=mid-1;}return lo;}
-function valuesAt(dev,t){var tl=dev.tl,i=bucketAt(tl,t);if(i<0)return null;var o={bucket:i,t_begin:tl.t[i],t_end:tl.te[i]};
- SERIES.concat([['requested','q']]).forEach(function(s){o[s[0]]={min:tl[s[1]+'min'][i],max:tl[s[1]+'max'][i],last:tl[s[1]+'last'][i]};});return o;}
+// Between two buckets nothing happened: the values are the earlier bucket's last ones, held until
+// the next bucket begins (gap: true, t_begin .. t_end is the idle stretch).
+function valuesAt(dev,t){var tl=dev.tl,i=bucketAt(tl,t);if(i<0)return null;var n=tl.t.length;
+ var gap=t>tl.te[i]&&i+1<n;var o={bucket:i,gap:gap,t_begin:gap?tl.te[i]:tl.t[i],t_end:gap?tl.t[i+1]:tl.te[i]};
+ SERIES.concat([['requested','q']]).forEach(function(s){var last=tl[s[1]+'last'][i];
+  o[s[0]]=gap?{min:last,max:last,last:last}:{min:tl[s[1]+'min'][i],max:tl[s[1]+'max'][i],last:last};});return o;}
 function legend(){var L=document.getElementById('legend');[['allocated','allocated'],['active','active (allocated + pending free)'],['reserved','reserved (segments)'],['cap','capacity']].forEach(function(p){
  var s=el('span');s.appendChild(el('i',{'class':'sw',style:'background:'+COLORS[p[0]]}));s.appendChild(document.createTextNode(p[1]));L.appendChild(s);});
- L.appendChild(el('span',null,'\u25BC OOM'));L.appendChild(el('span',null,'\u2758 mark'));L.appendChild(el('span',{'class':'sub'},'drag to zoom, double-click to reset'));}
+ L.appendChild(el('span',null,'\u25BC OOM'));L.appendChild(el('span',null,'\u25CF peak'));L.appendChild(el('span',null,'\u2758 mark'));L.appendChild(el('span',{'class':'sub'},'drag to zoom, double-click to reset'));}

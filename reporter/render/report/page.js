@@ -1,7 +1,7 @@
 document.getElementById('title').textContent=DATA.title;document.title=DATA.title;
 document.getElementById('subtitle').textContent=DATA.generated_by;legend();
 if(DATA.processes)processSection(DATA.processes);
-DATA.traces.forEach(function(tr){
+DATA.traces.forEach(function(tr,ti){
  main.appendChild(el('h2',null,tr.path+(tr.workload?'  ('+tr.workload+')':'')));
  var info=[tr.format+' trace',tr.events+' events'];if(tr.incomplete)info.push('ends abruptly');main.appendChild(el('div',{'class':'sub'},info.join(', ')));
  main.appendChild(el('div',{'class':'sub'},'settings: '+(tr.settings||'(defaults)')));
@@ -9,13 +9,14 @@ DATA.traces.forEach(function(tr){
  if(S&&S.stacks_left_out)main.appendChild(el('div',{'class':'note'},S.stacks_left_out+' call stacks are not in this page, which keeps the first '+S.max_stacks+' distinct stacks of a trace (vramtrace summary --json has each site\u2019s stack)'));
  tr.devices.forEach(function(dev){
   main.appendChild(el('h3',null,'Device '+dev.device+': memory over time ('+fmtT(dev.duration_ms)+')'));
+  var cases=0;dev.ooms.forEach(function(o,i){if(!o.last_state)o.anchor='oom-'+ti+'-'+dev.device+'-'+(++cases);});
   var h=el('div');main.appendChild(h);timelines.push(new Timeline(dev,h));
   dev.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});
   if(dev.peak){main.appendChild(el('h3',null,'Allocator state at the peak of allocated memory'));stateFigures(main,dev.peak);var sh=el('div');main.appendChild(sh);Segments(dev.peak,sh);
    main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest,S);sites(main,'Top allocation sites at the peak',dev.peak.sites,S);}
   if(dev.oom_count)main.appendChild(el('div',{'class':'sub'},dev.oom_count));
   dev.ooms.forEach(function(o,i){var head=o.last_state?'Last state (the trace ends abruptly)':'OOM '+(i+1);
-   main.appendChild(el('h3',null,o.state?head+' at '+fmtT(o.state.t):head+': not in the history (known from '+o.without_entry+')'));
+   main.appendChild(el('h3',o.anchor?{id:o.anchor}:null,o.state?head+' at '+fmtT(o.state.t):head+': not in the history (known from '+o.without_entry+')'));
    if(!o.state)main.appendChild(el('div',{'class':'note'},'Its moment and the allocator\u2019s state at it were not recorded.'+(o.message?' Message: '+o.message:'')));
    main.appendChild(el('div',{'class':'diag'},'Diagnosis: '+o.diagnosis+' \u2014 '+o.headline));o.reasons.forEach(function(r){main.appendChild(el('div',{'class':'sub'},'because '+r));});
    if(o.next_step)main.appendChild(el('div',null,'Next step: '+o.next_step));if(o.request!==null)main.appendChild(el('div',null,'request '+fmtB(o.request)+', free on the device '+fmtB(o.device_free)));

@@ -8,4 +8,7 @@ try{probe.drawn_pixels=timelines.map(function(tl){var c=tl.canvas,d=c.getContext
 if(DATA.processes){probe.processes={cross_device:DATA.processes.cross_device,stacks:stacks.length};
  try{probe.processes.stack_pixels=stacks.map(function(s){var c=s.canvas,d=c.getContext('2d').getImageData(0,0,c.width,c.height).data,k=0;
   for(var i=0;i<d.length;i+=4){if(d[i]<250||d[i+1]<250||d[i+2]<250)k++;}return k;});}catch(e){errors.push('probe: '+e.message);}}
+probe.marks=timelines.map(function(tl){return tl.shown;});
+// For the browser tests: the page's own functions, read through the DevTools protocol.
+window.vtPage={timelines:timelines,valuesAt:valuesAt,data:DATA};
 document.getElementById('vt-probe').textContent=JSON.stringify(probe);

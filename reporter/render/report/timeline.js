@@ -7,6 +7,21 @@ function Timeline(dev,host){
  var ymax=0;for(var i=0;i<n;i++){ymax=Math.max(ymax,tl.rmax[i],tl.cmax[i],tl.amax[i]);}
  var capIn=dev.capacity&&dev.capacity<=2.5*ymax;if(capIn)ymax=Math.max(ymax,dev.capacity);if(ymax<=0)ymax=1;ymax*=1.08;
  var ctx=cv.getContext('2d');
+ // Each OOM marker with its case (the dev.ooms entry whose state is at its time, else the next in
+ // order) and the anchor of that case's section (page.js names it).
+ var cases=dev.ooms.filter(function(o){return !o.last_state;}),used=[];
+ var oomMarks=dev.markers.filter(function(m){return m.kind==='oom';}).map(function(m,k){
+  var c=-1;cases.forEach(function(o,j){if(c<0&&used.indexOf(j)<0&&o.state&&Math.abs(o.state.t-m.t)<1e-6)c=j;});
+  if(c<0)cases.forEach(function(o,j){if(c<0&&used.indexOf(j)<0)c=j;});if(c>=0)used.push(c);
+  var o=c>=0?cases[c]:null;return {t:m.t,request:m.value,oom:o,anchor:o?o.anchor:null};});
+ var peak=dev.peak&&typeof dev.peak.allocated==='number'?dev.peak:null;
+ function markAt(x,y){for(var k=0;k<oomMarks.length;k++){var o=oomMarks[k];if(o.t<view[0]||o.t>view[1])continue;if(Math.abs(X(o.t)-x)<=5){
+    var lines=['OOM at '+fmtT(o.t)+(o.request?', request '+fmtB(o.request):'')];
+    if(o.oom){lines.push('Diagnosis: '+o.oom.diagnosis+' \u2014 '+o.oom.headline);if(o.oom.next_step)lines.push('Next step: '+o.oom.next_step);lines.push('(click: its section)');}
+    return {text:lines.join('\n'),oom:o};}}
+  if(peak&&peak.t>=view[0]&&peak.t<=view[1]&&Math.abs(X(peak.t)-x)<=6&&Math.abs(Y(peak.allocated)-y)<=8)
+   return {text:'Peak of allocated memory: '+fmtB(peak.allocated)+' at '+fmtT(peak.t)+'\nreserved then '+fmtB(peak.reserved)+' (its state: the section below)'};
+  return null;}
  function X(t){return ml+(t-view[0])/(view[1]-view[0])*(W-ml-mr);}
  function T(x){return view[0]+(x-ml)/(W-ml-mr)*(view[1]-view[0]);}
  function Y(v){return mt+(1-v/ymax)*(H-mt-mb);}
@@ -16,10 +31,12 @@ function Timeline(dev,host){
   var xs=niceStep(view[1]-view[0],8);for(var t=Math.ceil(view[0]/xs)*xs;t<=view[1];t+=xs){var x=Math.round(X(t))+.5;ctx.beginPath();ctx.moveTo(x,mt);ctx.lineTo(x,H-mb);ctx.stroke();ctx.textAlign='center';ctx.fillText(fmtT(t),x,H-mb+14);}
   // per-pixel min/max of every series over the buckets in view
   var cols=W-ml-mr,pmin={},pmax={};SERIES.forEach(function(s){pmin[s[0]]=new Float64Array(cols).fill(NaN);pmax[s[0]]=new Float64Array(cols).fill(NaN);});
-  for(var i=0;i<n;i++){if(tl.te[i]<view[0]||tl.t[i]>view[1])continue;var x0=Math.floor(X(tl.t[i]))-ml,x1=Math.floor(X(tl.te[i]))-ml;
-   x0=Math.max(0,x0);x1=Math.min(cols-1,Math.max(x0,x1));
-   for(var x=x0;x<=x1;x++)SERIES.forEach(function(s){var k=s[0],mn=tl[s[1]+'min'][i],mx=tl[s[1]+'max'][i];
-    if(!(pmin[k][x]<=mn))pmin[k][x]=mn;if(!(pmax[k][x]>=mx))pmax[k][x]=mx;});}
+  // A bucket covers [t, te]; after it, until the next bucket, its last values hold (an idle
+  // stretch draws as a flat line at every zoom, and a change draws as a step).
+  function cover(a,b,i,held){if(b<view[0]||a>view[1])return;var x0=Math.max(0,Math.floor(X(a))-ml),x1=Math.min(cols-1,Math.max(x0,Math.floor(X(b))-ml));
+   SERIES.forEach(function(s){var k=s[0],mn=tl[s[1]+(held?'last':'min')][i],mx=tl[s[1]+(held?'last':'max')][i];
+    for(var x=x0;x<=x1;x++){if(!(pmin[k][x]<=mn))pmin[k][x]=mn;if(!(pmax[k][x]>=mx))pmax[k][x]=mx;}});}
+  for(var i=Math.max(0,bucketAt(tl,view[0]));i<n&&tl.t[i]<=view[1];i++){cover(tl.t[i],tl.te[i],i,false);if(i+1<n&&tl.t[i+1]>tl.te[i])cover(tl.te[i],tl.t[i+1],i,true);}
   SERIES.forEach(function(s){var k=s[0];ctx.fillStyle=COLORS[k];ctx.globalAlpha=k==='reserved'?0.35:0.55;
    for(var x=0;x<cols;x++){if(isNaN(pmax[k][x]))continue;var y0=Y(pmax[k][x]),y1=Y(pmin[k][x]);ctx.fillRect(ml+x,y0,1,Math.max(1,y1-y0));}
    ctx.globalAlpha=1;ctx.strokeStyle=COLORS[k];ctx.lineWidth=1.4;ctx.beginPath();var started=false;
@@ -27,23 +44,40 @@ function Timeline(dev,host){
   if(dev.capacity&&!capIn){ctx.fillStyle=COLORS.cap;ctx.textAlign='right';ctx.fillText('capacity '+fmtB(dev.capacity)+' (above the scale)',W-mr-4,mt+12);}
   if(capIn){ctx.strokeStyle=COLORS.cap;ctx.setLineDash([6,4]);ctx.lineWidth=1.5;var yc=Y(dev.capacity);ctx.beginPath();ctx.moveTo(ml,yc);ctx.lineTo(W-mr,yc);ctx.stroke();ctx.setLineDash([]);
    ctx.fillStyle=COLORS.cap;ctx.textAlign='left';ctx.fillText('capacity '+fmtB(dev.capacity),ml+4,yc-4);}
-  dev.markers.forEach(function(m){if(m.t<view[0]||m.t>view[1])return;var x=X(m.t);
-   if(m.kind==='oom'){ctx.fillStyle=COLORS.cap;ctx.beginPath();ctx.moveTo(x-6,mt);ctx.lineTo(x+6,mt);ctx.lineTo(x,mt+10);ctx.fill();}
-   else{ctx.strokeStyle='#7d8596';ctx.beginPath();ctx.moveTo(x,H-mb-8);ctx.lineTo(x,H-mb);ctx.stroke();}});
+  // Marks as ticks on the time axis; each OOM as a dashed line across the plot with a label (hover
+  // for its diagnosis, click for its section); the peak of allocated memory as a dot.
+  var shown={oom:0,peak:false};
+  dev.markers.forEach(function(m){if(m.t<view[0]||m.t>view[1]||m.kind==='oom')return;var x=Math.round(X(m.t))+.5;
+   ctx.strokeStyle='#7d8596';ctx.beginPath();ctx.moveTo(x,H-mb-8);ctx.lineTo(x,H-mb);ctx.stroke();});
+  oomMarks.forEach(function(o){if(o.t<view[0]||o.t>view[1])return;var x=Math.round(X(o.t))+.5;shown.oom++;
+   ctx.strokeStyle=COLORS.cap;ctx.lineWidth=1.5;ctx.setLineDash([4,3]);ctx.beginPath();ctx.moveTo(x,mt);ctx.lineTo(x,H-mb);ctx.stroke();ctx.setLineDash([]);
+   ctx.fillStyle=COLORS.cap;ctx.beginPath();ctx.moveTo(x-6,mt);ctx.lineTo(x+6,mt);ctx.lineTo(x,mt+9);ctx.fill();
+   ctx.font='bold 11px sans-serif';var right=x+40<W-mr;ctx.textAlign=right?'left':'right';ctx.fillText('OOM',right?x+8:x-8,mt+11);ctx.font='11px sans-serif';});
+  if(peak&&peak.t>=view[0]&&peak.t<=view[1]){var px=X(peak.t),py=Y(peak.allocated);shown.peak=true;
+   ctx.fillStyle=COLORS.allocated;ctx.strokeStyle='#fff';ctx.lineWidth=2;ctx.beginPath();ctx.arc(px,py,4.5,0,2*Math.PI);ctx.fill();ctx.stroke();
+   var label='peak '+fmtB(peak.allocated),lw=ctx.measureText(label).width,right2=px+8+lw<W-mr;
+   ctx.fillStyle='#1d2433';ctx.textAlign=right2?'left':'right';ctx.fillText(label,right2?px+8:px-8,Math.max(mt+12,py-6));}
+  self.shown=shown;
   ctx.strokeStyle='#9aa3b5';ctx.strokeRect(ml+.5,mt+.5,W-ml-mr,H-mt-mb);
   if(sel){ctx.fillStyle='rgba(47,111,214,.12)';ctx.fillRect(Math.min(sel[0],sel[1]),mt,Math.abs(sel[1]-sel[0]),H-mt-mb);}
  }
  this.draw=draw;var drag=null;
  cv.addEventListener('mousedown',function(e){drag=[e.offsetX,e.offsetX];});
  cv.addEventListener('mousemove',function(e){var x=e.offsetX;if(drag){drag[1]=x;draw(drag);}
-  if(x<ml||x>W-mr){tip.style.display='none';return;}var t=T(x),v=valuesAt(dev,t);if(!v){tip.style.display='none';return;}
+  if(x<ml||x>W-mr){tip.style.display='none';return;}var hit=markAt(x,e.offsetY);
+  if(hit){tip.textContent=hit.text;tip.style.display='block';tip.style.left=Math.min(x+14,W-330)+'px';tip.style.top=(e.offsetY+10)+'px';cv.style.cursor=hit.oom?'pointer':'';return;}
+  cv.style.cursor='';var t=T(x),v=valuesAt(dev,t);if(!v){tip.style.display='none';return;}
   var lines=['t = '+fmtT(t)];SERIES.concat([['requested','q']]).slice().reverse().forEach(function(s){var q=v[s[0]];
    lines.push(s[0]+': '+(q.min===q.max?fmtB(q.max):fmtB(q.min)+' .. '+fmtB(q.max)));});
-  if(v.t_end>v.t_begin)lines.push('(range '+fmtT(v.t_begin)+' .. '+fmtT(v.t_end)+')');
+  if(v.t_end>v.t_begin)lines.push((v.gap?'(no event from ':'(range ')+fmtT(v.t_begin)+' .. '+fmtT(v.t_end)+')');
   tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(x+14,W-230)+'px';tip.style.top=(e.offsetY+10)+'px';});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  window.addEventListener('mouseup',function(){if(!drag)return;var a=Math.min(drag[0],drag[1]),b=Math.max(drag[0],drag[1]);drag=null;
-  if(b-a>4){var t0=T(a),t1=T(b);view=[Math.max(0,t0),Math.min(tmax,t1)];}draw();});
+  if(b-a>4){var t0=T(a),t1=T(b);view=[Math.max(0,t0),Math.min(tmax,t1)];}else{var hit=markAt(a,lastY);if(hit&&hit.oom&&hit.oom.anchor){
+   var target=document.getElementById(hit.oom.anchor);if(target)target.scrollIntoView({block:'start'});}}draw();});
+ var lastY=0;cv.addEventListener('mousedown',function(e){lastY=e.offsetY;});
+ this.xOf=function(t){return X(t);};this.yOf=function(v){return Y(v);};
+ this.zoom=function(t0,t1){view=[Math.max(0,t0),Math.min(tmax,t1)];draw();return self.shown;};
  cv.addEventListener('dblclick',function(){view=[0,tmax];draw();});reset.addEventListener('click',function(){view=[0,tmax];draw();});
  draw();
 }

@@ -25,12 +25,17 @@ bool adjust() noexcept { return enabled() && !EntryScope::internal(); }
 void block_attribute(ContextPool& pool, const BlockInfo& b, CUpointer_attribute attribute, void* data) noexcept {
   if (!data) return;
   switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = b.address; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = b.requested_size; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = b.address;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = b.requested_size;
+      break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
       *static_cast<unsigned long long*>(data) = pool.buffer_id(b.address);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
