@@ -789,7 +789,26 @@ struct TraceModelBuilder::Impl {
     if (r.memory_kind == 0) d.out.segment_events.push_back({r.action, r.addr, r.size, r.time_ns});
   }
 
-  void add(const TraceRecord& r) {
+  // Marks belong to the process, not to a device (vramtrace_mark has no device; its record says
+  // 0): they are kept aside and put on every device's timeline at the end, so that a process on
+  // device 1 gets its marks there and no empty device 0.
+  struct ProcessMark {
+    std::int64_t time_ns = 0;
+    std::uint64_t value = 0;
+    std::string name;
+  };
+  std::vector<ProcessMark> marks;
+
+  void add(const TraceRecord& r, std::string_view mark_name) {
+    if (r.action == Action::mark) {
+      try {
+        marks.push_back({r.time_ns, r.size, std::string(mark_name)});
+      } catch (const std::bad_alloc&) {
+        // a mark is worth less than the rest of the model: dropped
+      }
+      ++events;
+      return;
+    }
     DeviceState& d = dev(r.device);
     if (group_failures) failed_requests.add(r, d.out.ooms.size(), d.oom_outcomes);
     const bool raises = r.action == Action::alloc;
@@ -861,8 +880,7 @@ struct TraceModelBuilder::Impl {
         d.out.markers.push_back({r.time_ns, "oom", r.size});
         break;
       }
-      case Action::mark:
-        d.out.markers.push_back({r.time_ns, "mark", r.size});
+      case Action::mark:  // kept aside above
         break;
       case Action::snapshot:
         break;
@@ -1064,6 +1082,11 @@ struct TraceModelBuilder::Impl {
         for (const auto& [k, v] : *st)
           if (k == "num_ooms" && v > 0) dev(0);
     for (auto& [id, d] : devices) {
+      if (!marks.empty()) {
+        for (const auto& mk : marks) d.out.markers.push_back({mk.time_ns, "mark", mk.value, mk.name});
+        std::stable_sort(d.out.markers.begin(), d.out.markers.end(),
+                         [](const TimelineMarker& a, const TimelineMarker& b) { return a.time_ns < b.time_ns; });
+      }
       count_ooms(d);
       settle_peak(d);
       capture(d, d.out.at_end, d.out.last_time_ns, d.last_event);
@@ -1110,7 +1133,7 @@ TraceModelBuilder::TraceModelBuilder(TraceHeader header, ModelOptions options) :
   impl_->group_failures = impl_->header.format == "vramtrace";
 }
 TraceModelBuilder::~TraceModelBuilder() = default;
-void TraceModelBuilder::add(const TraceRecord& r) { impl_->add(r); }
+void TraceModelBuilder::add(const TraceRecord& r, std::string_view mark_name) { impl_->add(r, mark_name); }
 TraceModel TraceModelBuilder::finish(bool incomplete) { return impl_->finish(incomplete); }
 TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.recorded_stats = reader.header().recorded_stats;
@@ -1141,7 +1164,7 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
 TraceModel build_trace_model(TraceReader& reader, ModelOptions options) {
   TraceModelBuilder b(reader.header(), options);
   TraceRecord r;
-  while (reader.next(r)) b.add(r);
+  while (reader.next(r)) b.add(r, r.action == Action::mark ? std::string_view(reader.mark_name()) : std::string_view{});
   return b.finish(reader);
 }
 

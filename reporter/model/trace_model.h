@@ -123,6 +123,7 @@ struct TimelineMarker {
   std::int64_t time_ns = 0;
   std::string kind;  ///< "oom", "retry" (a failed allocation the program retried), "mark", "snapshot"
   std::uint64_t value = 0;
+  std::string name;  ///< a mark's name (empty when the format has none)
 };
 
 /// Per device: everything a report needs.
@@ -232,8 +233,9 @@ class TraceModelBuilder {
   TraceModelBuilder(const TraceModelBuilder&) = delete;
   TraceModelBuilder& operator=(const TraceModelBuilder&) = delete;
 
-  /// Applies one record. Never throws on odd traces: conflicts are counted and noted.
-  void add(const TraceRecord& r);
+  /// Applies one record; `mark_name` is a mark's name where the format has one. Never throws on
+  /// odd traces: conflicts are counted and noted.
+  void add(const TraceRecord& r, std::string_view mark_name = {});
   /// Ends the trace; `incomplete` as the reader says.
   TraceModel finish(bool incomplete);
   /// Ends the trace read through `reader`: incomplete as it says, and what its header learnt while

@@ -304,9 +304,24 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
         tl[std::string(keys[k]) + "last"] = last[k];
       }
       dj["tl"] = tl;
+      // Marks are bounded so that the page stays small whatever the program marks: at most
+      // kMaxPageMarks a device, every k-th in time order, names cut at kMaxMarkName bytes (a note
+      // says so). OOM and retry markers are all kept (each is a case of the report).
+      constexpr std::size_t kMaxPageMarks = 2000, kMaxMarkName = 120;
+      std::size_t n_marks = 0;
+      for (const auto& mk : d.markers) n_marks += mk.kind == "mark";
+      const std::size_t every = n_marks > kMaxPageMarks ? (n_marks + kMaxPageMarks - 1) / kMaxPageMarks : 1;
       nlohmann::json markers = nlohmann::json::array();
-      for (const auto& mk : d.markers)
-        markers.push_back({{"t", ms(mk.time_ns - t0)}, {"kind", mk.kind}, {"value", mk.value}});
+      std::size_t mark_index = 0, marks_shown = 0;
+      for (const auto& mk : d.markers) {
+        nlohmann::json m = {{"t", ms(mk.time_ns - t0)}, {"kind", mk.kind}, {"value", mk.value}};
+        if (mk.kind == "mark") {
+          if (mark_index++ % every != 0) continue;
+          ++marks_shown;
+          if (!mk.name.empty()) m["name"] = mk.name.substr(0, kMaxMarkName);
+        }
+        markers.push_back(std::move(m));
+      }
       dj["markers"] = markers;
       const DeviceSites* ds = nullptr;
       for (const auto& x : sites)
@@ -346,6 +361,9 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
                    {"biggest", biggest_json(d.at_end.biggest, t0, stacks)}};
       if (ds && !ds->at_end.empty()) dj["end"]["sites"] = page_sites_json(ds->at_end, stacks);
       dj["notes"] = d.notes;
+      if (every > 1)
+        dj["notes"].push_back(fmt::format("{} marks; one in {} is drawn ({} in all) to keep the page small", n_marks,
+                                          every, marks_shown));
       devs.push_back(dj);
     }
     t["devices"] = devs;

@@ -245,3 +245,35 @@ TEST_CASE("a hostile stack cannot inject markup into the page", "[report][escape
   CHECK(page.find("\xff\xfe") == std::string::npos);
   CHECK(report_data(v)["traces"][0]["stacks"]["list"].size() == 1);
 }
+
+TEST_CASE("report data: marks carry their names, sit on the process's devices, and are bounded",
+          "[report][data][marks]") {
+  // The shim's small trace: one mark, "step 1".
+  auto small = load_models({std::string(VRAMTRACE_REPORTS_TEST_DIR) + "/data/small.vramtrace.jsonl"});
+  auto dj = report_data(small)["traces"][0]["devices"][0];
+  std::vector<std::string> names;
+  for (const auto& m : dj["markers"])
+    if (m["kind"] == "mark") names.push_back(m.value("name", "?"));
+  CHECK(names == std::vector<std::string>{"step 1"});
+
+  // 100,000 marks on a device-1 process: no device 0, at most 2,000 marks in the page, a note.
+  RecordList l;
+  l.add(Action::segment_alloc, 0x20000000, 20 * MiB, 0, 1);
+  l.add(Action::alloc, 0x20000000, 4 * MiB, 0, 1);
+  for (int i = 0; i < 100000; ++i) l.add(Action::mark, 0, 0);
+  TraceHeader h;
+  VectorReader r(l.records, h);
+  std::vector<TraceModel> models;
+  models.push_back(build_trace_model(r));
+  auto data = report_data(models);
+  REQUIRE(data["traces"][0]["devices"].size() == 1);
+  const auto& d1 = data["traces"][0]["devices"][0];
+  CHECK(d1["device"] == 1);
+  std::size_t shown = 0;
+  for (const auto& m : d1["markers"]) shown += m["kind"] == "mark";
+  CHECK(shown == 2000);
+  bool noted = false;
+  for (const auto& n : d1["notes"]) noted = noted || n.get<std::string>().find("100000 marks; one in 50") == 0;
+  CHECK(noted);
+  CHECK(render_report_html(models).size() < 2'000'000);
+}

@@ -525,6 +525,17 @@ TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and 
   CHECK(gap["v"]["allocated"]["max"] == gap["last"]);
   CHECK(gap["blue"].get<int>() > gap["cols"].get<int>() / 2);  // the allocated line runs across the view
 
+  // Zoomed into the first 100 ms, where less than a tenth of the peak is allocated, the y axis fits
+  // the view: its highest value is drawn near the top, not at the bottom of the whole run's scale.
+  auto fit = b.eval(
+      "(function(){var tln=vtPage.timelines[0],d=vtPage.data.traces[0].devices[0],tl=d.tl,mx=0;"
+      "for(var i=0;i<tl.t.length&&tl.t[i]<=100;i++)mx=Math.max(mx,tl.rmax[i],tl.amax[i],tl.cmax[i]);"
+      "tln.zoom(0,100);var c=tln.canvas;return {max:mx,y:tln.yOf(mx),h:parseFloat(c.style.height),"
+      "dpr_ok:c.width===Math.round(parseFloat(c.style.width)*(window.devicePixelRatio||1))};})()");
+  INFO(fit.dump());
+  CHECK(fit["y"].get<double>() < 0.2 * fit["h"].get<double>());
+  CHECK(fit["dpr_ok"] == true);
+
   // Back to the whole run: hovering the OOM marker gives its diagnosis; clicking it goes to its section.
   auto at = b.eval(
       "(function(){var tln=vtPage.timelines[0],d=vtPage.data.traces[0].devices[0];tln.zoom(0,1e18);"

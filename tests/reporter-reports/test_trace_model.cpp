@@ -215,7 +215,7 @@ TEST_CASE("a device's peak and end states name its own events when devices inter
   l.add(Action::alloc, 0x20400000, 4 * MiB, 0, 1);           // event 4: device 1's peak
   l.add(Action::free_requested, 0x10000000, 8 * MiB, 0, 0);  // event 5: settles device 0's peak
   l.add(Action::free_completed, 0x10000000, 8 * MiB, 0, 0);  // event 6: device 0's last
-  l.add(Action::mark, 0, 0, 0, 1);                           // event 7: device 1's last
+  l.add(Action::free_requested, 0x20400000, 4 * MiB, 0, 1);  // event 7: device 1's last
   auto m = build(l);
   REQUIRE(m.devices.size() == 2);
   CHECK(m.devices[0].at_peak.event_index == 1);
@@ -243,11 +243,34 @@ TEST_CASE("allocations in no segment count against the peak-copy budget", "[mode
   RecordList l;
   for (std::uint64_t i = 0; i < 20000; ++i) {
     l.add(Action::alloc, 0x100000000ull + i * 4096, 4096);
-    l.add(Action::mark, 0, 0);  // settles each peak
+    l.add(Action::snapshot, 0, 0);  // settles each peak
   }
   auto m = build(l);
   REQUIRE(m.devices.size() == 1);
   CHECK(m.devices[0].orphan_allocs == 20000);
   CHECK(m.devices[0].peak_layout_deferred);
   CHECK(m.devices[0].at_peak.stats.allocated_bytes[kStatAll].current == static_cast<std::int64_t>(20000 * 4096));
+}
+
+TEST_CASE("marks belong to the process: on every device's timeline, with their names, and no device of their own",
+          "[model][marks]") {
+  // A rank that uses device 1 only; its marks' records say device 0 (vramtrace_mark has no device).
+  RecordList l;
+  l.add(Action::mark, 0, 0);  // before the first allocation
+  l.add(Action::segment_alloc, 0x20000000, 20 * MiB, 0, 1);
+  l.add(Action::alloc, 0x20000000, 4 * MiB, 0, 1);
+  l.add(Action::mark, 0, 0);
+  l.add(Action::segment_alloc, 0x30000000, 2 * MiB, 0, 2);
+  auto m = build(l);
+  REQUIRE(m.devices.size() == 2);
+  CHECK(m.devices[0].device == 1);
+  CHECK(m.devices[1].device == 2);
+  for (const auto& d : m.devices) {
+    std::vector<std::int64_t> times;
+    for (const auto& mk : d.markers)
+      if (mk.kind == "mark") times.push_back(mk.time_ns);
+    CHECK(times == std::vector<std::int64_t>{1000, 4000});
+    CHECK(d.events == (d.device == 1 ? 2u : 1u));  // marks are no device's events
+  }
+  CHECK(m.events == 5);  // but they keep their place in the trace's numbering
 }

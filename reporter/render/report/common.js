@@ -8,7 +8,13 @@ function fmtB(b){if(b===null||b===undefined)return 'n/a';var n=Math.abs(b),s=b<0
  if(n<=1024)return s+n+' bytes';if(n<=1048576)return s+(n/1024).toFixed(2)+' KiB';if(n<=1073741824)return s+(n/1048576).toFixed(2)+' MiB';return s+(n/1073741824).toFixed(2)+' GiB';}
 function fmtT(ms){var a=Math.abs(ms);if(ms===0)return '0';if(a>=1000)return (ms/1000).toFixed(3)+' s';if(a>=1)return ms.toFixed(3)+' ms';return (ms*1000).toFixed(1)+' us';}
 function niceStep(range,n){var raw=range/Math.max(1,n),p=Math.pow(10,Math.floor(Math.log10(raw))),f=raw/p;return (f<1.5?1:f<3?2:f<7?5:10)*p;}
-function niceBytesStep(range,n){var u=range>3*1073741824?1073741824:range>3*1048576?1048576:1024;var s=niceStep(range/u,n);return s*u;}
+// One unit for every tick of an axis: the unit of its largest value. inUnit writes v in it with the
+// decimals the step needs (a step of 0.25 GiB: two).
+function byteUnit(max){var G=1073741824,M=1048576;return max>=2*G?{name:'GiB',div:G}:max>=2*M?{name:'MiB',div:M}:max>=2048?{name:'KiB',div:1024}:{name:'bytes',div:1};}
+function timeUnit(span){return span>=2000?{name:'s',div:1000}:span>=2?{name:'ms',div:1}:{name:'\u00b5s',div:0.001};}
+function inUnit(v,u,step){var st=step/u.div,d=0;
+ while(d<6&&Math.abs(st*Math.pow(10,d)-Math.round(st*Math.pow(10,d)))>1e-6*Math.max(1,st*Math.pow(10,d)))d++;return (v/u.div).toFixed(d);}
+function niceBytesStep(range,n){var u=byteUnit(range).div;return niceStep(range/u,n)*u;}
 // Values at time t (ms from the device's first event): the bucket holding t.
 function bucketAt(tl,t){var lo=0,hi=tl.t.length-1;if(hi<0)return -1;if(t<tl.t[0])return 0;
  while(lo<hi){var mid=(lo+hi+1)>>1;if(tl.t[mid]<=t)lo=mid;else hi=mid-1;}return lo;}

@@ -1,11 +1,16 @@
 function Timeline(dev,host){
- var self=this;this.dev=dev;var W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),H=320,ml=78,mr=12,mt=10,mb=28;
- var wrap=el('div',{'class':'plot'});var cv=el('canvas',{width:W,height:H});var tip=el('div',{'class':'tip'});
+ var self=this;this.dev=dev;var H=320,ml=78,mr=14,mt=10,mb=40;
+ function width(){return Math.max(600,Math.min(1800,(host.clientWidth||1300)-10));}
+ var W=width(),dpr=1;
+ var wrap=el('div',{'class':'plot'});var cv=el('canvas');var tip=el('div',{'class':'tip'});
+ // The canvas has devicePixelRatio pixels per CSS pixel (crisp on high-DPI screens); everything
+ // below draws in CSS pixels. It follows the window's width.
+ function size(){W=width();dpr=window.devicePixelRatio||1;cv.width=Math.round(W*dpr);cv.height=Math.round(H*dpr);cv.style.width=W+'px';cv.style.height=H+'px';}
+ size();
  var bar=el('div');var reset=el('button',null,'reset zoom');bar.appendChild(reset);
  wrap.appendChild(cv);wrap.appendChild(tip);host.appendChild(wrap);host.appendChild(bar);this.canvas=cv;
  var tl=dev.tl,n=tl.t.length,tmax=n?tl.te[n-1]:1;if(tmax<=0)tmax=1;var view=[0,tmax];
- var ymax=0;for(var i=0;i<n;i++){ymax=Math.max(ymax,tl.rmax[i],tl.cmax[i],tl.amax[i]);}
- var capIn=dev.capacity&&dev.capacity<=2.5*ymax;if(capIn)ymax=Math.max(ymax,dev.capacity);if(ymax<=0)ymax=1;ymax*=1.08;
+ var ymax=1,capIn=false;  // of the view: set by each draw
  var ctx=cv.getContext('2d');
  // Each OOM marker with its case (the dev.ooms entry whose state is at its time, else the next in
  // order) and the anchor of that case's section (page.js names it).
@@ -15,20 +20,29 @@ function Timeline(dev,host){
   if(c<0)cases.forEach(function(o,j){if(c<0&&used.indexOf(j)<0)c=j;});if(c>=0)used.push(c);
   var o=c>=0?cases[c]:null;return {t:m.t,request:m.value,oom:o,anchor:o?o.anchor:null};});
  var peak=dev.peak&&typeof dev.peak.allocated==='number'?dev.peak:null;
+ var marks=dev.markers.filter(function(m){return m.kind==='mark';});
  function markAt(x,y){for(var k=0;k<oomMarks.length;k++){var o=oomMarks[k];if(o.t<view[0]||o.t>view[1])continue;if(Math.abs(X(o.t)-x)<=5){
     var lines=['OOM at '+fmtT(o.t)+(o.request?', request '+fmtB(o.request):'')];
     if(o.oom){lines.push('Diagnosis: '+o.oom.diagnosis+' \u2014 '+o.oom.headline);if(o.oom.next_step)lines.push('Next step: '+o.oom.next_step);lines.push('(click: its section)');}
     return {text:lines.join('\n'),oom:o};}}
+  if(y>=H-mb-12&&y<=H-mb+2)for(var k=0;k<marks.length;k++){var m=marks[k];if(m.t>=view[0]&&m.t<=view[1]&&Math.abs(X(m.t)-x)<=3)
+   return {text:'mark '+(m.name!==undefined?'\u201c'+m.name+'\u201d ':'')+'at '+fmtT(m.t)};}
   if(peak&&peak.t>=view[0]&&peak.t<=view[1]&&Math.abs(X(peak.t)-x)<=6&&Math.abs(Y(peak.allocated)-y)<=8)
    return {text:'Peak of allocated memory: '+fmtB(peak.allocated)+' at '+fmtT(peak.t)+'\nreserved then '+fmtB(peak.reserved)+' (its state: the section below)'};
   return null;}
+ // Grid, ticks in one unit per axis (as few decimals as the step needs) and the axis titles.
+ function axes(){ctx.font='11px sans-serif';ctx.fillStyle='#5b6475';ctx.strokeStyle='#e6e9ef';ctx.lineWidth=1;
+  var ys=niceBytesStep(ymax,6),yu=byteUnit(ymax);for(var v=0;v<=ymax;v+=ys){var y=Math.round(Y(v))+.5;ctx.beginPath();ctx.moveTo(ml,y);ctx.lineTo(W-mr,y);ctx.stroke();
+   ctx.textAlign='right';ctx.fillText(inUnit(v,yu,ys),ml-6,y+4);}
+  var span=view[1]-view[0],xs=niceStep(span,Math.max(4,Math.floor((W-ml-mr)/110))),xu=timeUnit(span);
+  for(var t=Math.ceil(view[0]/xs)*xs;t<=view[1]+xs*1e-9;t+=xs){var x=Math.round(X(t))+.5;ctx.beginPath();ctx.moveTo(x,mt);ctx.lineTo(x,H-mb);ctx.stroke();
+   var label=inUnit(t,xu,xs),lw=ctx.measureText(label).width;ctx.textAlign=x+lw/2>W-2?'right':x-lw/2<2?'left':'center';ctx.fillText(label,x,H-mb+14);}
+  ctx.fillStyle='#1d2433';ctx.textAlign='center';ctx.fillText('time since the first event ('+xu.name+')',ml+(W-ml-mr)/2,H-6);
+  ctx.save();ctx.translate(12,mt+(H-mt-mb)/2);ctx.rotate(-Math.PI/2);ctx.fillText('memory ('+yu.name+')',0,0);ctx.restore();}
  function X(t){return ml+(t-view[0])/(view[1]-view[0])*(W-ml-mr);}
  function T(x){return view[0]+(x-ml)/(W-ml-mr)*(view[1]-view[0]);}
  function Y(v){return mt+(1-v/ymax)*(H-mt-mb);}
- function draw(sel){ctx.clearRect(0,0,W,H);ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);
-  ctx.font='11px sans-serif';ctx.fillStyle='#5b6475';ctx.strokeStyle='#e6e9ef';ctx.lineWidth=1;
-  var ys=niceBytesStep(ymax,6);for(var v=0;v<=ymax;v+=ys){var y=Math.round(Y(v))+.5;ctx.beginPath();ctx.moveTo(ml,y);ctx.lineTo(W-mr,y);ctx.stroke();ctx.textAlign='right';ctx.fillText(fmtB(v),ml-6,y+4);}
-  var xs=niceStep(view[1]-view[0],8);for(var t=Math.ceil(view[0]/xs)*xs;t<=view[1];t+=xs){var x=Math.round(X(t))+.5;ctx.beginPath();ctx.moveTo(x,mt);ctx.lineTo(x,H-mb);ctx.stroke();ctx.textAlign='center';ctx.fillText(fmtT(t),x,H-mb+14);}
+ function draw(sel){ctx.setTransform(dpr,0,0,dpr,0,0);ctx.clearRect(0,0,W,H);ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);
   // per-pixel min/max of every series over the buckets in view
   var cols=W-ml-mr,pmin={},pmax={};SERIES.forEach(function(s){pmin[s[0]]=new Float64Array(cols).fill(NaN);pmax[s[0]]=new Float64Array(cols).fill(NaN);});
   // A bucket covers [t, te]; after it, until the next bucket, its last values hold (an idle
@@ -37,6 +51,10 @@ function Timeline(dev,host){
    SERIES.forEach(function(s){var k=s[0],mn=tl[s[1]+(held?'last':'min')][i],mx=tl[s[1]+(held?'last':'max')][i];
     for(var x=x0;x<=x1;x++){if(!(pmin[k][x]<=mn))pmin[k][x]=mn;if(!(pmax[k][x]>=mx))pmax[k][x]=mx;}});}
   for(var i=Math.max(0,bucketAt(tl,view[0]));i<n&&tl.t[i]<=view[1];i++){cover(tl.t[i],tl.te[i],i,false);if(i+1<n&&tl.t[i+1]>tl.te[i])cover(tl.te[i],tl.t[i+1],i,true);}
+  // The y axis fits what is in view (and the capacity when it is near), in one unit per axis.
+  var top=0;SERIES.forEach(function(s){var a=pmax[s[0]];for(var x=0;x<cols;x++)if(a[x]>top)top=a[x];});
+  capIn=!!dev.capacity&&dev.capacity<=2.5*top;if(capIn)top=Math.max(top,dev.capacity);ymax=(top>0?top:1)*1.08;
+  axes();
   SERIES.forEach(function(s){var k=s[0];ctx.fillStyle=COLORS[k];ctx.globalAlpha=k==='reserved'?0.35:0.55;
    for(var x=0;x<cols;x++){if(isNaN(pmax[k][x]))continue;var y0=Y(pmax[k][x]),y1=Y(pmin[k][x]);ctx.fillRect(ml+x,y0,1,Math.max(1,y1-y0));}
    ctx.globalAlpha=1;ctx.strokeStyle=COLORS[k];ctx.lineWidth=1.4;ctx.beginPath();var started=false;
@@ -76,6 +94,7 @@ function Timeline(dev,host){
   if(b-a>4){var t0=T(a),t1=T(b);view=[Math.max(0,t0),Math.min(tmax,t1)];}else{var hit=markAt(a,lastY);if(hit&&hit.oom&&hit.oom.anchor){
    var target=document.getElementById(hit.oom.anchor);if(target)target.scrollIntoView({block:'start'});}}draw();});
  var lastY=0;cv.addEventListener('mousedown',function(e){lastY=e.offsetY;});
+ window.addEventListener('resize',function(){var w=width();if(w!==W||(window.devicePixelRatio||1)!==dpr){size();draw();}});
  this.xOf=function(t){return X(t);};this.yOf=function(v){return Y(v);};
  this.zoom=function(t0,t1){view=[Math.max(0,t0),Math.min(tmax,t1)];draw();return self.shown;};
  cv.addEventListener('dblclick',function(){view=[0,tmax];draw();});reset.addEventListener('click',function(){view=[0,tmax];draw();});
