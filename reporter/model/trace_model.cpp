@@ -881,7 +881,6 @@ struct TraceModelBuilder::Impl {
         break;
       }
       case Action::mark:  // kept aside above
-        break;
       case Action::snapshot:
         break;
     }
