@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -555,6 +557,102 @@ TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and 
   CHECK(std::abs(top.get<double>()) < 40);
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
   CHECK(b.eval("window.__vtErrors||[]") == nlohmann::json::array());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+namespace {
+
+// CIELAB (D65) of an sRGB colour "#rrggbb" after the colour-vision-deficiency matrix `m` (Machado,
+// Oliveira and Fernandes 2009, severity 1) applied in linear RGB.
+std::array<double, 3> simulated_lab(const std::string& hex, const std::array<std::array<double, 3>, 3>& m) {
+  std::array<double, 3> c{};
+  for (int i = 0; i < 3; ++i) {
+    double v = std::stoi(hex.substr(1 + 2 * i, 2), nullptr, 16) / 255.0;
+    c[i] = v <= 0.04045 ? v / 12.92 : std::pow((v + 0.055) / 1.055, 2.4);
+  }
+  std::array<double, 3> o{};
+  for (int i = 0; i < 3; ++i) o[i] = std::clamp(m[i][0] * c[0] + m[i][1] * c[1] + m[i][2] * c[2], 0.0, 1.0);
+  const double x = (0.4124 * o[0] + 0.3576 * o[1] + 0.1805 * o[2]) / 0.95047;
+  const double y = 0.2126 * o[0] + 0.7152 * o[1] + 0.0722 * o[2];
+  const double z = (0.0193 * o[0] + 0.1192 * o[1] + 0.9505 * o[2]) / 1.08883;
+  auto f = [](double t) { return t > 0.008856 ? std::cbrt(t) : 7.787 * t + 16.0 / 116.0; };
+  return {116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))};
+}
+
+// The smallest CIELAB distance between two of `colours` under normal vision and the three
+// simulated deficiencies, with the pair and the vision that give it.
+std::pair<double, std::string> closest_pair(const std::map<std::string, std::string>& colours) {
+  using M = std::array<std::array<double, 3>, 3>;
+  const std::pair<const char*, M> visions[] = {
+      {"normal", M{{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}}},
+      {"protanopia",
+       M{{{0.152286, 1.052583, -0.204868}, {0.114503, 0.786281, 0.099216}, {-0.003882, -0.048116, 1.051998}}}},
+      {"deuteranopia",
+       M{{{0.367322, 0.860646, -0.227968}, {0.280085, 0.672501, 0.047413}, {-0.011820, 0.042940, 0.968881}}}},
+      {"tritanopia",
+       M{{{1.255528, -0.076749, -0.178779}, {-0.078411, 0.930809, 0.147602}, {0.004733, 0.691367, 0.303900}}}}};
+  double best = 1e9;
+  std::string what;
+  for (const auto& [vision, m] : visions)
+    for (auto a = colours.begin(); a != colours.end(); ++a)
+      for (auto b = std::next(a); b != colours.end(); ++b) {
+        const auto la = simulated_lab(a->second, m), lb = simulated_lab(b->second, m);
+        const double d = std::hypot(la[0] - lb[0], la[1] - lb[1], la[2] - lb[2]);
+        if (d < best) {
+          best = d;
+          what = a->first + " / " + b->first + " (" + vision + ")";
+        }
+      }
+  return {best, what};
+}
+
+}  // namespace
+
+TEST_CASE("browser: colours stay apart under colour-vision deficiency, segment maps have bounded canvases",
+          "[browser][colours]") {
+  skip_without_chromium();
+  // A fragmentation OOM (tests/data/oom/bert_16g): states with many segments.
+  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/oom/bert_16g/bert.485.torch.pickle.gz"});
+  fs::path dir = fs::temp_directory_path() / ("vt-report-colours-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "report.html";
+  std::ofstream(html, std::ios::binary) << render_report_html(models);
+  Browser b(html, dir / "browser.err");
+  wait_for_page(b);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+
+  const auto c = b.eval("vtPage.colors");
+  std::map<std::string, std::string> series, blocks, processes;
+  for (const char* k : {"allocated", "active", "reserved", "requested", "cap"}) series[k] = c[k].get<std::string>();
+  for (const char* k : {"allocated", "pending", "waste", "free", "many"}) blocks[k] = c[k].get<std::string>();
+  int i = 0;
+  for (const auto& p : b.eval("vtPage.process_colors"))
+    processes["process " + std::to_string(i++)] = p.get<std::string>();
+  for (const auto* set : {&series, &blocks, &processes}) {
+    const auto [d, pair] = closest_pair(*set);
+    INFO(pair << ": " << d);
+    CHECK(d >= 15.0);
+  }
+
+  // Every segment map's canvas is at most the visible window (420 CSS pixels), however many
+  // segments it holds; scrolled to its end it still draws rows.
+  const auto probe =
+      nlohmann::json::parse(b.eval("document.getElementById('vt-probe').textContent").get<std::string>());
+  const double dpr = b.eval("window.devicePixelRatio||1").get<double>();
+  REQUIRE_FALSE(probe["segment_canvases"].empty());
+  for (const auto& wh : probe["segment_canvases"]) CHECK(wh[1].get<double>() <= 420 * dpr + 1);
+  auto scrolled = b.eval(
+      "(function(){var best=null;[].forEach.call(document.querySelectorAll('canvas.segmap'),function(c){"
+      "var w=c.parentNode.parentNode;if(!best||w.scrollHeight>best.scrollHeight)best=w;});"
+      "best.scrollTop=best.scrollHeight;best.dispatchEvent(new Event('scroll'));var c=best.querySelector('canvas'),"
+      "d=c.getContext('2d').getImageData(0,0,c.width,c.height).data,k=0;"
+      "for(var i=0;i<d.length;i+=4)if(d[i+3]>0&&(d[i]<200||d[i+1]<200||d[i+2]<200))k++;"
+      "return {rows_height:best.scrollHeight,top:parseFloat(c.style.top),drawn:k};})()");
+  INFO(scrolled.dump());
+  CHECK(scrolled["rows_height"].get<double>() > 420);  // the test needs a map taller than its window
+  CHECK(scrolled["top"].get<double>() > 0);
+  CHECK(scrolled["drawn"].get<int>() > 1000);
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

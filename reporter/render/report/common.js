@@ -1,7 +1,11 @@
 var errors=[];
 window.addEventListener('error',function(e){errors.push(String(e.message));});
 var DATA=JSON.parse(document.getElementById('vt-data').textContent);
-var COLORS={reserved:'#e8912d',active:'#3aa35b',allocated:'#2f6fd6',requested:'#8f5bd6',cap:'#d62f2f'};
+// Okabe and Ito's colour-blind-safe palette: every pair of the plot's series, and of the segment
+// map's block states, stays apart (CIELAB distance at least 15) under simulated protanopia,
+// deuteranopia and tritanopia as well (the browser test checks it).
+var COLORS={reserved:'#E69F00',active:'#009E73',allocated:'#0072B2',requested:'#CC79A7',cap:'#D55E00',
+ pending:'#CC79A7',waste:'#D55E00',free:'#ffffff',many:'#c9ced8'};
 var SERIES=[['reserved','r'],['active','c'],['allocated','a']];
 function el(tag,attrs,text){var e=document.createElement(tag);if(attrs)for(var k in attrs)e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=String(text);return e;}
 function fmtB(b){if(b===null||b===undefined)return 'n/a';var n=Math.abs(b),s=b<0?'-':'';

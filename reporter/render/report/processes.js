@@ -1,5 +1,6 @@
 var main=document.getElementById('main');var timelines=[];
-var PCOL=['#2f6fd6','#e8912d','#3aa35b','#d62f2f','#8f5bd6','#8c564b','#e377c2','#17becf','#bcbd22','#7f7f7f'];
+// Paul Tol's muted palette for processes, apart from each other under colour-vision deficiency too.
+var PCOL=['#332288','#88CCEE','#44AA99','#117733','#999933','#DDCC77','#CC6677','#882255','#AA4499'];
 function Stacked(dt,host,P){
  var W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),H=260,ml=78,mr=12,mt=10,mb=28;
  var wrap=el('div',{'class':'plot'});var cv=el('canvas',{width:W,height:H});var tip=el('div',{'class':'tip'});

@@ -1,22 +1,34 @@
+// The segment and block layout of one allocator state: a row per segment (address order, width by
+// size), its blocks coloured by state. Only the rows in view are drawn: the canvas is the height of
+// the visible window (at most 420 CSS pixels) and follows the scroll, so a state with hundreds of
+// segments, and a page with one such state per rank and OOM, keeps its canvas memory bounded.
 function Segments(state,host){
  var segs=state.segments;if(!segs.length){host.appendChild(el('div',{'class':'sub'},'no segments'));return;}
- var W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),lw=150,row=13,gap=3;
+ var W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),lw=150,row=13,gap=3,VMAX=420;
  var maxs=0;segs.forEach(function(s){maxs=Math.max(maxs,s.size);});
- var H=segs.length*(row+gap)+4;var wrap=el('div',{'class':'plot',style:'max-height:420px;overflow-y:auto'});var cv=el('canvas',{width:W,height:H});var tip=el('div',{'class':'tip'});
- wrap.appendChild(cv);wrap.appendChild(tip);host.appendChild(wrap);var ctx=cv.getContext('2d');
- var FILL=['#2f6fd6','#8f5bd6','#ffffff','#c9ced8'];ctx.font='11px sans-serif';
- segs.forEach(function(s,r){var y=2+r*(row+gap),w=(W-lw-10)*s.size/maxs;ctx.fillStyle='#5b6475';ctx.textAlign='right';
-  ctx.fillText(fmtB(s.size)+(s.expandable?' exp':'')+(s.large?'':' small'),lw-6,y+row-2);
-  s.blocks.forEach(function(b){var x=lw+w*b[0]/s.size,bw=Math.max(1,w*b[1]/s.size);ctx.fillStyle=FILL[b[2]];ctx.fillRect(x,y,bw,row);
-   if(b[2]===0&&b[3]<b[1]&&bw>3){ctx.fillStyle='#e05252';var ww=bw*(b[1]-b[3])/b[1];ctx.fillRect(x+bw-ww,y,Math.max(ww,0.5),row);}});
-  ctx.strokeStyle='#7d8596';ctx.strokeRect(lw+.5,y+.5,Math.max(1,w-1),row-1);});
- cv.addEventListener('mousemove',function(e){var r=Math.floor((e.offsetY-2)/(row+gap));var s=segs[r];if(!s||e.offsetX<lw){tip.style.display='none';return;}
-  var w=(W-lw-10)*s.size/maxs,off=(e.offsetX-lw)/w*s.size,hit=null;s.blocks.forEach(function(b){if(off>=b[0]&&off<b[0]+b[1])hit=b;});
+ var H=segs.length*(row+gap)+4,VH=Math.min(H,VMAX),dpr=window.devicePixelRatio||1;
+ var wrap=el('div',{'class':'plot',style:'max-height:'+VMAX+'px;overflow-y:auto'});
+ var space=el('div',{style:'position:relative;height:'+H+'px'});
+ var cv=el('canvas',{'class':'segmap',width:Math.round(W*dpr),height:Math.round(VH*dpr),style:'position:absolute;left:0;top:0;width:'+W+'px;height:'+VH+'px'});
+ var tip=el('div',{'class':'tip'});
+ space.appendChild(cv);space.appendChild(tip);wrap.appendChild(space);host.appendChild(wrap);var ctx=cv.getContext('2d');
+ var FILL=[COLORS.allocated,COLORS.pending,COLORS.free,COLORS.many];
+ function draw(){var off=wrap.scrollTop;cv.style.top=off+'px';ctx.setTransform(dpr,0,0,dpr,0,0);ctx.clearRect(0,0,W,VH);ctx.font='11px sans-serif';
+  var r0=Math.max(0,Math.floor((off-2)/(row+gap))),r1=Math.min(segs.length-1,Math.ceil((off+VH)/(row+gap)));
+  for(var r=r0;r<=r1;r++){var s=segs[r],y=2+r*(row+gap)-off,w=(W-lw-10)*s.size/maxs;ctx.fillStyle='#5b6475';ctx.textAlign='right';
+   ctx.fillText(fmtB(s.size)+(s.expandable?' exp':'')+(s.large?'':' small'),lw-6,y+row-2);
+   s.blocks.forEach(function(b){var x=lw+w*b[0]/s.size,bw=Math.max(1,w*b[1]/s.size);ctx.fillStyle=FILL[b[2]];ctx.fillRect(x,y,bw,row);
+    if(b[2]===0&&b[3]<b[1]&&bw>3){ctx.fillStyle=COLORS.waste;var ww=bw*(b[1]-b[3])/b[1];ctx.fillRect(x+bw-ww,y,Math.max(ww,0.5),row);}});
+   ctx.strokeStyle='#7d8596';ctx.strokeRect(lw+.5,y+.5,Math.max(1,w-1),row-1);}}
+ wrap.addEventListener('scroll',function(){tip.style.display='none';draw();});
+ cv.addEventListener('mousemove',function(e){var off=wrap.scrollTop,r=Math.floor((e.offsetY+off-2)/(row+gap));var s=segs[r];if(!s||e.offsetX<lw){tip.style.display='none';return;}
+  var w=(W-lw-10)*s.size/maxs,o=(e.offsetX-lw)/w*s.size,hit=null;s.blocks.forEach(function(b){if(o>=b[0]&&o<b[0]+b[1])hit=b;});
   var st=['allocated','pending free (another stream)','free (cached)','many small blocks'];
   var lines=['segment '+s.addr+'  '+fmtB(s.size)];if(hit){lines.push('block +'+hit[0]+'  '+fmtB(hit[1])+'  '+st[hit[2]]);if(hit[2]<2)lines.push('requested '+fmtB(hit[3])+', rounding '+fmtB(hit[1]-hit[3]));}
-  tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(e.offsetX+14,W-260)+'px';tip.style.top=(e.offsetY+10)+'px';});
+  tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(e.offsetX+14,W-260)+'px';tip.style.top=(e.offsetY+off+10)+'px';});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
- var lg=el('div',{'class':'legend sub'});[['#2f6fd6','allocated'],['#e05252','rounding waste'],['#8f5bd6','pending free'],['#ffffff','free in the cache'],['#c9ced8','many blocks']].forEach(function(p){
+ draw();
+ var lg=el('div',{'class':'legend sub'});[[COLORS.allocated,'allocated'],[COLORS.waste,'rounding waste'],[COLORS.pending,'pending free'],[COLORS.free,'free in the cache'],[COLORS.many,'many blocks']].forEach(function(p){
   var s=el('span');s.appendChild(el('i',{'class':'sw',style:'background:'+p[0]+';border:1px solid #9aa3b5'}));s.appendChild(document.createTextNode(p[1]));lg.appendChild(s);});host.appendChild(lg);
  if(state.segments_total>segs.length)host.appendChild(el('div',{'class':'sub'},'the '+segs.length+' largest of '+state.segments_total+' segments are drawn'));
 }
