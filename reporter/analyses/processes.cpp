@@ -549,6 +549,16 @@ nlohmann::json process_device_timelines_json(const std::vector<TraceModel>& mode
       g.erase(std::unique(g.begin(), g.end()), g.end());
       grid = std::move(g);
     }
+    // Each process's first and last moment stay grid points whatever the downsampling: otherwise
+    // one interval can span a process's end and the idle stretch after it, and its maximum would
+    // hold the process's memory long after the process had released it.
+    for (const auto& b : bands)
+      if (!b.dev->timeline.empty()) {
+        grid.push_back(b.dev->timeline.front().t_begin_ns);
+        grid.push_back(b.dev->timeline.back().t_end_ns);
+      }
+    std::sort(grid.begin(), grid.end());
+    grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
     nlohmann::json jb = nlohmann::json::array();
     for (const auto& b : bands) {
       const auto& tl = b.dev->timeline;
@@ -560,12 +570,16 @@ nlohmann::json process_device_timelines_json(const std::vector<TraceModel>& mode
         i64 last = 0;
         for (std::size_t gi = 0; gi < grid.size(); ++gi) {
           const i64 lo = gi ? grid[gi - 1] : grid[0], hi = grid[gi];
-          while (j < tl.size() && tl[j].t_end_ns < lo) last = tl[j++].last[k];
+          // The interval is (lo, hi] (the first one [lo, lo]): a bucket that ends at lo belongs
+          // to the interval before, and its last value holds on into this one.
+          while (j < tl.size() && (gi ? tl[j].t_end_ns <= lo : tl[j].t_end_ns < lo)) last = tl[j++].last[k];
           std::optional<i64> v;
           for (std::size_t q = j; q < tl.size() && tl[q].t_begin_ns <= hi; ++q)
             v = std::max(v.value_or(INT64_MIN), tl[q].max[k]);
           bool before = tl.empty() || hi < tl.front().t_begin_ns;
-          bool after = !tl.empty() && lo > tl.back().t_end_ns;  // the process had ended: its memory was released
+          // The process had ended (its trace's last moment is at or before the interval): its
+          // memory was released.
+          bool after = !tl.empty() && (gi ? lo >= tl.back().t_end_ns : lo > tl.back().t_end_ns);
           series[s].push_back(v ? *v : (before || after) ? 0 : last);
         }
       }

@@ -102,7 +102,9 @@ nlohmann::json process_device_json(const ProcessDeviceView& view);
 
 /// For the HTML report: per device, a common time axis (ms since the earliest event of any
 /// trace) and per process its reserved and allocated bytes (the maximum over each interval of
-/// the axis, from the processes' timelines), for stacked bands. At most `max_points` points.
+/// the axis, from the processes' timelines), for stacked bands. At most `max_points` points plus
+/// each process's first and last moment, which are always points (a process that has ended holds
+/// nothing).
 nlohmann::json process_device_timelines_json(const std::vector<TraceModel>& models, const ProcessDeviceView& view,
                                              std::size_t max_points = 1500);
 

@@ -144,8 +144,10 @@ TEST_CASE("C10 timelines: one band per process on each device, stacked to the de
   CHECK(tl[0]["device"] == 0);
   REQUIRE(tl[0]["bands"].size() == 4);
   CHECK(tl[1]["bands"].size() == 1);
-  // The processes' events overlap in time (they start 0.5 us apart), so at some point of the axis
-  // the bands add up to all of device 0's memory; never more.
+  // The processes start 0.5 us apart, one event a microsecond: process 0 holds its 2970 MiB on
+  // device 0 from 1 to 4 us, process r > 0 its 1387 MiB from 3 + r/2 to 8 + r/2 us. The most at
+  // once is at 4 us, when process 0 still holds its memory and processes 1 and 2 hold theirs;
+  // process 3 begins after process 0 has ended, so the bands never add up to all four.
   const auto& t = tl[0]["t"];
   std::int64_t best = 0;
   for (std::size_t i = 0; i < t.size(); ++i) {
@@ -153,9 +155,35 @@ TEST_CASE("C10 timelines: one band per process on each device, stacked to the de
     for (const auto& b : tl[0]["bands"]) sum += b["reserved"][i].get<std::int64_t>();
     best = std::max(best, sum);
   }
-  CHECK(best == static_cast<std::int64_t>((2970 + 3 * 1387) * MiB));
+  CHECK(best == static_cast<std::int64_t>((2970 + 2 * 1387) * MiB));
   // Times are relative to the earliest event of any trace.
   CHECK(t[0].get<double>() == Approx(0.0));
+}
+
+TEST_CASE("timelines: a process that has ended holds nothing, however coarse the axis", "[processes]") {
+  // Two runs one after another on device 0, 10 s apart, each with many events: an axis of 10
+  // points put most of them inside the runs, and one interval spanned the first run's end and
+  // the idle 10 s, holding its memory all along.
+  std::vector<Holding> many(60, Holding{0, 64 * MiB});
+  std::vector<TraceModel> m = {process(header("a.jsonl", 1, "", ""), many),
+                               process(header("b.jsonl", 2, "", ""), many, 10'000'000'000)};
+  ProcessDeviceView v = process_device_view(m);
+  auto tl = process_device_timelines_json(m, v, 10);
+  REQUIRE(tl.size() == 1);
+  const auto& t = tl[0]["t"];
+  const auto& bands = tl[0]["bands"];
+  REQUIRE(bands.size() == 2);
+  const auto& atl = m[0].devices[0].timeline;  // the axis counts from the earliest event
+  const double a_end_ms = static_cast<double>(atl.back().t_end_ns - atl.front().t_begin_ns) / 1e6;
+  // Wherever the first run's band holds memory, the interval ends by the run's end.
+  std::size_t held = 0;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (bands[0]["reserved"][i] == 0) continue;
+    ++held;
+    INFO("interval " << (i ? t[i - 1].get<double>() : 0.0) << " .. " << t[i].get<double>() << " ms");
+    CHECK(t[i].get<double>() <= a_end_ms + 1e-6);
+  }
+  CHECK(held >= 1);
 }
 
 TEST_CASE("own device: CUDA_VISIBLE_DEVICES, LOCAL_RANK, rank on one host, else where most memory is", "[processes]") {

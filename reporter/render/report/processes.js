@@ -22,7 +22,7 @@ function Stacked(dt,host,P){
   ctx.strokeStyle='#9aa3b5';ctx.strokeRect(ml+.5,mt+.5,W-ml-mr,H-mt-mb);}
  sel.addEventListener('change',function(){key=sel.value;draw();});
  cv.addEventListener('mousemove',function(e){var x=e.offsetX;if(x<ml||x>W-mr||!n){tip.style.display='none';return;}var t=tmin+(x-ml)/(W-ml-mr)*(tmax-tmin);
-  var lo=0,hi=n-1;while(lo<hi){var mid=(lo+hi)>>1;if(dt.t[mid]<t)lo=mid+1;else hi=mid;}var lines=['t = '+fmtT(dt.t[lo])+' ('+key+', max over the interval)'],sum=0;
+  var lo=0,hi=n-1;while(lo<hi){var mid=(lo+hi)>>1;if(dt.t[mid]<t)lo=mid+1;else hi=mid;}var lines=[(lo>0?fmtT(dt.t[lo-1])+' .. ':'t = ')+fmtT(dt.t[lo])+' ('+key+', max over the interval)'],sum=0;
   dt.bands.slice().reverse().forEach(function(b){lines.push(b.label+': '+fmtB(b[key][lo]));sum+=b[key][lo];});lines.push('all: '+fmtB(sum));
   tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(x+14,W-260)+'px';tip.style.top=(e.offsetY+10)+'px';});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
@@ -37,7 +37,8 @@ function processSection(P){
    r.push(c?fmtB(c['allocated_bytes.all.peak'])+' / '+fmtB(c['reserved_bytes.all.peak'])+(p.foreign_devices.indexOf(d.device)>=0?' *':''):'-');});return r;});
  var tot=['all processes (sum of peaks)',''];P.devices.forEach(function(d){tot.push(fmtB(d['allocated_bytes.all.peak'])+' / '+fmtB(d['reserved_bytes.all.peak']));});rows.push(tot);
  main.appendChild(el('div',{'class':'sub'},'peak allocated / peak reserved; * memory on a device other than the process\u2019s own'));table(main,head,rows);
- main.appendChild(el('pre',null,P.text));
+ // The same table as text, for copying, folded away so that the page shows it once.
+ var det=el('details');det.appendChild(el('summary',null,'the table as text'));det.appendChild(el('pre',null,P.text));main.appendChild(det);
  P.timelines.forEach(function(dt){main.appendChild(el('h3',null,dt.label+': memory of each process over time (stacked)'));var h=el('div');main.appendChild(h);stacks.push(new Stacked(dt,h,P));});
 }
 var stacks=[];
