@@ -1197,12 +1197,19 @@ std::optional<BlockInfo> CachingAllocator::find(DevicePtr ptr) const noexcept {
 std::optional<BlockInfo> CachingAllocator::find_containing(DevicePtr addr) const noexcept {
   if (addr == 0) return std::nullopt;
   std::lock_guard<SpinLock> lock(impl_->mu);
+  // Allocated blocks only (a freed block waiting for another stream's events is not the
+  // program's any more), and only the bytes the program asked for: the rounding after them is
+  // no allocation's, as behind the driver.
+  auto holds = [addr](DevicePtr start, const Block* c) {
+    return c->allocated && addr >= start && addr - start < std::max<std::uint64_t>(c->requested_size, 1);
+  };
   const Block* b = impl_->active.find(addr);
+  if (b != nullptr && !holds(addr, b)) b = nullptr;
   if (b == nullptr) {
     // Blocks are linked only within their segment and free blocks are indexed by size, so an
     // interior address is found by a scan of the live blocks.
     impl_->active.for_each([&](DevicePtr start, const Block* candidate) {
-      if (b == nullptr && start < addr && addr - start < candidate->size) b = candidate;
+      if (b == nullptr && holds(start, candidate)) b = candidate;
     });
   }
   if (b == nullptr) return std::nullopt;

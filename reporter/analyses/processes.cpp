@@ -573,10 +573,12 @@ nlohmann::json process_device_timelines_json(const std::vector<TraceModel>& mode
           // The interval is (lo, hi] (the first one [lo, lo]): a bucket that ends at lo belongs
           // to the interval before, and its last value holds on into this one.
           while (j < tl.size() && (gi ? tl[j].t_end_ns <= lo : tl[j].t_end_ns < lo)) last = tl[j++].last[k];
+          // A bucket that begins at hi belongs to the next interval (it holds what happened
+          // after hi too), as the process's start does: the interval before it is idle.
           std::optional<i64> v;
-          for (std::size_t q = j; q < tl.size() && tl[q].t_begin_ns <= hi; ++q)
+          for (std::size_t q = j; q < tl.size() && (gi ? tl[q].t_begin_ns < hi : tl[q].t_begin_ns <= hi); ++q)
             v = std::max(v.value_or(INT64_MIN), tl[q].max[k]);
-          bool before = tl.empty() || hi < tl.front().t_begin_ns;
+          bool before = tl.empty() || (gi ? hi <= tl.front().t_begin_ns : hi < tl.front().t_begin_ns);
           // The process had ended (its trace's last moment is at or before the interval): its
           // memory was released.
           bool after = !tl.empty() && (gi ? lo >= tl.back().t_end_ns : lo > tl.back().t_end_ns);

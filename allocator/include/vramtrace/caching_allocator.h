@@ -78,8 +78,9 @@ class CachingAllocator {
   /// Looks up a live (allocated or pending) block by its exact start address. Thread-safe.
   std::optional<BlockInfo> find(DevicePtr ptr) const noexcept;
 
-  /// The live block holding `addr` (its start or any byte inside it), for the driver's pointer
-  /// queries, which accept interior pointers. A start address costs one hash lookup; an interior
+  /// The allocated block holding `addr` (its start or any of the bytes the program asked for;
+  /// not a freed block waiting for events, not the rounding after the request), for the driver's
+  /// pointer queries, which accept interior pointers. A start address costs one hash lookup; an interior
   /// address a scan of the live blocks (O(live blocks), a few ns each), so this is for rare
   /// queries, never for the allocation path. Thread-safe.
   std::optional<BlockInfo> find_containing(DevicePtr addr) const noexcept;

@@ -7,13 +7,15 @@ function Segments(state,host){
  var W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),lw=150,row=13,gap=3,VMAX=420;
  var maxs=0;segs.forEach(function(s){maxs=Math.max(maxs,s.size);});
  var H=segs.length*(row+gap)+4,VH=Math.min(H,VMAX),dpr=window.devicePixelRatio||1;
- var wrap=el('div',{'class':'plot',style:'max-height:'+VMAX+'px;overflow-y:auto'});
+ // No horizontal scrollbar (the canvas leaves room for the vertical one), so the visible window
+ // is VH high and the canvas, kept at the top of it, never reaches past the rows.
+ W-=18;var wrap=el('div',{'class':'plot',style:'max-height:'+VMAX+'px;overflow-y:auto;overflow-x:hidden'});
  var space=el('div',{style:'position:relative;height:'+H+'px'});
  var cv=el('canvas',{'class':'segmap',width:Math.round(W*dpr),height:Math.round(VH*dpr),style:'position:absolute;left:0;top:0;width:'+W+'px;height:'+VH+'px'});
  var tip=el('div',{'class':'tip'});
  space.appendChild(cv);space.appendChild(tip);wrap.appendChild(space);host.appendChild(wrap);var ctx=cv.getContext('2d');
  var FILL=[COLORS.allocated,COLORS.pending,COLORS.free,COLORS.many];
- function draw(){var off=wrap.scrollTop;cv.style.top=off+'px';ctx.setTransform(dpr,0,0,dpr,0,0);ctx.clearRect(0,0,W,VH);ctx.font='11px sans-serif';
+ function draw(){var off=Math.max(0,Math.min(wrap.scrollTop,H-VH));cv.style.top=off+'px';ctx.setTransform(dpr,0,0,dpr,0,0);ctx.clearRect(0,0,W,VH);ctx.font='11px sans-serif';
   var r0=Math.max(0,Math.floor((off-2)/(row+gap))),r1=Math.min(segs.length-1,Math.ceil((off+VH)/(row+gap)));
   for(var r=r0;r<=r1;r++){var s=segs[r],y=2+r*(row+gap)-off,w=(W-lw-10)*s.size/maxs;ctx.fillStyle='#5b6475';ctx.textAlign='right';
    ctx.fillText(fmtB(s.size)+(s.expandable?' exp':'')+(s.large?'':' small'),lw-6,y+row-2);
@@ -21,7 +23,7 @@ function Segments(state,host){
     if(b[2]===0&&b[3]<b[1]&&bw>3){ctx.fillStyle=COLORS.waste;var ww=bw*(b[1]-b[3])/b[1];ctx.fillRect(x+bw-ww,y,Math.max(ww,0.5),row);}});
    ctx.strokeStyle='#7d8596';ctx.strokeRect(lw+.5,y+.5,Math.max(1,w-1),row-1);}}
  wrap.addEventListener('scroll',function(){tip.style.display='none';draw();});
- cv.addEventListener('mousemove',function(e){var off=wrap.scrollTop,r=Math.floor((e.offsetY+off-2)/(row+gap));var s=segs[r];if(!s||e.offsetX<lw){tip.style.display='none';return;}
+ cv.addEventListener('mousemove',function(e){var off=Math.max(0,Math.min(wrap.scrollTop,H-VH)),r=Math.floor((e.offsetY+off-2)/(row+gap));var s=segs[r];if(!s||e.offsetX<lw){tip.style.display='none';return;}
   var w=(W-lw-10)*s.size/maxs,o=(e.offsetX-lw)/w*s.size,hit=null;s.blocks.forEach(function(b){if(o>=b[0]&&o<b[0]+b[1])hit=b;});
   var st=['allocated','pending free (another stream)','free (cached)','many small blocks'];
   var lines=['segment '+s.addr+'  '+fmtB(s.size)];if(hit){lines.push('block +'+hit[0]+'  '+fmtB(hit[1])+'  '+st[hit[2]]);if(hit[2]<2)lines.push('requested '+fmtB(hit[3])+', rounding '+fmtB(hit[1]-hit[3]));}

@@ -11,6 +11,9 @@ function Timeline(dev,host){
  wrap.appendChild(cv);wrap.appendChild(tip);host.appendChild(wrap);host.appendChild(bar);this.canvas=cv;
  var tl=dev.tl,n=tl.t.length,tmax=n?tl.te[n-1]:1;if(tmax<=0)tmax=1;var view=[0,tmax];
  var ymax=1,capIn=false;  // of the view: set by each draw
+ // The narrowest view: a nanosecond, and far above the spacing of doubles at tmax, so that the
+ // ticks always advance (a drag that ends in a margin, or past it, leaves the view as it was).
+ var minSpan=Math.max(1e-6,tmax*1e-12);
  var ctx=cv.getContext('2d');
  // Each OOM marker with its case (the dev.ooms entry whose state is at its time, else the next in
  // order) and the anchor of that case's section (page.js names it).
@@ -35,7 +38,7 @@ function Timeline(dev,host){
   var ys=niceBytesStep(ymax,6),yu=byteUnit(ymax);for(var v=0;v<=ymax;v+=ys){var y=Math.round(Y(v))+.5;ctx.beginPath();ctx.moveTo(ml,y);ctx.lineTo(W-mr,y);ctx.stroke();
    ctx.textAlign='right';ctx.fillText(inUnit(v,yu,ys),ml-6,y+4);}
   var span=view[1]-view[0],xs=niceStep(span,Math.max(4,Math.floor((W-ml-mr)/110))),xu=timeUnit(span);
-  for(var t=Math.ceil(view[0]/xs)*xs;t<=view[1]+xs*1e-9;t+=xs){var x=Math.round(X(t))+.5;ctx.beginPath();ctx.moveTo(x,mt);ctx.lineTo(x,H-mb);ctx.stroke();
+  for(var t=Math.ceil(view[0]/xs)*xs,guard=0;t<=view[1]+xs*1e-9&&guard<200;t+=xs,guard++){var x=Math.round(X(t))+.5;ctx.beginPath();ctx.moveTo(x,mt);ctx.lineTo(x,H-mb);ctx.stroke();
    var label=inUnit(t,xu,xs),lw=ctx.measureText(label).width;ctx.textAlign=x+lw/2>W-2?'right':x-lw/2<2?'left':'center';ctx.fillText(label,x,H-mb+14);}
   ctx.fillStyle='#1d2433';ctx.textAlign='center';ctx.fillText('time since the first event ('+xu.name+')',ml+(W-ml-mr)/2,H-6);
   ctx.save();ctx.translate(12,mt+(H-mt-mb)/2);ctx.rotate(-Math.PI/2);ctx.fillText('memory ('+yu.name+')',0,0);ctx.restore();}
@@ -91,12 +94,12 @@ function Timeline(dev,host){
   tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(x+14,W-230)+'px';tip.style.top=(e.offsetY+10)+'px';});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  window.addEventListener('mouseup',function(){if(!drag)return;var a=Math.min(drag[0],drag[1]),b=Math.max(drag[0],drag[1]);drag=null;
-  if(b-a>4){var t0=T(a),t1=T(b);view=[Math.max(0,t0),Math.min(tmax,t1)];}else{var hit=markAt(a,lastY);if(hit&&hit.oom&&hit.oom.anchor){
+  if(b-a>4){var t0=Math.max(0,T(a)),t1=Math.min(tmax,T(b));if(t1-t0>minSpan)view=[t0,t1];}else{var hit=markAt(a,lastY);if(hit&&hit.oom&&hit.oom.anchor){
    var target=document.getElementById(hit.oom.anchor);if(target)target.scrollIntoView({block:'start'});}}draw();});
  var lastY=0;cv.addEventListener('mousedown',function(e){lastY=e.offsetY;});
  window.addEventListener('resize',function(){var w=width();if(w!==W||(window.devicePixelRatio||1)!==dpr){size();draw();}});
  this.xOf=function(t){return X(t);};this.yOf=function(v){return Y(v);};
- this.zoom=function(t0,t1){view=[Math.max(0,t0),Math.min(tmax,t1)];draw();return self.shown;};
+ this.zoom=function(t0,t1){t0=Math.max(0,t0);t1=Math.min(tmax,t1);if(t1-t0>minSpan)view=[t0,t1];draw();return self.shown;};
  cv.addEventListener('dblclick',function(){view=[0,tmax];draw();});reset.addEventListener('click',function(){view=[0,tmax];draw();});
  draw();
 }

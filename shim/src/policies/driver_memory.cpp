@@ -178,8 +178,11 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
       bump(g_counters.cross_stream_frees);
       o.pool->allocator.record_stream(p, key);
     }
-    o.pool->forget_buffer_id(p);  // Note [a block answers as an allocation]
-    return to_cuda(o.pool->allocator.deallocate(p, e.entry()), *o.pool);
+    // The buffer id is forgotten after the free: a query in between finds no allocated block
+    // (Note [a block answers as an allocation]).
+    const Status st = o.pool->allocator.deallocate(p, e.entry());
+    o.pool->forget_buffer_id(p);
+    return to_cuda(st, *o.pool);
   }
   if (o.pool) {
     bump(g_counters.double_frees);
@@ -238,8 +241,11 @@ Status cached_free(const Owner& o, DevicePtr p, std::uint16_t entry) noexcept {
   }
   // Note [lazy sync before reuse]: remember the range before the block can be handed out again.
   if (reuse_needs_sync()) o.pool->note_freed(p, o.block.size);
-  o.pool->forget_buffer_id(p);  // Note [a block answers as an allocation]
-  return o.pool->allocator.deallocate(p, entry);
+  // The buffer id is forgotten after the free: a query in between finds no allocated block
+  // (Note [a block answers as an allocation]).
+  const Status st = o.pool->allocator.deallocate(p, entry);
+  o.pool->forget_buffer_id(p);
+  return st;
 }
 
 }  // namespace

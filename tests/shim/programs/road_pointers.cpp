@@ -72,6 +72,13 @@ int main() {
   Answer ac = ask(c + 999);
   CHECK_EQ(ac.start, c);
   CHECK_EQ(ac.size, kOdd);  // the size asked for, not the rounded block
+  {
+    // Past the request, in the block's rounding: no allocation's bytes.
+    CUdeviceptr s = 0;
+    size_t z = 0;
+    tally.add("cuMemGetAddressRange_v2");
+    CHECK_EQ(cuMemGetAddressRange_v2(&s, &z, c + 1010), CUDA_ERROR_NOT_FOUND);
+  }
   Answer aa = ask(a), ab = ask(b);
   CHECK(aa.id != ab.id);
   CHECK(aa.id != ac.id && ab.id != ac.id);
