@@ -67,11 +67,55 @@ bool Value::to_i64(std::int64_t& out) const {
   return false;
 }
 
+namespace {
+// A value's node as make_shared allocates it: the Value, the control block's vtable pointer and
+// two counts (16 bytes), and the allocator's chunk header (8, rounded to 16).
+constexpr std::uint64_t kNodeBytes = sizeof(Value) + 32;
+// One node of an unordered_map entry with its bucket (estimate: next pointer, key, value, hash).
+constexpr std::uint64_t kMapNodeBytes = 64;
+}  // namespace
+
+std::uint64_t footprint(const Value& v) noexcept {
+  std::uint64_t n = kNodeBytes;
+  // Strings of up to 15 bytes live inside std::string itself (libstdc++ and libc++ alike).
+  if (v.text.capacity() > std::string().capacity()) n += v.text.capacity() + 1;
+  n += v.items.capacity() * sizeof(ValuePtr);
+  n += v.entries.capacity() * sizeof(std::pair<ValuePtr, ValuePtr>);
+  return n;
+}
+
 const Value* Value::find(std::string_view key) const {
   if (kind != Kind::dict) return nullptr;
   for (const auto& [k, v] : entries)
     if (k && k->kind == Kind::string && k->text == key) return v.get();
   return nullptr;
+}
+
+const char* kind_name(Kind kind) noexcept {
+  switch (kind) {
+    case Kind::none:
+      return "NoneType";
+    case Kind::boolean:
+      return "bool";
+    case Kind::integer:
+    case Kind::big_integer:
+      return "int";
+    case Kind::floating:
+      return "float";
+    case Kind::string:
+      return "str";
+    case Kind::bytes:
+      return "bytes";
+    case Kind::list:
+      return "list";
+    case Kind::tuple:
+      return "tuple";
+    case Kind::dict:
+      return "dict";
+    case Kind::set:
+      return "set";
+  }
+  return "unknown";
 }
 
 const char* opcode_name(std::uint8_t op) noexcept {
@@ -252,6 +296,99 @@ void Unpickler::fail_truncated() const {
       src_.truncated() ? fmt::format(" (its {} stream is cut off)", compression_name(src_.compression())) : ""));
 }
 
+std::uint64_t Unpickler::budget_bytes() const {
+  auto affine = [](std::uint64_t floor, std::uint64_t per, std::uint64_t n) {
+    std::uint64_t x = 0;
+    if (__builtin_mul_overflow(per, n, &x) || __builtin_add_overflow(x, floor, &x)) return UINT64_MAX;
+    return x;
+  };
+  std::uint64_t b = affine(limits_.budget_floor_bytes, limits_.budget_per_byte, offset());
+  if (src_.compression() != Compression::none)
+    b = std::min(b, affine(limits_.budget_floor_bytes, limits_.budget_per_compressed_byte, src_.bytes_read()));
+  return b;
+}
+
+void Unpickler::check_budget() {
+  // Called after value_bytes_ or table_bytes_ grew. The budget only grows with the offset, so
+  // anything at or below a peak that passed still passes.
+  const std::uint64_t held = held_bytes();
+  if (held <= peak_held_) return;
+  const std::uint64_t limit = budget_bytes();
+  if (held > limit) {
+    const std::uint64_t floor = limits_.budget_floor_bytes;
+    const std::string floor_text =
+        floor % (1u << 20) == 0 ? fmt::format("{} MiB", floor >> 20) : fmt::format("{} bytes", floor);
+    std::string rule =
+        fmt::format("{} + {} bytes per pickle byte read ({} so far)", floor_text, limits_.budget_per_byte, offset());
+    if (src_.compression() != Compression::none)
+      rule += fmt::format(", and at most {} + {} bytes per compressed byte read ({} so far)", floor_text,
+                          limits_.budget_per_compressed_byte, src_.bytes_read());
+    fail(fmt::format(
+        "memory limit: the values built so far take {} bytes, more than the {} bytes this input may use ({}); "
+        "real PyTorch snapshots need far less, so the file is damaged or not a snapshot",
+        held, limit, rule));
+  }
+  peak_held_ = held;
+}
+
+ValuePtr Unpickler::make(Kind kind) {
+  auto v = std::make_shared<Value>(kind);
+  v->cost = kNodeBytes;
+  value_bytes_ += kNodeBytes;
+  check_budget();
+  return v;
+}
+
+void Unpickler::recharge(Value& v) {
+  const std::uint64_t now = footprint(v);
+  if (now <= v.cost) return;
+  const std::uint64_t grown = now - v.cost;
+  v.cost = now;
+  value_bytes_ += grown;
+  check_budget();
+}
+
+template <class Container>
+void Unpickler::charge_table(const Container& c, std::size_t capacity_before) {
+  if (c.capacity() <= capacity_before) return;
+  const std::uint64_t grown = (c.capacity() - capacity_before) * sizeof(typename Container::value_type);
+  table_bytes_ += grown;
+  check_budget();
+}
+
+void Unpickler::add_item(Value& parent, ValuePtr child) {
+  add_child(parent, child);
+  parent.items.push_back(std::move(child));
+  recharge(parent);
+}
+
+void Unpickler::add_entry(Value& dict, ValuePtr key, ValuePtr value) {
+  add_child(dict, value);
+  dict.entries.emplace_back(std::move(key), std::move(value));
+  recharge(dict);
+}
+
+void Unpickler::release(const ValuePtr& v) {
+  // Called just before the caller drops its reference `v`: uncounts what that frees, i.e. the
+  // values only this reference keeps alive, found by the rule Value::~Value frees them by. A value
+  // reached twice from one parent is not uncounted (an over-estimate, never an under-estimate).
+  if (!v || v.use_count() != 1) return;
+  std::vector<const Value*> todo{v.get()};
+  auto visit = [&todo](const ValuePtr& c) {
+    if (c && c.use_count() == 1) todo.push_back(c.get());
+  };
+  while (!todo.empty()) {
+    const Value* p = todo.back();
+    todo.pop_back();
+    value_bytes_ -= std::min(value_bytes_, p->cost);
+    for (const auto& c : p->items) visit(c);
+    for (const auto& [k, x] : p->entries) {
+      visit(k);
+      visit(x);
+    }
+  }
+}
+
 void Unpickler::refill(std::size_t need) {
   if (len_ - pos_ >= need) return;
   std::size_t have = len_ - pos_;
@@ -288,7 +425,7 @@ std::uint64_t Unpickler::u64() {
   return v;
 }
 
-void Unpickler::read_bytes(std::string& out, std::uint64_t n) {
+void Unpickler::read_bytes(std::string& out, std::uint64_t n, Value* owner) {
   if (n > limits_.max_string_bytes)
     fail(fmt::format("length field {} exceeds the limit of {} bytes", n, limits_.max_string_bytes));
   std::uint64_t total = src_.bytes_total();
@@ -302,12 +439,16 @@ void Unpickler::read_bytes(std::string& out, std::uint64_t n) {
     out.append(buf_.data() + pos_, k);
     pos_ += k;
     n -= k;
+    // Charged as the bytes arrive, so that a long string in a compressed bomb stops early.
+    if (owner) recharge(*owner);
   }
 }
 
 void Unpickler::push(ValuePtr v) {
   if (stack_.size() >= limits_.max_stack) fail(fmt::format("more than {} values on the stack", limits_.max_stack));
+  const std::size_t cap = stack_.capacity();
   stack_.push_back(std::move(v));
+  charge_table(stack_, cap);
 }
 
 ValuePtr Unpickler::pop() {
@@ -339,8 +480,10 @@ std::uint32_t* Unpickler::memo_slot(std::uint32_t id, bool create) {
   std::size_t dense_limit = std::max<std::size_t>(memo_dense_.size() * 2, 1u << 16);
   if (id < dense_limit) {
     if (!create) return nullptr;
+    const std::size_t cap = memo_dense_.capacity();
     memo_dense_.resize(std::max<std::size_t>(std::size_t{id} + 1, std::min(dense_limit, memo_dense_.size() * 2 + 1024)),
                        0);
+    charge_table(memo_dense_, cap);
     return &memo_dense_[id];
   }
   if (!create) {
@@ -348,7 +491,12 @@ std::uint32_t* Unpickler::memo_slot(std::uint32_t id, bool create) {
     return it == memo_sparse_.end() ? nullptr : &it->second;
   }
   if (memo_sparse_.size() >= limits_.max_memo) fail(fmt::format("more than {} sparse memo keys", limits_.max_memo));
-  return &memo_sparse_[id];
+  auto [it, inserted] = memo_sparse_.try_emplace(id, 0);
+  if (inserted) {
+    table_bytes_ += kMapNodeBytes;
+    check_budget();
+  }
+  return &it->second;
 }
 
 void Unpickler::memo_put(std::uint32_t id) {
@@ -364,8 +512,11 @@ void Unpickler::memo_put(std::uint32_t id) {
       pool_[idx] = v;
     } else {
       idx = static_cast<std::uint32_t>(pool_.size());
+      const std::size_t cap = pool_.capacity(), refs_cap = pool_refs_.capacity();
       pool_.push_back(v);
       pool_refs_.push_back(0);
+      charge_table(pool_, cap);
+      charge_table(pool_refs_, refs_cap);
     }
     v->pool_index = idx;
   }
@@ -373,6 +524,7 @@ void Unpickler::memo_put(std::uint32_t id) {
     ++memo_defined_;
   else if (*slot > 2 && --pool_refs_[*slot] == 0 && *slot != v->pool_index) {
     pool_[*slot]->pool_index = 0;
+    release(pool_[*slot]);
     pool_[*slot].reset();
     pool_free_.push_back(*slot);
   }
@@ -397,6 +549,7 @@ void Unpickler::forget(const Value* v, std::uint32_t placeholder) {
   *slot = placeholder;
   if (--pool_refs_[idx] == 0) {
     pool_[idx]->pool_index = 0;
+    release(pool_[idx]);
     pool_[idx].reset();
     pool_free_.push_back(idx);
   }
@@ -406,22 +559,25 @@ ValuePtr Unpickler::make_string(Kind kind, std::uint64_t n) {
   if (n <= 64) {
     // Short strings are interned: PyTorch's pickles memoize a fresh "N/A" or "" per entry.
     std::string text;
-    read_bytes(text, n);
+    read_bytes(text, n, nullptr);
     if (kind == Kind::string) {
       auto [it, inserted] = interned_.try_emplace(text);
       if (inserted) {
         if (interned_.size() > limits_.max_memo) fail("too many distinct strings");
-        it->second = std::make_shared<Value>(Kind::string);
+        table_bytes_ += kMapNodeBytes + (text.capacity() > std::string().capacity() ? text.capacity() + 1 : 0);
+        it->second = make(Kind::string);
         it->second->text = std::move(text);
+        recharge(*it->second);
       }
       return it->second;
     }
-    auto v = std::make_shared<Value>(kind);
+    auto v = make(kind);
     v->text = std::move(text);
+    recharge(*v);
     return v;
   }
-  auto v = std::make_shared<Value>(kind);
-  read_bytes(v->text, n);
+  auto v = make(kind);
+  read_bytes(v->text, n, v.get());
   return v;
 }
 
@@ -467,19 +623,20 @@ void Unpickler::append_items(const ValuePtr& list, std::size_t from) {
       for (const auto& [k, v] : item->entries)
         if (v && (v->kind == Kind::list || v->kind == Kind::dict)) forget(v.get(), v->kind == Kind::list ? 1 : 2);
       ++delivered_;
+      release(item);  // the callback owns it from here
       on_item_(list->tag, std::move(item));
     }
   } else {
-    for (std::size_t i = from; i < stack_.size(); ++i) {
-      add_child(*list, stack_[i]);
-      list->items.push_back(std::move(stack_[i]));
-    }
+    // Python's pickler fills a new list in batches of 1000 (APPENDS): the first batch is often all
+    // of it, so it gets exactly its room; later ones grow by doubling.
+    if (list->items.empty()) list->items.reserve(stack_.size() - from);
+    for (std::size_t i = from; i < stack_.size(); ++i) add_item(*list, std::move(stack_[i]));
   }
   stack_.resize(from);
 }
 
 ValuePtr Unpickler::make_int_from_le(const std::string& b) {
-  auto v = std::make_shared<Value>(Kind::integer);
+  auto v = make(Kind::integer);
   std::size_t n = b.size();
   if (n == 0) return v;
   const auto* u = reinterpret_cast<const unsigned char*>(b.data());
@@ -501,6 +658,7 @@ ValuePtr Unpickler::make_int_from_le(const std::string& b) {
   }
   v->kind = Kind::big_integer;
   v->text = b;
+  recharge(*v);
   v->integer = negative ? INT64_MIN : INT64_MAX;
   return v;
 }
@@ -539,27 +697,47 @@ bool Unpickler::run() {
       case 0x95:  // FRAME: a length hint only; frames are read through like the rest
         (void)u64();
         break;
-      case '(':
+      case '(': {
+        const std::size_t cap = marks_.capacity();
         marks_.push_back(stack_.size());
+        charge_table(marks_, cap);
         break;
+      }
       case '.': {  // STOP
-        result_ = pop();
-        stack_.clear();
-        marks_.clear();
+        ValuePtr result = pop();
+        // Python's pickler writes exactly one value and closes every MARK; what is left over was
+        // never part of a dumped object (a damaged or hand-made file, or a bomb of containers).
+        if (!stack_.empty() || !marks_.empty())
+          fail(
+              fmt::format("{} values and {} marks are left on the stack below the result: not a pickle "
+                          "Python's pickle.dump writes",
+                          stack_.size(), marks_.size()));
+        result_ = std::move(result);
         memo_dense_.clear();
         memo_dense_.shrink_to_fit();
         memo_sparse_.clear();
+        for (std::size_t i = 3; i < pool_.size(); ++i) {
+          release(pool_[i]);
+          pool_[i].reset();
+        }
         pool_.resize(3);
         pool_refs_.resize(3);
         pool_free_.clear();
+        for (const auto& [text, v] : interned_) release(v);
         interned_.clear();
+        stack_.shrink_to_fit();
+        marks_.shrink_to_fit();
+        pool_.shrink_to_fit();
+        pool_refs_.shrink_to_fit();
+        table_bytes_ = 0;  // what stays is the result
         return false;
       }
       case '0':
-        (void)pop();
+        release(pop());
         break;
       case '1': {
         std::size_t m = pop_mark();
+        for (std::size_t i = m; i < stack_.size(); ++i) release(stack_[i]);
         stack_.resize(m);
         break;
       }
@@ -570,30 +748,30 @@ bool Unpickler::run() {
         break;
       }
       case 'N':
-        push(std::make_shared<Value>(Kind::none));
+        push(make(Kind::none));
         break;
       case 0x88:
       case 0x89: {
-        auto v = std::make_shared<Value>(Kind::boolean);
+        auto v = make(Kind::boolean);
         v->boolean = op_ == 0x88;
         push(std::move(v));
         break;
       }
       case 'J': {
-        auto v = std::make_shared<Value>(Kind::integer);
+        auto v = make(Kind::integer);
         v->integer = static_cast<std::int32_t>(u32());
         push(std::move(v));
         break;
       }
       case 'K': {
-        auto v = std::make_shared<Value>(Kind::integer);
+        auto v = make(Kind::integer);
         v->integer = u8();
         push(std::move(v));
         break;
       }
       case 'M': {
         refill(2);
-        auto v = std::make_shared<Value>(Kind::integer);
+        auto v = make(Kind::integer);
         v->integer = static_cast<std::uint8_t>(buf_[pos_]) | (static_cast<std::uint8_t>(buf_[pos_ + 1]) << 8);
         pos_ += 2;
         push(std::move(v));
@@ -605,14 +783,14 @@ bool Unpickler::run() {
         if (op_ == 0x8b && static_cast<std::int32_t>(n) < 0) fail("negative length");
         if (n > limits_.max_int_bytes)
           fail(fmt::format("integer of {} bytes exceeds the limit of {}", n, limits_.max_int_bytes));
-        read_bytes(scratch, n);
+        read_bytes(scratch, n, nullptr);
         push(make_int_from_le(scratch));
         break;
       }
       case 'G': {
         std::uint64_t bits = u64();
         bits = __builtin_bswap64(bits);  // big-endian on the wire
-        auto v = std::make_shared<Value>(Kind::floating);
+        auto v = make(Kind::floating);
         std::memcpy(&v->floating, &bits, 8);
         push(std::move(v));
         break;
@@ -639,18 +817,16 @@ bool Unpickler::run() {
         if (stack_.empty()) fail("stack underflow");
         break;
       case ')':
-        push(std::make_shared<Value>(Kind::tuple));
+        push(make(Kind::tuple));
         break;
       case 0x85:
       case 0x86:
       case 0x87: {
         std::size_t n = op_ - 0x84;
         if (stack_.size() < n || (!marks_.empty() && stack_.size() - marks_.back() < n)) fail("stack underflow");
-        auto t = std::make_shared<Value>(Kind::tuple);
-        for (std::size_t i = stack_.size() - n; i < stack_.size(); ++i) {
-          add_child(*t, stack_[i]);
-          t->items.push_back(std::move(stack_[i]));
-        }
+        auto t = make(Kind::tuple);
+        t->items.reserve(n);
+        for (std::size_t i = stack_.size() - n; i < stack_.size(); ++i) add_item(*t, std::move(stack_[i]));
         stack_.resize(stack_.size() - n);
         push(std::move(t));
         break;
@@ -659,33 +835,30 @@ bool Unpickler::run() {
       case 'l':
       case 0x91: {  // TUPLE, LIST, FROZENSET (from MARK)
         std::size_t m = pop_mark();
-        auto t = std::make_shared<Value>(op_ == 't' ? Kind::tuple : op_ == 'l' ? Kind::list : Kind::set);
-        for (std::size_t i = m; i < stack_.size(); ++i) {
-          add_child(*t, stack_[i]);
-          t->items.push_back(std::move(stack_[i]));
-        }
+        auto t = make(op_ == 't' ? Kind::tuple : op_ == 'l' ? Kind::list : Kind::set);
+        t->items.reserve(stack_.size() - m);
+        for (std::size_t i = m; i < stack_.size(); ++i) add_item(*t, std::move(stack_[i]));
         stack_.resize(m);
         push(std::move(t));
         break;
       }
       case ']':
-        push(std::make_shared<Value>(Kind::list));
+        push(make(Kind::list));
         check_new_list();
         break;
       case '}':
-        push(std::make_shared<Value>(Kind::dict));
+        push(make(Kind::dict));
         break;
       case 0x8f:
-        push(std::make_shared<Value>(Kind::set));
+        push(make(Kind::set));
         break;
       case 'd': {  // DICT from MARK
         std::size_t m = pop_mark();
         if ((stack_.size() - m) % 2 != 0) fail("odd number of items for a dict");
-        auto d = std::make_shared<Value>(Kind::dict);
-        for (std::size_t i = m; i < stack_.size(); i += 2) {
-          add_child(*d, stack_[i + 1]);
-          d->entries.emplace_back(std::move(stack_[i]), std::move(stack_[i + 1]));
-        }
+        auto d = make(Kind::dict);
+        d->entries.reserve((stack_.size() - m) / 2);
+        for (std::size_t i = m; i < stack_.size(); i += 2)
+          add_entry(*d, std::move(stack_[i]), std::move(stack_[i + 1]));
         stack_.resize(m);
         push(std::move(d));
         break;
@@ -705,10 +878,8 @@ bool Unpickler::run() {
         std::size_t m = pop_mark();
         if (m == 0 || stack_[m - 1]->kind != Kind::set) fail("ADDITEMS without a set below its MARK");
         Value& s = *stack_[m - 1];
-        for (std::size_t i = m; i < stack_.size(); ++i) {
-          add_child(s, stack_[i]);
-          s.items.push_back(std::move(stack_[i]));
-        }
+        if (s.items.empty()) s.items.reserve(stack_.size() - m);  // as for APPENDS
+        for (std::size_t i = m; i < stack_.size(); ++i) add_item(s, std::move(stack_[i]));
         stack_.resize(m);
         break;
       }
@@ -716,8 +887,7 @@ bool Unpickler::run() {
         if (stack_.size() < 3 || (!marks_.empty() && stack_.size() - marks_.back() < 3)) fail("stack underflow");
         Value& d = *stack_[stack_.size() - 3];
         if (d.kind != Kind::dict || d.role == kRoleForgotten) fail("SETITEM on a value that is not a dict");
-        add_child(d, stack_[stack_.size() - 1]);
-        d.entries.emplace_back(std::move(stack_[stack_.size() - 2]), std::move(stack_[stack_.size() - 1]));
+        add_entry(d, std::move(stack_[stack_.size() - 2]), std::move(stack_[stack_.size() - 1]));
         stack_.resize(stack_.size() - 2);
         break;
       }
@@ -727,10 +897,8 @@ bool Unpickler::run() {
           fail("SETITEMS without a dict below its MARK");
         if ((stack_.size() - m) % 2 != 0) fail("odd number of items for SETITEMS");
         Value& d = *stack_[m - 1];
-        for (std::size_t i = m; i < stack_.size(); i += 2) {
-          add_child(d, stack_[i + 1]);
-          d.entries.emplace_back(std::move(stack_[i]), std::move(stack_[i + 1]));
-        }
+        if (d.entries.empty()) d.entries.reserve((stack_.size() - m) / 2);  // as for APPENDS
+        for (std::size_t i = m; i < stack_.size(); i += 2) add_entry(d, std::move(stack_[i]), std::move(stack_[i + 1]));
         stack_.resize(m);
         break;
       }

@@ -42,6 +42,8 @@ using ValuePtr = std::shared_ptr<Value>;
 struct Value {
   Kind kind = Kind::none;
   bool boolean = false;
+  std::uint8_t role = 0;     ///< Unpickler's streaming marks
+  std::int32_t tag = 0;      ///< Unpickler's streaming tag (device index)
   std::int64_t integer = 0;  ///< integer; for big_integer the value saturated to int64
   double floating = 0.0;
   /// string (UTF-8) and bytes; for big_integer the little-endian two's complement bytes.
@@ -51,8 +53,8 @@ struct Value {
   std::uint32_t memo_id = UINT32_MAX;                  ///< first memo slot this value was stored in
   std::uint32_t pool_index = 0;                        ///< Unpickler's slot for memoized values (0 = none)
   std::uint32_t depth = 0;                             ///< nesting depth (0 for scalars), as far as observed
-  std::uint8_t role = 0;                               ///< Unpickler's streaming marks
-  std::int32_t tag = 0;                                ///< Unpickler's streaming tag (device index)
+  /// Bytes the Unpickler charged to its memory budget for this value: footprint() when it last grew.
+  std::uint64_t cost = 0;
 
   Value() = default;
   explicit Value(Kind k) : kind(k) {}
@@ -70,16 +72,52 @@ struct Value {
   const Value* find(std::string_view key) const;
 };
 
+/// Bytes of memory one value occupies: the node and its shared_ptr control block (make_shared),
+/// plus the heap storage of its string (beyond the small-string buffer), items and entries, by
+/// capacity. What the Unpickler counts against Limits' memory budget. Thread-safe (reads `v`).
+std::uint64_t footprint(const Value& v) noexcept;
+
+/// Python's name of the type a value of this kind comes from ("dict", "int", "NoneType", ...), for
+/// messages. Thread-safe.
+const char* kind_name(Kind kind) noexcept;
+
 /// Python's name of an opcode byte ("GLOBAL", "BINUNICODE", ...), "unknown" if none.
 const char* opcode_name(std::uint8_t op) noexcept;
 
 /// Limits on what a pickle may make us hold (hostile input); all checked with a clear error.
+///
+/// Memory budget: the bytes the unpickler holds (Unpickler::held_bytes: the footprint() of every
+/// value it built and still owns, plus its stack, marks, memo and string table) may not exceed
+///
+///     budget_floor_bytes + budget_per_byte * (pickle bytes read so far)
+///
+/// and, for gzip or zstd input, also not
+///
+///     budget_floor_bytes + budget_per_compressed_byte * (compressed bytes read so far).
+///
+/// "Pickle bytes" are the decompressed stream the opcodes are read from. Without the second rule a
+/// few KiB of zstd could unpack to gigabytes of opcodes that each build just under the per-byte
+/// budget; with it, memory is proportional to the file on disk as well.
+///
+/// Why these numbers (tests/reporter/test_pickle.cpp, "[measure]"; the table is in
+/// docs/reliability.md, "Pickles"): the real snapshots in tests/data hold at most 10 bytes per
+/// pickle byte over a whole file of more than 64 KiB (the `device_traces` history is streamed and
+/// freed as it is read, so what stays is mostly `segments`) and at most 125 per byte on disk. The
+/// densest shape is a snapshot without history (segments and blocks only): a synthetic one of
+/// 100,000 blocks holds 31 per pickle byte, and one with 12 frames per block, compressed with
+/// zstd -19, 982 per byte on disk. The defaults are 4 and 16 times those worst cases. Hostile input
+/// amplifies more: every one-byte EMPTY_LIST, EMPTY_DICT or NONE opcode waiting on the stack costs
+/// about 190 bytes, so a pickle made of them is refused a few hundred KiB in, whatever its length.
+/// The floor lets small pickles through whatever their shape.
 struct Limits {
-  std::uint64_t max_string_bytes = 1ull << 30;  ///< one string/bytes value
-  std::uint64_t max_int_bytes = 1u << 20;       ///< one LONG1/LONG4 integer
-  std::uint64_t max_stack = 1u << 24;           ///< values on the stack
-  std::uint64_t max_memo = 1u << 24;            ///< distinct live memoized values
-  std::uint32_t max_depth = 10000;              ///< container nesting
+  std::uint64_t max_string_bytes = 1ull << 30;       ///< one string/bytes value
+  std::uint64_t max_int_bytes = 1u << 20;            ///< one LONG1/LONG4 integer
+  std::uint64_t max_stack = 1u << 24;                ///< values on the stack
+  std::uint64_t max_memo = 1u << 24;                 ///< distinct live memoized values
+  std::uint32_t max_depth = 10000;                   ///< container nesting
+  std::uint64_t budget_floor_bytes = 16ull << 20;    ///< memory budget: fixed part (bytes)
+  std::uint64_t budget_per_byte = 128;               ///< memory budget: bytes per pickle byte read
+  std::uint64_t budget_per_compressed_byte = 16384;  ///< memory budget: bytes per compressed byte read
 };
 
 /// Runs a pickle's opcodes over a byte stream. Not thread-safe.
@@ -109,6 +147,14 @@ class Unpickler {
   /// Distinct values the memo keeps alive, and stack depth now (for tests of bounded memory).
   std::size_t memo_size() const { return pool_.size() - 3 - pool_free_.size(); }
   std::size_t stack_size() const { return stack_.size(); }
+  /// Bytes the unpickler holds now, counted against the memory budget (see Limits): the
+  /// footprint() of the values it built and still owns (a streamed item no longer counts once it
+  /// was handed to the callback, which owns it then) and the capacity of its own stack, marks and
+  /// memo tables. An estimate of the heap it uses, never below what is reachable from its stack,
+  /// memo and result. Its peak so far, and the budget at the current offset.
+  std::uint64_t held_bytes() const { return value_bytes_ + table_bytes_; }
+  std::uint64_t peak_held_bytes() const { return peak_held_; }
+  std::uint64_t budget_bytes() const;
   /// Protocol from the PROTO opcode (0 if none).
   int protocol() const { return protocol_; }
 
@@ -119,7 +165,7 @@ class Unpickler {
   std::uint8_t u8();
   std::uint32_t u32();
   std::uint64_t u64();
-  void read_bytes(std::string& out, std::uint64_t n);
+  void read_bytes(std::string& out, std::uint64_t n, Value* owner);
   void push(ValuePtr v);
   ValuePtr pop();
   std::size_t pop_mark();
@@ -132,6 +178,14 @@ class Unpickler {
   ValuePtr make_string(Kind kind, std::uint64_t n);
   void check_new_list();
   ValuePtr make_int_from_le(const std::string& bytes);
+  ValuePtr make(Kind kind);
+  void check_budget();
+  void recharge(Value& v);
+  template <class Container>
+  void charge_table(const Container& c, std::size_t capacity_before);
+  void add_item(Value& parent, ValuePtr child);
+  void add_entry(Value& dict, ValuePtr key, ValuePtr value);
+  void release(const ValuePtr& v);
 
   ByteSource& src_;
   std::string path_;
@@ -160,6 +214,10 @@ class Unpickler {
   std::string stream_key_;
   std::function<void(std::int32_t, ValuePtr)> on_item_;
   std::uint64_t delivered_ = 0;
+
+  std::uint64_t value_bytes_ = 0;  // footprint of the values built and not yet released
+  std::uint64_t table_bytes_ = 0;  // capacity of stack_, marks_, the memo and interned_
+  std::uint64_t peak_held_ = 0;
 };
 
 }  // namespace vramtrace::pickle

@@ -105,6 +105,64 @@ class SnapshotReader final : public TraceReader {
     throw TraceError(fmt::format("{}: offset {}: {}", header_.path, unpickler_.offset(), what));
   }
 
+  // A well-formed pickle of something else (a model's state dict, a list of numbers): said as
+  // such, so that nobody takes "no events" for an empty snapshot.
+  [[noreturn]] void not_a_snapshot(const std::string& what) const {
+    throw TraceError(
+        fmt::format("{}: a pickle, but not a PyTorch memory snapshot: {} (a snapshot is the dict "
+                    "torch.cuda.memory._dump_snapshot() writes, with \"segments\" and/or \"device_traces\", or the "
+                    "list of segment dicts torch.cuda.memory_snapshot() returns)",
+                    header_.path, what));
+  }
+
+  // What the top-level value is: the rules of not_a_snapshot's message.
+  void check_is_snapshot(const Value& root) const {
+    if (root.kind == Kind::dict) {
+      const Value* traces = root.find("device_traces");
+      if (!traces && !root.find("segments")) {
+        std::string keys;
+        std::size_t shown = 0;
+        for (const auto& [k, v] : root.entries) {
+          if (shown == 5) {
+            keys += fmt::format(", ... ({} keys)", root.entries.size());
+            break;
+          }
+          if (shown++) keys += ", ";
+          keys += k && k->kind == Kind::string ? fmt::format("'{}'", k->text.substr(0, 40))
+                                               : fmt::format("a key of type {}", pickle::kind_name(k->kind));
+        }
+        not_a_snapshot(
+            root.entries.empty()
+                ? std::string("its top-level value is an empty dict")
+                : fmt::format("its top-level value is a dict of {} without \"segments\" or \"device_traces\"", keys));
+      }
+      if (traces) {
+        if (traces->kind != Kind::list) fail("\"device_traces\" is not a list (one list of entries per device)");
+        for (std::size_t i = 0; i < traces->items.size(); ++i)
+          if (traces->items[i]->kind != Kind::list) fail(fmt::format("device_traces[{}] is not a list", i));
+      }
+      return;
+    }
+    if (root.kind == Kind::list) {
+      // torch.cuda.memory_snapshot(): every segment has an address, a size and its blocks.
+      for (std::size_t i = 0; i < root.items.size(); ++i) {
+        const Value& s = *root.items[i];
+        std::uint64_t x = 0;
+        bool is_segment = s.kind == Kind::dict && s.find("address") && s.find("address")->to_u64(x) &&
+                          s.find("total_size") && s.find("total_size")->to_u64(x) && s.find("blocks") &&
+                          s.find("blocks")->kind == Kind::list;
+        if (!is_segment)
+          not_a_snapshot(fmt::format("its top-level value is a list whose item {} is {}", i,
+                                     s.kind == Kind::dict
+                                         ? std::string("a dict without an integer \"address\" and \"total_size\" and a "
+                                                       "\"blocks\" list, not a segment")
+                                         : fmt::format("of type {}, not a segment dict", pickle::kind_name(s.kind))));
+      }
+      return;
+    }
+    not_a_snapshot(fmt::format("its top-level value is of type {}, not a dict", pickle::kind_name(root.kind)));
+  }
+
   void convert(std::int32_t device, const Value& e) {
     if (e.kind != Kind::dict) fail(fmt::format("device_traces[{}] holds an entry that is not a dict", device));
     const Value* action = e.find("action");
@@ -184,6 +242,7 @@ class SnapshotReader final : public TraceReader {
 
   void finish() {
     const ValuePtr& root = unpickler_.result();
+    check_is_snapshot(*root);
     const Value* segments = nullptr;
     if (root->kind == Kind::dict) {
       segments = root->find("segments");
@@ -192,10 +251,8 @@ class SnapshotReader final : public TraceReader {
             conf && conf->kind == Kind::string && !conf->text.empty())
           header_.settings = conf->text;
       }
-    } else if (root->kind == Kind::list) {
-      segments = root.get();  // torch.cuda.memory_snapshot(): the segments only
     } else {
-      fail("the pickle holds neither a snapshot dict nor a list of segments");
+      segments = root.get();  // torch.cuda.memory_snapshot(): the segments only
     }
     if (!segments) return;
     if (segments->kind != Kind::list) fail("\"segments\" is not a list");

@@ -151,6 +151,21 @@ for k, v in pickles.items():
 for k, v in hostile.items():
     put("pickle", k, v)
 
+# Pickles that are not snapshots (refused as such by the snapshot reader) and a small bomb of
+# EMPTY_LIST opcodes (refused for what it leaves on the stack; under the pickle target's tight
+# limits, at the memory budget), for both targets.
+small_bomb = b"\x80\x04" + b"]" * 4096 + b"."
+not_snapshots = {
+    "not-a-snapshot-dict.pickle": pickle.dumps({"foo": 1}, protocol=4),
+    "not-a-dict-int.pickle": pickle.dumps(1, protocol=4),
+    "not-a-dict-list-of-ints.pickle": pickle.dumps([1, 2, 3], protocol=4),
+    "empty-list-bomb-4k.pickle": small_bomb,
+    "empty-list-bomb-4k.pickle.gz": gzip.compress(small_bomb, mtime=0),
+}
+for k, v in not_snapshots.items():
+    put("pickle", k, v)
+    put("trace", k, v)
+
 # OOM messages: every C string constant of messages.h.
 src = open(os.path.join(ROOT, "tests/reporter-reports/messages.h")).read()
 n = 0

@@ -150,6 +150,24 @@ TEST_CASE("pickles that name callables are refused and execute nothing", "[untru
   CHECK_FALSE(fs::exists(marker));
 }
 
+TEST_CASE("a pickle that is not a PyTorch snapshot is refused, not read as an empty one", "[untrusted][pickle]") {
+  TempDir dir;
+  // pickle.dumps({"foo": 1}, protocol=4) and pickle.dumps([1, 2, 3], protocol=4).
+  const std::string foo = dir.file("foo.pickle"), list = dir.file("list.pickle");
+  write_file(foo, std::string("\x80\x04\x95\x0c\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x03"
+                              "foo\x94K\x01s.",
+                              23));
+  write_file(list, std::string("\x80\x04\x95\x0b\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02K\x03"
+                               "e.",
+                               22));
+  CHECK_THAT(read_all(foo), Catch::Contains("foo.pickle: a pickle, but not a PyTorch memory snapshot"));
+  CHECK_THAT(read_all(list), Catch::Contains("list.pickle: a pickle, but not a PyTorch memory snapshot"));
+  for (const auto& path : {foo, list}) {
+    CHECK(run_command("summary " + path) == 2);
+    CHECK(run_command("report " + path + " -o " + dir.file("r.html")) == 2);
+  }
+}
+
 TEST_CASE("memory stays bounded on huge and deeply nested input", "[untrusted][memory]") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // Peak RSS is the measurement here, and the sanitizers' shadow memory (and AddressSanitizer's
@@ -188,14 +206,38 @@ TEST_CASE("memory stays bounded on huge and deeply nested input", "[untrusted][m
   SECTION("a pickle nested a million levels deep") {
     const std::string path = dir.file("deep.pickle");
     write_file(path, "\x80\x04" + std::string(1000000, ']') + std::string(999999, 'a') + ".");
-    const auto r = in_child([&] { return read_all(path).find("nested deeper") != std::string::npos ? 0 : 1; });
+    // The million empty lists wait on the stack for the first APPEND (which would meet the depth
+    // limit); about 190 bytes each with their stack slot, they reach the memory budget (16 MiB +
+    // 128 per byte read) about 260,000 in. Before the budget this took 170 MiB.
+    const auto r = in_child([&] { return read_all(path).find("memory limit") != std::string::npos ? 0 : 1; });
     INFO("peak RSS " << r.max_rss_kib << " KiB");
     CHECK(r.exit_code == 0);
-    // Measured: about 170 MiB for this 2 MiB file: the million empty lists are all built and held
-    // on the stack before the first APPEND meets the depth limit (about 170 bytes per one-byte
-    // opcode). Bounded by Limits::max_stack (2^24 values), i.e. about 3 GiB from a 16 MiB file:
-    // see docs/reliability.md, "open".
-    CHECK(r.max_rss_kib < base + 256 * 1024);
+    CHECK(r.max_rss_kib < base + 140 * 1024);
+  }
+  SECTION("16 MiB of EMPTY_LIST opcodes, plain and gzip (16 KiB), refused at the memory budget") {
+    // Before the budget: 2.8 GB and 4 s for the plain file, then "no events".
+    const std::string bomb = "\x80\x04" + std::string(16u << 20, ']') + ".";
+    const std::string plain = dir.file("bomb.pickle"), gz = dir.file("bomb.pickle.gz");
+    write_file(plain, bomb);
+    {
+      gzFile g = gzopen(gz.c_str(), "wb9");
+      REQUIRE(g != nullptr);
+      REQUIRE(gzwrite(g, bomb.data(), static_cast<unsigned>(bomb.size())) > 0);
+      gzclose(g);
+    }
+    INFO("gzip: " << fs::file_size(gz) << " bytes");
+    CHECK(fs::file_size(gz) < 64 * 1024);
+    for (const auto& path : {plain, gz}) {
+      INFO(path);
+      const auto r = in_child([&] {
+        const std::string e = read_all(path);
+        return e.rfind(path + ": offset ", 0) == 0 && e.find("memory limit") != std::string::npos ? 0 : 1;
+      });
+      INFO("peak RSS " << r.max_rss_kib << " KiB");
+      CHECK(r.exit_code == 0);
+      CHECK(r.max_rss_kib < base + 140 * 1024);
+      CHECK(run_command("summary " + path) == 2);
+    }
   }
   SECTION("a 16-byte pickle that claims a 1 TiB string") {
     const std::string path = dir.file("claim.pickle");

@@ -1,8 +1,12 @@
 // The safe pickle reader and the snapshot TraceReader (cases S1, S2, S3 of docs/cases.md).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "readers/open_trace.h"
 #include "readers/pickle.h"
@@ -13,6 +17,12 @@ using namespace vramtrace;
 using vramtrace::test::write_file;
 
 namespace {
+
+// The bytes of a string literal, NULs included.
+template <std::size_t N>
+std::string bin(const char (&s)[N]) {
+  return {s, N - 1};
+}
 
 std::string snapshot_path() { return test::data_path("torch-h200/encoder_varlen.snapshot.pickle"); }
 
@@ -322,7 +332,7 @@ TEST_CASE("pickle: hostile and broken pickles give clear errors", "[pickle]") {
   e = error_of(std::string("\x80\x04N", 3));
   CHECK_THAT(e, Catch::Contains("ends before its STOP opcode"));
   e = error_of(std::string("\x80\x04K\x01.", 5));
-  CHECK_THAT(e, Catch::Contains("neither a snapshot dict nor a list of segments"));
+  CHECK_THAT(e, Catch::Contains("not a PyTorch memory snapshot"));
 }
 
 TEST_CASE("snapshot S3: device_traces entries stream with bounded memory", "[pickle]") {
@@ -358,4 +368,248 @@ TEST_CASE("snapshot S3: device_traces entries stream with bounded memory", "[pic
   REQUIRE(traces);
   REQUIRE(traces->items.size() == 1);
   CHECK(traces->items[0]->items.empty());
+}
+
+TEST_CASE("snapshot: a pickle that is not a PyTorch memory snapshot is refused, every real shape is read", "[pickle]") {
+  // pickle.dumps({"foo": 1}, protocol=4), as Python writes it.
+  std::string e = error_of(bin("\x80\x04\x95\x0c\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x03"
+                               "foo\x94K\x01s."),
+                           "foo.pickle");
+  CHECK_THAT(e, Catch::Contains("foo.pickle: a pickle, but not a PyTorch memory snapshot") &&
+                    Catch::Contains("a dict of 'foo' without \"segments\" or \"device_traces\""));
+  e = error_of(bin("\x80\x04}."));
+  CHECK_THAT(e, Catch::Contains("not a PyTorch memory snapshot: its top-level value is an empty dict"));
+  // Top-level values that are not dicts.
+  e = error_of(bin("\x80\x04K\x01."));
+  CHECK_THAT(e, Catch::Contains("not a PyTorch memory snapshot: its top-level value is of type int, not a dict"));
+  e = error_of(bin("\x80\x04N."));
+  CHECK_THAT(e, Catch::Contains("of type NoneType, not a dict"));
+  e =
+      error_of(bin("\x80\x04\x8c\x03"
+                   "abc."));
+  CHECK_THAT(e, Catch::Contains("of type str, not a dict"));
+  e = error_of(bin("\x80\x04)."));
+  CHECK_THAT(e, Catch::Contains("of type tuple, not a dict"));
+  // Lists that are not lists of segments.
+  e =
+      error_of(bin("\x80\x04]K\x01"
+                   "a."));
+  CHECK_THAT(e, Catch::Contains("a list whose item 0 is of type int, not a segment dict"));
+  e =
+      error_of(bin("\x80\x04]}\x8c\x03"
+                   "fooK\x01sa."));
+  CHECK_THAT(e, Catch::Contains("a list whose item 0 is a dict without an integer \"address\""));
+  // Snapshot dicts whose history is not a list of lists.
+  e =
+      error_of(bin("\x80\x04}\x8c\x0d"
+                   "device_tracesK\x01s."));
+  CHECK_THAT(e, Catch::Contains("\"device_traces\" is not a list"));
+  e =
+      error_of(bin("\x80\x04}\x8c\x0d"
+                   "device_traces]K\x01"
+                   "as."));
+  CHECK_THAT(e, Catch::Contains("device_traces[0] is not a list"));
+
+  // What real snapshots look like, and the shapes PyTorch writes when there is little to say.
+  CHECK(error_of(bin("\x80\x04].")).empty());  // memory_snapshot() with no segments
+  CHECK(error_of(bin("\x80\x04}\x8c\x08segments]s.")).empty());
+  CHECK(error_of(bin("\x80\x04}\x8c\x0d"
+                     "device_traces]s."))
+            .empty());
+  for (const char* name : {"pickle/segments_only.pickle", "pickle/no_history.snapshot.pickle",
+                           "pickle/bigint.snapshot.pickle", "torch-h200/gpt2_run.snapshot.pickle.zst"}) {
+    INFO(name);
+    Loaded got = load(test::data_path(name));
+    CHECK_FALSE(got.final_state.segments.empty());
+  }
+}
+
+TEST_CASE("pickle: values left on the stack at STOP are refused", "[pickle]") {
+  std::string e = error_of(bin("\x80\x04]]]."));
+  CHECK_THAT(e, Catch::Contains("opcode STOP") && Catch::Contains("2 values and 0 marks are left on the stack"));
+  e = error_of(bin("\x80\x04(]."));
+  CHECK_THAT(e, Catch::Contains("0 values and 1 marks are left on the stack"));
+}
+
+namespace {
+
+// Runs a pickle through the unpickler with the snapshot reader's streaming rule (items dropped as
+// they come). Returns the PickleError message, "" on success.
+std::string unpickle(const std::string& path, const pickle::Limits& limits, std::uint64_t* peak = nullptr,
+                     std::uint64_t* offset = nullptr) {
+  auto src = ByteSource::open(path);
+  pickle::Unpickler u(*src, path, limits);
+  u.stream_key("device_traces", [](std::int32_t, const pickle::ValuePtr&) {});
+  std::string error;
+  try {
+    while (u.run()) {
+    }
+  } catch (const pickle::PickleError& e) {
+    error = e.what();
+  }
+  if (peak) *peak = u.peak_held_bytes();
+  if (offset) *offset = u.offset();
+  return error;
+}
+
+std::vector<std::string> real_snapshots() {
+  std::vector<std::string> out;
+  for (const char* name :
+       {"torch-h200/encoder_varlen.snapshot.pickle", "torch-h200/gpt2_run.snapshot.pickle.zst",
+        "pickle/encoder_varlen.proto2.pickle.gz", "pickle/encoder_varlen.proto4.pickle.gz",
+        "pickle/late_start.snapshot.pickle.gz", "pickle/no_history.snapshot.pickle", "pickle/segments_only.pickle",
+        "pickle/sites.snapshot.pickle", "oom/bert_16g/bert.485.torch.pickle.gz",
+        "oom/encoder_10g/encoder.484.torch.pickle.gz", "oom/llama_t4/llama.470.torch.pickle.gz",
+        "oom/dead_run.snapshot.pickle", "ledger/run.4242.torch.pickle"})
+    out.push_back(test::data_path(name));
+  return out;
+}
+
+std::uint64_t decompressed_size(const std::string& path) {
+  auto src = ByteSource::open(path);
+  std::vector<char> buf(1 << 20);
+  std::uint64_t n = 0;
+  while (std::size_t k = src->read(buf.data(), buf.size())) n += k;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("pickle memory budget: an EMPTY_LIST bomb is refused early, plain, gzip and zstd", "[pickle]") {
+  const std::string bomb = "\x80\x04" + std::string(16u << 20, ']') + ".";
+  for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"bomb.pickle", bomb},
+                                    {"bomb.pickle.gz", test::gzip(bomb)},
+                                    {"bomb.pickle.zst", test::zstd(bomb)}}) {
+    INFO(name << ", " << bytes.size() << " bytes on disk");
+    const std::string path = write_file(name, bytes);
+    std::uint64_t peak = 0, offset = 0;
+    const std::string e = unpickle(path, pickle::Limits{}, &peak, &offset);
+    INFO(e);
+    CHECK_THAT(e, Catch::StartsWith(path + ": offset ") && Catch::Contains("opcode EMPTY_LIST") &&
+                      Catch::Contains("memory limit: the values built so far take") &&
+                      Catch::Contains("16 MiB + 128 bytes per pickle byte read"));
+    // Refused within the first MiB (about 190 bytes are built per byte, 128 allowed), holding no
+    // more than the floor and what the bytes read allow.
+    CHECK(offset < (1u << 20));
+    CHECK(peak <= (16u << 20) + 128 * offset);
+    // The trace reader's message is the same.
+    CHECK_THAT(error_of(bytes, name), Catch::Contains("memory limit"));
+  }
+}
+
+TEST_CASE("pickle memory budget: a compressed file that unpacks to a large pickle is bounded by its size on disk",
+          "[pickle]") {
+  // A list of 7 million BININTs appended one by one: 29 bytes built per pickle byte, below the
+  // per-byte budget, but its 40 MiB zstd to about 4 KiB.
+  std::string p = "\x80\x04]";
+  const std::string item(
+      "J\x01\x00\x00\x00"
+      "a",
+      6);
+  p.reserve(p.size() + 7000000 * item.size() + 1);
+  for (int i = 0; i < 7000000; ++i) p += item;
+  p += '.';
+  const std::string zst = test::zstd(p);
+  INFO(p.size() << " bytes, " << zst.size() << " zstd");
+  CHECK(zst.size() < 16384);
+  const std::string path = write_file("ints.pickle.zst", zst);
+  std::uint64_t offset = 0;
+  const std::string e = unpickle(path, pickle::Limits{}, nullptr, &offset);
+  CHECK_THAT(e, Catch::Contains("memory limit") && Catch::Contains("16384 bytes per compressed byte read"));
+  CHECK(offset < p.size() / 4);
+  // The same pickle uncompressed is within the per-byte budget (a list of numbers is not a
+  // snapshot, but that is the snapshot reader's to say).
+  pickle::Limits small_floor;
+  small_floor.budget_floor_bytes = 1u << 20;
+  const std::string plain = write_file("ints.pickle", p.substr(0, 3 + 100000 * item.size()) + ".");
+  CHECK(unpickle(plain, small_floor).empty());
+}
+
+TEST_CASE("pickle memory budget: streamed trace entries stop counting once handed out", "[pickle]") {
+  // 300,000 entries held at once would take about 300 MB; streamed, what is held is one APPENDS
+  // batch of 1,000 entries (about 1.2 MB) and the memo's 4 bytes per key (about 4 MB).
+  const std::string path = write_file("streamed.pickle", synthetic_snapshot(300000));
+  pickle::Limits tight;
+  tight.budget_floor_bytes = 8u << 20;
+  tight.budget_per_byte = 1;
+  std::uint64_t peak = 0;
+  CHECK(unpickle(path, tight, &peak) == "");
+  CHECK(peak < (8u << 20));
+}
+
+TEST_CASE("pickle memory budget: every real snapshot needs under a quarter of it", "[pickle]") {
+  // The defaults leave a margin of more than 4 per pickle byte and 10 per compressed byte (the
+  // measured ratios are in docs/reliability.md, "Pickles"); these are the defaults divided so.
+  pickle::Limits quarter;
+  quarter.budget_floor_bytes = 1u << 20;
+  quarter.budget_per_byte = pickle::Limits{}.budget_per_byte / 4;
+  quarter.budget_per_compressed_byte = pickle::Limits{}.budget_per_compressed_byte / 10;
+  for (const auto& path : real_snapshots()) {
+    INFO(path);
+    CHECK(unpickle(path, quarter) == "");
+  }
+}
+
+TEST_CASE("pickle memory budget: the ratios of the real snapshots (prints them)", "[.][pickle][measure]") {
+  // `test_readers "[measure]"`: the figures of docs/reliability.md, "Pickles" (also of the
+  // files named in $VRAMTRACE_MEASURE_PICKLES, separated by ':'). The worst point of a run is the
+  // largest held/read ratio once 64 KiB (16 KiB compressed) are read: what the rules meet.
+  std::vector<std::string> paths = real_snapshots();
+  if (const char* more = std::getenv("VRAMTRACE_MEASURE_PICKLES")) {
+    std::string list = more;
+    for (std::size_t at = 0; at <= list.size();) {
+      const std::size_t end = std::min(list.find(':', at), list.size());
+      if (end > at) paths.push_back(list.substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  for (const auto& path : paths) {
+    auto src = ByteSource::open(path);
+    pickle::Limits unlimited;
+    unlimited.budget_floor_bytes = UINT64_MAX / 2;
+    pickle::Unpickler u(*src, path, unlimited);
+    u.stream_key("device_traces", [](std::int32_t, const pickle::ValuePtr&) {});
+    double worst = 0, worst_compressed = 0;
+    auto sample = [&] {
+      if (u.offset() >= (64u << 10)) worst = std::max(worst, double(u.held_bytes()) / double(u.offset()));
+      if (src->compression() != Compression::none && src->bytes_read() >= (16u << 10))
+        worst_compressed = std::max(worst_compressed, double(u.held_bytes()) / double(src->bytes_read()));
+    };
+    while (u.run()) sample();
+    sample();
+    const std::uint64_t size = decompressed_size(path), on_disk = ByteSource::open(path)->bytes_total();
+    std::printf(
+        "%s: %llu bytes on disk, %llu pickle bytes, peak held %llu bytes: %.1f per pickle byte, %.1f per "
+        "byte on disk; worst point %.1f per pickle byte, %.1f per compressed byte read\n",
+        path.c_str(), static_cast<unsigned long long>(on_disk), static_cast<unsigned long long>(size),
+        static_cast<unsigned long long>(u.peak_held_bytes()), double(u.peak_held_bytes()) / double(size),
+        double(u.peak_held_bytes()) / double(on_disk), worst, worst_compressed);
+  }
+}
+
+TEST_CASE("pickle memory budget: what is counted is at least what is built", "[pickle]") {
+  // Every value's cost is its footprint, and the count covers every value reachable from the result.
+  auto src = ByteSource::open(test::data_path("pickle/no_history.snapshot.pickle"));
+  pickle::Unpickler u(*src, "no_history.snapshot.pickle");
+  REQUIRE_FALSE(u.run());
+  std::vector<const pickle::Value*> todo{u.result().get()};
+  std::set<const pickle::Value*> seen{u.result().get()};
+  std::uint64_t total = 0;
+  while (!todo.empty()) {
+    const pickle::Value* v = todo.back();
+    todo.pop_back();
+    CHECK(v->cost == pickle::footprint(*v));
+    total += pickle::footprint(*v);
+    auto visit = [&](const pickle::ValuePtr& c) {
+      if (seen.insert(c.get()).second) todo.push_back(c.get());
+    };
+    for (const auto& c : v->items) visit(c);
+    for (const auto& [k, x] : v->entries) {
+      visit(k);
+      visit(x);
+    }
+  }
+  CHECK(total > 10000);
+  CHECK(u.held_bytes() >= total);
+  CHECK(u.peak_held_bytes() >= u.held_bytes());
 }
