@@ -59,7 +59,7 @@ namespace {
         e.time_ns = TraceWriter::now_ns();
         e.addr = (static_cast<std::uint64_t>(t + 1) << 40) | id;  // thread in the high bits, sequence below
         e.size_bytes = id;
-        e.block_bytes = 512;
+        e.block_bytes = (e.size_bytes + 511) / 512 * 512;  // rounded up, as an allocator does
         e.thread_id = static_cast<std::uint32_t>(t + 1);
         w->record(e);
         if (id % 64 == 0) std::this_thread::yield();

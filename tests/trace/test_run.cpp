@@ -238,6 +238,10 @@ TEST_CASE("damaged traces: each kind of damage is named, nothing readable is los
       {R"({"a":"alloc","t":1000,"p":4096,"r":18446744073709551615})", "field \"r\": impossible size"},
       {R"({"a":"alloc","t":1000,"d":-1,"p":4096,"r":512})", "field \"d\": device -1 outside 0..1023"},
       {R"({"a":"alloc","t":1000,"d":99999,"p":4096,"r":512})", "field \"d\": device 99999 outside"},
+      {R"({"a":"alloc","t":1000,"p":4096,"r":1000000,"b":1024})",
+       "field \"b\": a block of 1024 bytes below its request \"r\" of 1000000 bytes"},
+      {R"({"a":"alloc","t":9223372036854775807,"p":4096,"r":512})", "field \"t\": impossible time 9223372036854775807"},
+      {R"({"a":"alloc","t":-99999999999,"p":4096,"r":512})", "field \"t\": impossible time -99999999999"},
   };
   std::vector<Case> all = cases;
   for (std::size_t i = 0; i < impossible.size(); ++i)

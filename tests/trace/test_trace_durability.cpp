@@ -98,7 +98,7 @@ TEST_CASE("SIGKILL leaves every event older than the flush interval on disk", "[
       e.time_ns = TraceWriter::now_ns();
       e.addr = id;
       e.size_bytes = id % 5000;
-      e.block_bytes = 512;
+      e.block_bytes = (e.size_bytes + 511) / 512 * 512;  // rounded up, as an allocator does
       e.thread_id = 1;
       w.record(e);
       std::uint64_t ms = (TraceWriter::now_ns() - start) / 1'000'000;
@@ -242,6 +242,7 @@ TEST_CASE("a fork child without %p in the name gets -<pid> added", "[trace][fork
   REQUIRE(w.start());
   Event e{};
   e.addr = 1;
+  e.time_ns = TraceWriter::now_ns();
   w.record(e);
   w.before_fork();
   pid_t pid = fork();
@@ -249,6 +250,7 @@ TEST_CASE("a fork child without %p in the name gets -<pid> added", "[trace][fork
     w.after_fork_child();
     Event c{};
     c.addr = 2;
+    c.time_ns = TraceWriter::now_ns();
     w.record(c);
     w.close();
     _exit(w.path() == dir.file("nopid-" + std::to_string(getpid()) + ".jsonl") ? 0 : 9);

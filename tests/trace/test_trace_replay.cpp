@@ -3,6 +3,7 @@
 // its trailer recorded. The CPU-side counterpart of the GPU check that a traced PyTorch run
 // replays to its own trailer (`scripts/gpu-check.sh trace`).
 #include <catch2/catch.hpp>
+#include <optional>
 
 #include "analyses/replay.h"
 #include "trace_test_util.h"
@@ -37,6 +38,14 @@ std::string rewrite_as_vramtrace(const std::string& name, const ScratchDir& dir,
   REQUIRE(w.start());
   TraceRecord r;
   std::uint64_t n = 0;
+  // PyTorch's Unix-epoch times moved onto the writer's clock (CLOCK_MONOTONIC), as the shim
+  // stamps its events: the reader refuses a time years from the header's origin.
+  const std::uint64_t now = TraceWriter::now_ns();
+  std::optional<std::int64_t> first;
+  const auto on_writer_clock = [&](std::int64_t t) {
+    if (!first) first = t;
+    return now + static_cast<std::uint64_t>(t - *first);
+  };
   while (torch->next(r)) {
     if (pass_through && n++ % 500 == 0) {
       Event p{};
@@ -44,7 +53,7 @@ std::string rewrite_as_vramtrace(const std::string& name, const ScratchDir& dir,
       p.addr = 0x10000000ull + (n / 1000) * 0x400000ull;
       p.size_bytes = p.block_bytes = 4 * 1024 * 1024;
       p.aux = n % 2000 == 1 ? 5 : 2;  // pinned host, managed
-      p.time_ns = static_cast<std::uint64_t>(r.time_ns);
+      p.time_ns = on_writer_clock(r.time_ns);
       w.record(p);
     }
     Event e{};
@@ -54,7 +63,7 @@ std::string rewrite_as_vramtrace(const std::string& name, const ScratchDir& dir,
     e.block_bytes = r.size;
     e.stream = r.stream;
     e.device = r.device;
-    e.time_ns = static_cast<std::uint64_t>(r.time_ns);
+    e.time_ns = on_writer_clock(r.time_ns);
     e.thread_id = 1234;
     e.entry_point = 1;
     w.record(e);

@@ -106,7 +106,7 @@ int work(const char* pattern, long n, long fsize) {
     e.time_ns = TraceWriter::now_ns();
     e.addr = 0x7f0000000000ull + static_cast<std::uint64_t>(i) * 512;
     e.size_bytes = static_cast<std::uint64_t>(i);
-    e.block_bytes = 512;
+    e.block_bytes = (e.size_bytes + 511) / 512 * 512;  // rounded up, as an allocator does
     w.record(e);
     if (i % 1000 == 0) w.mark("step");
   }

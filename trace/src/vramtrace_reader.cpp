@@ -7,6 +7,8 @@
 // the decompression buffers of LineSource.
 #include "vramtrace/trace/vramtrace_reader.h"
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 #include <simdjson.h>
 
@@ -30,6 +32,94 @@
 namespace vramtrace {
 
 namespace {
+
+// Note [text that is not UTF-8]: a JSON Lines trace is UTF-8 (docs/trace-format.md), but a mark
+// name or a frame's text comes from the traced program, which may hand the writer any bytes (a
+// file name in Latin-1, a Python str with a lone surrogate, written as the escape \ud800). One
+// such name must not make a whole trace unreadable: repair_utf8 replaces each invalid byte
+// sequence and each lone surrogate escape by U+FFFD, as Python's errors="replace" and
+// WHATWG's decoder do, and the reader reports how many lines it repaired.
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not one (overlong forms,
+// surrogates and code points above U+10FFFF are invalid: RFC 3629, section 4).
+std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  const auto c = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  const unsigned b0 = c(0);
+  if (b0 < 0x80) return 1;
+  const auto cont = [&](std::size_t k) { return (c(k) & 0xC0u) == 0x80u; };
+  if (b0 >= 0xC2 && b0 <= 0xDF) return cont(1) ? 2 : 0;
+  if (b0 >= 0xE0 && b0 <= 0xEF) {
+    const unsigned lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+    return c(1) >= lo && c(1) <= hi && cont(2) ? 3 : 0;
+  }
+  if (b0 >= 0xF0 && b0 <= 0xF4) {
+    const unsigned lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+    return c(1) >= lo && c(1) <= hi && cont(2) && cont(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+// The value of the four hex digits at s[i..i+4), or -1.
+int hex4(std::string_view s, std::size_t i) {
+  if (i + 4 > s.size()) return -1;
+  int v = 0;
+  for (std::size_t k = 0; k < 4; ++k) {
+    const char h = s[i + k];
+    const int d = h >= '0' && h <= '9'   ? h - '0'
+                  : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                  : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                         : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+/// Copies `line` into `out` with every invalid UTF-8 sequence and every lone UTF-16 surrogate
+/// escape (\uD800-\uDFFF not in a high-low pair) replaced by U+FFFD (Note [text that is not
+/// UTF-8]). Returns the number of replacements; 0 leaves `out` equal to `line`. O(line). Pure.
+std::size_t repair_utf8(std::string_view line, std::string& out) {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  out.clear();
+  out.reserve(line.size() + 16);
+  std::size_t replaced = 0;
+  for (std::size_t i = 0; i < line.size();) {
+    if (line[i] == '\\' && i + 1 < line.size()) {
+      if (line[i + 1] != 'u') {  // a two-character escape: copied whole, so "\\\\u" is not read as \u
+        out.append(line.substr(i, 2));
+        i += 2;
+        continue;
+      }
+      const int u = hex4(line, i + 2);
+      if (u >= 0xD800 && u <= 0xDBFF) {
+        const int low = line.substr(i + 6, 2) == "\\u" ? hex4(line, i + 8) : -1;
+        if (low >= 0xDC00 && low <= 0xDFFF) {
+          out.append(line.substr(i, 12));
+          i += 12;
+          continue;
+        }
+      }
+      if (u >= 0xD800 && u <= 0xDFFF) {
+        out += "\\ufffd";
+        ++replaced;
+        i += 6;
+        continue;
+      }
+      out.append(line.substr(i, 2));
+      i += 2;
+      continue;
+    }
+    if (const std::size_t n = utf8_sequence(line, i); n != 0) {
+      out.append(line.substr(i, n));
+      i += n;
+    } else {
+      out += kReplacement;
+      ++replaced;
+      ++i;  // one replacement per bad byte, as Python's errors="replace" does for a stray byte
+    }
+  }
+  return replaced;
+}
 
 constexpr int kReadableMajor = 1;
 
@@ -343,6 +433,9 @@ inline simdjson::error_code get_field(simdjson::ondemand::value&, bool&) {
 
 // The trailer of an uncompressed file, read from its last 1 MiB; nullopt if absent or compressed.
 std::optional<VramtraceTrailer> peek_trailer(const std::string& path) {
+  // Only a regular file can be read from its end (a pipe is read from its copy, by ByteSource).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   unsigned char magic[4] = {};
@@ -663,11 +756,18 @@ class Reader final : public VramtraceTraceReader {
   }
 
   // Note [impossible values]: a value no writer can produce is refused with the field that holds
-  // it (the file and line come from fail): shown as memory it would read as "-1 B" or a device
-  // no replay accepts. The bounds: sizes up to 1 EiB (the PyTorch-history reader's bound),
-  // devices 0..1023 (replay's). Not refused: a block below its request (the trace writer takes
-  // events as given, and its own tests write such blocks), and times, which a writer stamps with
-  // its own clock, possibly before the header's origin (the readers saturate what would overflow).
+  // it (the file and line come from fail): shown as memory it would read as "-1 B", a negative
+  // rounding waste, a device no replay accepts or a trace that lasts centuries. The bounds:
+  //  - sizes up to 1 EiB (the PyTorch-history reader's bound);
+  //  - a block at least its request: the allocator hands out the request rounded up, never down
+  //    (docs/pytorch-allocator.md, "Rounding"), and the writer leaves "b" out when equal;
+  //  - devices 0..1023 (replay's);
+  //  - times from kEarliestNs before the header's origin to kLatestNs after it: the shim stamps an
+  //    event with CLOCK_MONOTONIC when its hook runs and the writer subtracts the origin it took
+  //    when it opened the file, so an event is stamped before the origin only by the time the
+  //    first hooked call took to open the file (milliseconds); ten years bounds any real run.
+  static constexpr std::int64_t kEarliestNs = -10'000'000'000;                       // 10 s
+  static constexpr std::int64_t kLatestNs = 10LL * 366 * 24 * 3600 * 1'000'000'000;  // 10 years
   void refuse_impossible(Action action, const LineFields& f) {
     constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 60;
     constexpr std::int64_t kMaxDevice = 1023;
@@ -676,8 +776,18 @@ class Reader final : public VramtraceTraceReader {
     const bool block = action == Action::alloc || action == Action::free_requested || action == Action::free_completed;
     if (block && f.b && *f.b > kMaxBytes)
       fail(fmt::format("field \"b\": impossible block size {} bytes (more than 1 EiB)", *f.b));
+    if (block && f.b && *f.b != 0 && *f.b < f.r)  // 0: not recorded, rounded by the model
+      fail(
+          fmt::format("field \"b\": a block of {} bytes below its request \"r\" of {} bytes (an allocator rounds "
+                      "a request up, never down)",
+                      *f.b, f.r));
     if (static_cast<std::int64_t>(f.d) < 0 || static_cast<std::int64_t>(f.d) > kMaxDevice)
       fail(fmt::format("field \"d\": device {} outside 0..{}", static_cast<std::int64_t>(f.d), kMaxDevice));
+    if (f.t < kEarliestNs || f.t > kLatestNs)
+      fail(
+          fmt::format("field \"t\": impossible time {} ns after the header's origin (an event is stamped at most "
+                      "10 s before the origin and at most 10 years after it)",
+                      f.t));
   }
 
   // One line: an event (filled into `out`), the trailer, a skipped kind, or a cut last line.
@@ -685,7 +795,20 @@ class Reader final : public VramtraceTraceReader {
     LineFields f;
     if (!parse_canonical(line, f)) {
       f = LineFields{};
-      if (simdjson::error_code err = parse_general(line, f)) {
+      simdjson::error_code err = parse_general(line, f);
+      if ((err == simdjson::UTF8_ERROR || err == simdjson::STRING_ERROR) && repair_utf8(line, repaired_) != 0) {
+        // Note [text that is not UTF-8]: read the repaired line, and say so in notes().
+        f = LineFields{};
+        if (parse_general(repaired_, f) == simdjson::SUCCESS) {
+          if (repaired_lines_++ == 0) repaired_first_line_ = source_->line_number();
+          line = repaired_;
+          err = simdjson::SUCCESS;
+        } else {
+          f = LineFields{};
+          err = parse_general(line, f);
+        }
+      }
+      if (err) {
         // A record of call stacks whose "a" is not its first key.
         if (json j = json::parse(line, nullptr, false); !j.is_discarded() && j.is_object()) {
           if (const std::string kind = json_string(j, "a"); is_stack_record(kind)) {
@@ -695,7 +818,7 @@ class Reader final : public VramtraceTraceReader {
         }
         if (is_last_cut_line()) return kCut;
         if (line.front() != '{') fail("not a JSON object: " + excerpt(line) + " (one JSON object per line expected)");
-        fail(std::string("malformed event: ") + simdjson::error_message(err));
+        fail(fmt::format("malformed event ({}): {}", simdjson::error_message(err), excerpt(line)));
       }
     }
     const std::string_view action_text = f.action;
@@ -942,6 +1065,11 @@ class Reader final : public VramtraceTraceReader {
       out.push_back(fmt::format("{} Python frames name a string the trace never defined ({}); shown as ??",
                                 unknown_strings_, unknown_string_example_));
     if (!redefined_example_.empty()) out.push_back(redefined_example_);
+    if (repaired_lines_ != 0)
+      out.push_back(
+          fmt::format("{} lines held text that is not UTF-8 (first at line {}): read with each bad byte "
+                      "or lone surrogate replaced by U+FFFD",
+                      repaired_lines_, repaired_first_line_));
     if (namer_)
       for (std::string& n : namer_->notes()) out.push_back(std::move(n));
     return out;
@@ -1003,6 +1131,9 @@ class Reader final : public VramtraceTraceReader {
   std::string unknown_module_example_;
   std::uint64_t unknown_strings_ = 0;
   std::string unknown_string_example_;
+  std::string repaired_;  // the last line repair_utf8 mended; the fields of that line point into it
+  std::uint64_t repaired_lines_ = 0;
+  std::uint64_t repaired_first_line_ = 0;
   std::string redefined_example_;
   std::shared_ptr<FrameNamer> namer_;
   mutable std::uint32_t named_ = 0;  // stacks 1..named_ went through the namer
