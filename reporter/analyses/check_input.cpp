@@ -15,6 +15,7 @@
 #include "model/trace_model.h"
 #include "readers/open_trace.h"
 #include "vramtrace/size_rules.h"
+#include "vramtrace/trace/byte_source.h"
 
 namespace vramtrace {
 
@@ -23,18 +24,29 @@ namespace {
 constexpr std::size_t kMaxSummaryBytes = std::size_t{64} << 20;
 
 std::optional<nlohmann::json> read_summary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  char c = 0;
-  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  // Through ByteSource, as the trace readers read: a pipe or FIFO is copied once and read again
+  // from the copy (Note [a trace from a pipe]), so looking here leaves the trace for them.
+  std::unique_ptr<ByteSource> in;
+  try {
+    in = ByteSource::open(path);
+  } catch (const TraceError&) {
+    return std::nullopt;  // the trace readers say why
   }
-  if (!in || c != '{') return std::nullopt;
-  std::string text(1, c);
+  std::string text;
   char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
+  for (std::size_t n; (n = in->read(buf, sizeof buf)) > 0;) {
+    if (text.empty()) {
+      const std::string_view chunk(buf, n);
+      const std::size_t first = chunk.find_first_not_of(" \t\r\n\f\v");
+      if (first == std::string_view::npos) continue;
+      if (chunk[first] != '{') return std::nullopt;
+      text.append(chunk.substr(first));
+    } else {
+      text.append(buf, n);
+    }
     if (text.size() > kMaxSummaryBytes) return std::nullopt;
   }
+  if (text.empty()) return std::nullopt;
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("traces") || !j["traces"].is_array()) return std::nullopt;
   return j;

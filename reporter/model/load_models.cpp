@@ -11,7 +11,7 @@ void complete_deferred_peaks(TraceModel& m, const std::string& path, const Model
   ModelOptions again = options;
   for (const auto& d : m.devices)
     if (d.peak_layout_deferred) again.capture_peak_after_event[d.device] = d.at_peak.event_index;
-  if (again.capture_peak_after_event.empty() || path == "-") return;
+  if (again.capture_peak_after_event.empty()) return;
   auto r2 = open_trace(path);
   TraceModel second = build_trace_model(*r2, again);
   for (auto& d : m.devices) {

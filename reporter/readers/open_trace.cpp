@@ -38,8 +38,8 @@ void register_trace_format(const std::string& name, TraceOpener opener) {
 }
 
 std::unique_ptr<TraceReader> open_trace(const std::string& path) {
-  if (path == "-")
-    throw TraceError("-: reading a trace from standard input is not supported (the format is detected from the file)");
+  // A pipe, a FIFO or "-" (standard input) is copied on its first open and read from the copy
+  // (Note [a trace from a pipe], vramtrace/trace/byte_source.h).
   // Sniff the first decompressed bytes: the pickle PROTO opcode or the first line.
   auto bytes = ByteSource::open(path);
   char first = 0;

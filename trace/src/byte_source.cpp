@@ -2,6 +2,7 @@
 #include "vramtrace/trace/byte_source.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -11,8 +12,11 @@
 #endif
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,28 +41,150 @@ namespace {
 
 constexpr std::size_t kChunk = 256 * 1024;
 
+// Note [a trace from a pipe]: the readers open a trace by its path more than once (the format is
+// detected from its first bytes, the reader then reads it from the start, and a trace that set
+// new peaks too often is read a second time), and a report names the path the user gave. A pipe
+// (`zcat t.gz | vramtrace summary /dev/stdin`, or `-`), a FIFO, a socket or a terminal can be
+// read only once. So the first open of such a path copies all of it into an unlinked temporary
+// file (in $TMPDIR, else /tmp), and every open of that path in this process reads the copy from
+// its start, through /proc/self/fd (an offset of its own). Memory stays bounded; the copy costs
+// the disk the trace takes. A FIFO that no process has opened for writing is waited for: after
+// one second a line on standard error says so, and after VRAMTRACE_FIFO_WAIT_S seconds (default
+// 60) the open fails with a message, where a plain open(2) would block forever.
+
+// Seconds to wait for a writer on a FIFO (VRAMTRACE_FIFO_WAIT_S, 1 to 86400; default 60).
+int fifo_wait_seconds() {
+  const char* v = std::getenv("VRAMTRACE_FIFO_WAIT_S");
+  if (v == nullptr || *v == '\0') return 60;
+  char* end = nullptr;
+  const long s = std::strtol(v, &end, 10);
+  return end != v && *end == '\0' && s >= 1 && s <= 86400 ? static_cast<int>(s) : 60;
+}
+
+// Opens a FIFO for reading without blocking, then waits until a writer has written or closed it
+// (Linux reports neither for a FIFO that never had a writer), at most fifo_wait_seconds().
+// Returns a blocking descriptor. Throws TraceError.
+int open_fifo(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  const int limit = fifo_wait_seconds();
+  for (int waited = 0;; ++waited) {
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, 1000);
+    if (r > 0) break;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw TraceError(fmt::format("{}: cannot wait for the FIFO: {}", path, std::strerror(e)));
+    }
+    if (waited + 1 >= limit) {
+      ::close(fd);
+      throw TraceError(fmt::format("{}: a FIFO that no process wrote to in {} s (VRAMTRACE_FIFO_WAIT_S)", path, limit));
+    }
+    if (waited == 0) std::fprintf(stderr, "vramtrace: %s: waiting for a process to write to this FIFO\n", path.c_str());
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+// Copies `in` to its end into an unlinked temporary file; returns the copy's descriptor.
+// Throws TraceError naming `path` (a read error, a full disk).
+int spool(int in, const std::string& path) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string tmpl = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/vramtrace-input.XXXXXX";
+  const int out = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  if (out < 0)
+    throw TraceError(
+        fmt::format("{}: cannot make a temporary copy of the input ({}): {}", path, tmpl, std::strerror(errno)));
+  ::unlink(tmpl.c_str());
+  std::vector<char> buf(kChunk);
+  for (;;) {
+    const ssize_t r = ::read(in, buf.data(), buf.size());
+    if (r == 0) break;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int e = errno;
+      ::close(out);
+      throw TraceError(fmt::format("{}: read error: {}", path, std::strerror(e)));
+    }
+    for (ssize_t done = 0; done < r;) {
+      const ssize_t w = ::write(out, buf.data() + done, static_cast<std::size_t>(r - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        const int e = errno;
+        ::close(out);
+        throw TraceError(fmt::format("{}: cannot copy the input to a temporary file in {}: {}", path,
+                                     dir != nullptr && *dir != '\0' ? dir : "/tmp", std::strerror(e)));
+      }
+      done += w;
+    }
+  }
+  return out;
+}
+
+// The copies of inputs that can be read only once, by the path they were opened with; kept open
+// for the life of the process (their files are unlinked).
+std::mutex& spool_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, int>& spools() {
+  static std::map<std::string, int> by_path;
+  return by_path;
+}
+
+// A descriptor reading `path` from its start (Note [a trace from a pipe]), and the input's
+// size when known. Throws TraceError.
+int open_input(const std::string& path, std::uint64_t& total) {
+  std::lock_guard<std::mutex> lock(spool_mutex());
+  auto it = spools().find(path);
+  if (it == spools().end()) {
+    int fd = -1;
+    if (path == "-") {
+      fd = ::dup(0);
+      if (fd < 0) throw TraceError(fmt::format("-: cannot read standard input: {}", std::strerror(errno)));
+    } else {
+      struct stat st {};
+      const bool fifo = ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+      fd = fifo ? open_fifo(path) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+      if (::fstat(fd, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+          ::close(fd);
+          throw TraceError(fmt::format("{}: is a directory", path));
+        }
+        if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
+          if (S_ISREG(st.st_mode)) total = static_cast<std::uint64_t>(st.st_size);
+          return fd;
+        }
+      }
+    }
+    int copy = -1;
+    try {
+      copy = spool(fd, path);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    it = spools().emplace(path, copy).first;
+  }
+  const int fd = ::open(("/proc/self/fd/" + std::to_string(it->second)).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw TraceError(fmt::format("{}: cannot reopen the temporary copy of the input: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) total = static_cast<std::uint64_t>(st.st_size);
+  return fd;
+}
+
 /// A file descriptor with a read buffer and a few bytes of look-ahead for magic detection.
 class RawFile {
  public:
-  explicit RawFile(const std::string& path) : path_(path) {
-    if (path == "-") {
-      fd_ = 0;
-      owned_ = false;
-    } else {
-      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd_ < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-      struct stat st {};
-      if (::fstat(fd_, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) {
-          ::close(fd_);
-          throw TraceError(fmt::format("{}: is a directory", path));
-        }
-        if (S_ISREG(st.st_mode)) total_ = static_cast<std::uint64_t>(st.st_size);
-      }
-    }
-  }
+  explicit RawFile(const std::string& path) : path_(path), fd_(open_input(path, total_)) {}
   ~RawFile() {
-    if (owned_ && fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) ::close(fd_);
   }
   RawFile(const RawFile&) = delete;
   RawFile& operator=(const RawFile&) = delete;
@@ -81,10 +207,9 @@ class RawFile {
 
  private:
   std::string path_;
+  std::uint64_t total_ = 0;  // before fd_: open_input sets it
   int fd_ = -1;
-  bool owned_ = true;
   std::uint64_t consumed_ = 0;
-  std::uint64_t total_ = 0;
 };
 
 /// Common part: the compressed-input buffer, pre-filled with the bytes read for detection.

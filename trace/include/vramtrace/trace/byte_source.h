@@ -20,7 +20,12 @@ const char* compression_name(Compression c) noexcept;
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
-  /// Opens `path` ("-" = standard input). Throws TraceError naming the file on failure.
+  /// Opens `path` ("-" = standard input). An input that can be read only once (a pipe, a FIFO,
+  /// a socket, a terminal, "-") is copied to an unlinked temporary file on its first open, and
+  /// every open of the same path in the process reads that copy from the start; a FIFO without
+  /// a writer is waited for at most VRAMTRACE_FIFO_WAIT_S seconds (Note [a trace from a pipe] in
+  /// byte_source.cpp). Thread-safe. Throws TraceError naming the file on failure (cannot open,
+  /// a directory, no writer in time, the temporary copy cannot be written).
   static std::unique_ptr<ByteSource> open(const std::string& path);
   /// Copies up to `n` decompressed bytes into `buf`; returns how many, 0 only at the end of
   /// input. Throws TraceError (file, compressed offset) on a decompression or read error.
