@@ -260,6 +260,10 @@ nlohmann::json growth_json(const GrowthFit& g, const DeviceMeasures& m) {
           {"r_squared", g.r_squared},
           {"steady_first_bytes", g.steady_first_bytes},
           {"steady_last_bytes", g.steady_last_bytes},
+          {"residual_autocorrelation", g.residual_autocorrelation},
+          {"wanders", g.wanders},
+          {"increment_mean_bytes", g.increment_mean_bytes},
+          {"increment_stderr_bytes", g.increment_stderr},
           {"growing", g.growing}};
 }
 
@@ -282,21 +286,40 @@ BudgetResult growth_budget(const char* budget, const DeviceMeasures& m, double a
   }
   const GrowthFit& g = *m.growth;
   r.measured = g.slope_bytes_per_step;
-  r.measured_text = format_bytes(g.slope_bytes_per_step, ByteStyle::binary) + "/step";
   r.details = growth_json(g, m);
-  // Growth counts only when it is significant (Note [growth detection], rule 4).
+  // Growth counts only when it is significant (Note [growth detection], rules 4 and 5): the
+  // measured column says so instead of printing a slope the verdict does not count.
   bool over = g.growing && g.slope_bytes_per_step > allowed;
   r.verdict = over ? Verdict::fail : Verdict::pass;
-  std::string fit =
-      fmt::format("fitted over steps {}..{} after {} warm-up steps, R^2 {:.3f}, +/- {}", g.warmup_steps, g.samples - 1,
-                  g.warmup_steps, g.r_squared, format_bytes(g.slope_stderr, ByteStyle::binary));
+  const auto mib = [](double v) { return format_bytes(v, ByteStyle::binary); };
+  r.measured_text = g.growing                    ? mib(g.slope_bytes_per_step) + "/step"
+                    : g.slope_bytes_per_step > 0 ? std::string("not significant")
+                                                 : std::string("no growth");
+  std::string fit = fmt::format("fitted slope {}/step +/- {}, R^2 {:.3f}, over steps {}..{} after {} warm-up step{}",
+                                mib(g.slope_bytes_per_step), mib(g.slope_stderr), g.r_squared, g.warmup_steps,
+                                g.samples - 1, g.warmup_steps, g.warmup_steps == 1 ? "" : "s");
+  if (g.wanders)
+    fit += fmt::format(
+        "; the memory wanders from step to step (residual autocorrelation {:.2f}), its increments "
+        "average {}/step +/- {}",
+        g.residual_autocorrelation, mib(g.increment_mean_bytes), mib(g.increment_stderr));
+  const std::string few = g.steady_steps < 20 && g.wanders
+                              ? fmt::format(
+                                    "; from {} steady steps a wandering run cannot be told from a growing one "
+                                    "for sure: 20 or more give a firm verdict",
+                                    g.steady_steps)
+                              : std::string();
   if (over) {
-    r.message = fmt::format("{}: allocated memory grows by {} per step ({}), over the budget of {} ({})", budget,
-                            format_bytes(g.slope_bytes_per_step, ByteStyle::binary), fit, r.allowed_text, where(m));
+    r.message = fmt::format("{}: allocated memory grows by {} per step ({}{}), over the budget of {} ({})", budget,
+                            mib(g.slope_bytes_per_step), fit, few, r.allowed_text, where(m));
+  } else if (g.growing) {
+    r.message = fmt::format("{}: allocated memory grows by {} per step ({}{}), within the budget of {} ({})", budget,
+                            mib(g.slope_bytes_per_step), fit, few, r.allowed_text, where(m));
   } else {
-    r.message = fmt::format("{}: growth per step is {}{} ({}), within the budget of {} ({})", budget,
-                            format_bytes(g.slope_bytes_per_step, ByteStyle::binary),
-                            g.growing ? "" : ", not significant", fit, r.allowed_text, where(m));
+    r.message = fmt::format(
+        "{}: no significant growth per step ({}{}): growth counts only when it stands out of the steps' noise by "
+        "{} standard errors; within the budget of {} ({})",
+        budget, fit, few, GrowthOptions{}.significance_t, r.allowed_text, where(m));
   }
   return r;
 }

@@ -70,11 +70,18 @@ GrowthFit fit_growth(std::span<const StepSample> samples, const GrowthOptions& o
   for (double x : tail) dev.push_back(std::abs(x - m));
   const double tol = std::max(static_cast<double>(options.tolerance_floor_bytes), 4 * 1.4826 * median(dev));
   std::size_t warmup = 0;
-  const std::size_t warmup_limit = std::min(half, n - min_steady);
-  for (std::size_t k = 1; k <= warmup_limit; ++k)
+  for (std::size_t k = 1; k <= half; ++k)
     if (std::abs(d[k] - m) > tol) warmup = k;
   fit.warmup_steps = warmup;
   fit.steady_steps = n - warmup;
+  if (fit.steady_steps < min_steady) {
+    // The warm-up is not shortened to make room for a fit: a warm-up step left in the fit reads
+    // as growth (a step function fitted by a line).
+    fit.reason = "after a warm-up of " + std::to_string(warmup) + " step boundaries (their increments differ from " +
+                 "the steady one), only " + std::to_string(fit.steady_steps) + " steady ones are left; at least " +
+                 std::to_string(min_steady) + " are needed to fit growth";
+    return fit;
+  }
 
   // Rule 3: least squares over the steady part, x measured from its first step.
   const auto steady = samples.subspan(warmup);
@@ -107,9 +114,36 @@ GrowthFit fit_growth(std::span<const StepSample> samples, const GrowthOptions& o
   fit.slope_stderr = cnt > 2 ? std::sqrt(ss_res / (cnt - 2) / sxx) : 0.0;
   fit.evaluated = true;
 
+  // Rule 5: lag-1 autocorrelation of the residuals, and the steady increments' mean and its
+  // standard error.
+  double lag = 0;
+  for (std::size_t k = 1; k < steady.size(); ++k) {
+    const auto resid = [&](std::size_t j) {
+      const double x = static_cast<double>(steady[j].step) - x0;
+      return static_cast<double>(steady[j].allocated_bytes) - (fit.intercept_bytes + fit.slope_bytes_per_step * x);
+    };
+    lag += resid(k) * resid(k - 1);
+  }
+  fit.residual_autocorrelation = ss_res > 0 ? lag / ss_res : 0.0;
+  const std::size_t inc = steady.size() - 1;
+  double sum_d = 0;
+  for (std::size_t k = 1; k < steady.size(); ++k)
+    sum_d += static_cast<double>(steady[k].allocated_bytes) - static_cast<double>(steady[k - 1].allocated_bytes);
+  fit.increment_mean_bytes = sum_d / static_cast<double>(inc);
+  double var_d = 0;
+  for (std::size_t k = 1; k < steady.size(); ++k) {
+    const double dk =
+        static_cast<double>(steady[k].allocated_bytes) - static_cast<double>(steady[k - 1].allocated_bytes);
+    var_d += (dk - fit.increment_mean_bytes) * (dk - fit.increment_mean_bytes);
+  }
+  fit.increment_stderr = inc > 1 ? std::sqrt(var_d / static_cast<double>(inc - 1) / static_cast<double>(inc)) : 0.0;
+
   // Rule 4.
-  fit.growing =
-      fit.slope_bytes_per_step > 0 && fit.slope_bytes_per_step - options.significance_t * fit.slope_stderr > 0;
+  const double t = options.significance_t;
+  const bool trend = fit.slope_bytes_per_step > 0 && fit.slope_bytes_per_step - t * fit.slope_stderr > 0;
+  fit.wanders = fit.residual_autocorrelation > options.wander_autocorrelation;
+  const bool drifts = fit.increment_mean_bytes > 0 && fit.increment_mean_bytes - t * fit.increment_stderr > 0;
+  fit.growing = trend && (!fit.wanders || drifts);
   return fit;
 }
 
