@@ -334,6 +334,8 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
   out.new_path = now.path;
   out.base_has_stacks = base.has_stacks;
   out.new_has_stacks = now.has_stacks;
+  if (!base.traces.empty()) out.base_lost_events = base.traces.front().lost_events;
+  if (!now.traces.empty()) out.new_lost_events = now.traces.front().lost_events;
   out.sites_compared = base.has_stacks && now.has_stacks;
   if (!base.has_stacks && !now.has_stacks)
     out.sites_reason = "neither run records call stacks";
@@ -423,6 +425,8 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
 
 std::string render_diff_text(const TraceDiff& t) {
   std::string out = fmt::format("vramtrace diff\n  BASE {}\n  NEW  {}\n", t.base_path, t.new_path);
+  if (t.base_lost_events) out += "BASE: " + lost_events_warning(t.base_lost_events) + "\n";
+  if (t.new_lost_events) out += "NEW: " + lost_events_warning(t.new_lost_events) + "\n";
   for (const auto& d : t.devices) {
     out += fmt::format("\ndevice {}\n  {:<32} {:>14} {:>14} {:>24}\n", d.device, "", "BASE", "NEW", "change");
     for (const auto& f : d.peaks) {
@@ -522,7 +526,11 @@ nlohmann::json diff_json(const TraceDiff& t) {
                     {"sites", sites},
                     {"explanation", d.explanation}});
   }
-  return {{"base", t.base_path}, {"new", t.new_path}, {"devices", devs}};
+  return {{"base", t.base_path},
+          {"new", t.new_path},
+          {"base_lost_events", t.base_lost_events},
+          {"new_lost_events", t.new_lost_events},
+          {"devices", devs}};
 }
 
 }  // namespace vramtrace

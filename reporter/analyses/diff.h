@@ -75,6 +75,8 @@ struct TraceDiff {
   std::string sites_reason;
   bool base_has_stacks = false;
   bool new_has_stacks = false;
+  std::uint64_t base_lost_events = 0;  ///< events the first trace of each side lost (0 = none)
+  std::uint64_t new_lost_events = 0;
   std::vector<DeviceDiff> devices;  ///< devices of either run, sorted
 };
 

@@ -28,7 +28,9 @@ OomFigures figures_for(const TraceModel& m, std::int32_t device, const StateAt& 
   f.allocated = static_cast<u64>(st.stats.allocated_bytes[kStatAll].current);
   f.reserved = static_cast<u64>(st.stats.reserved_bytes[kStatAll].current);
   // Blocks pending on another stream are neither allocated nor free: count only inactive bytes.
-  i64 cached_free = st.stats.reserved_bytes[kStatAll].current - st.stats.active_bytes[kStatAll].current;
+  // Blocks in no known segment are active but not reserved (StateAt::outside_segments_bytes).
+  i64 cached_free = st.stats.reserved_bytes[kStatAll].current -
+                    (st.stats.active_bytes[kStatAll].current - static_cast<i64>(st.outside_segments_bytes));
   f.reserved_unallocated = static_cast<u64>(cached_free > 0 ? cached_free : 0);
   f.largest_free_block = st.largest_free_block;
   f.inactive_split = static_cast<u64>(st.stats.inactive_split_bytes[kStatAll].current);
@@ -274,6 +276,7 @@ std::string render_whatif_text(const WhatIfRun& run) {
 std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cases, const WhatIfRun& run) {
   std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format,
                                 m.header.workload.empty() ? "" : ", ", m.header.workload);
+  if (m.lost_events) out += lost_events_warning(m.lost_events) + "\n";
   if (m.ledger) out += "Levels: " + ledger_levels(*m.ledger) + "\n";
   auto observed = observer_only_ooms(m);
   if (cases.empty() && !observed.empty()) {
@@ -414,6 +417,7 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
   j["path"] = m.header.path;
   j["format"] = m.header.format;
   j["incomplete"] = m.incomplete;
+  j["lost_events"] = m.lost_events;
   const std::vector<DeviceSites> sites = trace_sites(m);
   if (!m.stacks) j["sites"] = trace_sites_json(m, sites);  // says why the OOMs name no code
   nlohmann::json arr = nlohmann::json::array();

@@ -28,6 +28,7 @@ class OomAsAllocReader : public TraceReader {
   std::string position() const override { return inner_.position(); }
   bool incomplete() const override { return inner_.incomplete(); }
   std::string incomplete_reason() const override { return inner_.incomplete_reason(); }
+  std::uint64_t lost_events() const override { return inner_.lost_events(); }
   std::uint64_t bytes_read() const override { return inner_.bytes_read(); }
   std::uint64_t bytes_total() const override { return inner_.bytes_total(); }
 
@@ -87,6 +88,7 @@ class FailureCounter : public TraceReader {
   std::string position() const override { return inner_.position(); }
   bool incomplete() const override { return inner_.incomplete(); }
   std::string incomplete_reason() const override { return inner_.incomplete_reason(); }
+  std::uint64_t lost_events() const override { return inner_.lost_events(); }
   std::uint64_t bytes_read() const override { return inner_.bytes_read(); }
   std::uint64_t bytes_total() const override { return inner_.bytes_total(); }
   const Snapshot* final_state() const override { return inner_.final_state(); }

@@ -126,6 +126,7 @@ class Engine {
     }
     report_.header = reader_.header();  // snapshots learn their settings at the end
     report_.incomplete = reader_.incomplete();
+    report_.lost_events = reader_.lost_events();
     add_notes();
     for (auto& lanes : by_config_) {
       for (auto& lane : lanes) {

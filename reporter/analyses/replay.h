@@ -69,6 +69,7 @@ struct ReplayReport {
   std::vector<SegmentAlloc> trace_segment_allocs;
   std::vector<ReplayResult> results;     ///< per config, then per device, in config order
   bool incomplete = false;               ///< the trace ended early (cut last line)
+  std::uint64_t lost_events = 0;         ///< events the trace lost (TraceReader::lost_events)
   std::uint64_t trace_segment_maps = 0;  ///< the trace's segment_map entries (expandable segments)
   /// Findings about the trace itself, one sentence each (e.g. case S4 of docs/cases.md:
   /// expandable_segments:True requested, but the trace shows whole-segment allocations).

@@ -282,11 +282,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         out += fmt::format("The trace ends abruptly ({}): figures are up to its last complete event.\n",
                            m.incomplete_reason);
       }
-      if (m.lost_events)
-        out += fmt::format(
-            "WARNING: the trace lost {} event{} (its writer dropped them, or the file lost lines): every "
-            "figure below may be wrong by them.\n",
-            m.lost_events, m.lost_events == 1 ? "" : "s");
+      if (m.lost_events) out += lost_events_warning(m.lost_events) + "\n";
       // PyTorch's own table, with the OOMs and retries every command counts.
       out += memory_summary_table(d);
       out += fmt::format("Duration {}, {} events\n", format_duration(d.last_time_ns - d.first_time_ns), d.events);
@@ -311,7 +307,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
             format_bytes(st.reserved_bytes[kStatAll].current, ByteStyle::pytorch),
             format_bytes(req, ByteStyle::pytorch), format_bytes(st.active_bytes[kStatAll].current, ByteStyle::pytorch));
         out += fmt::format("  reserved but unallocated {}  non-releasable (inactive split) {}\n",
-                           format_bytes(st.reserved_bytes[kStatAll].current - alloc, ByteStyle::pytorch),
+                           format_bytes(p.cache_free_bytes(), ByteStyle::pytorch),
                            format_bytes(st.inactive_split_bytes[kStatAll].current, ByteStyle::pytorch));
         out += fmt::format("  rounding waste (allocated - requested) {}  largest free block in the cache {}\n",
                            format_bytes(alloc - req, ByteStyle::pytorch),

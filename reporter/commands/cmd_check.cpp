@@ -28,6 +28,7 @@ struct CheckOptions {
   std::optional<std::int32_t> device;
   std::string baseline;
   bool no_leaks = false;
+  bool allow_incomplete = false;
   std::string format = "text";
   std::string output;
   std::string level = "auto";
@@ -110,11 +111,16 @@ int run_check(const CheckOptions& o) {
   }
   for (const auto& [path, lost] : lossy) {
     const std::string what = fmt::format(
-        "{} lost {} event{} (its writer dropped them, or the file lost lines): its figures cannot be trusted, so "
-        "the check fails whatever the budgets say",
-        path, lost, lost == 1 ? "" : "s");
-    warnings += o.format == "github" ? "::error::" + what + "\n" : "error: " + what + "\n";
+        "{} lost {} event{} (its writer dropped them, or the file lost lines): its figures cannot be trusted, so {}",
+        path, lost, lost == 1 ? "" : "s",
+        o.allow_incomplete ? "a budget that passes here may not hold (--allow-incomplete judges them anyway)"
+                           : "the check fails whatever the budgets say (--allow-incomplete to judge them anyway)");
+    const bool error = !o.allow_incomplete;
+    warnings += o.format == "github" ? (error ? "::error file=" : "::warning file=") + github_escape_property(path) +
+                                           "::" + github_escape_data(what) + "\n"
+                                     : (error ? "error: " : "warning: ") + what + "\n";
   }
+  const bool lossy_fails = !lossy.empty() && !o.allow_incomplete;
   std::vector<DeviceMeasures> base;
   if (budgets.baseline) base = load_check_input(*budgets.baseline).measures;
   auto results = evaluate_budgets(budgets, measures, budgets.baseline ? &base : nullptr);
@@ -128,6 +134,7 @@ int run_check(const CheckOptions& o) {
     nlohmann::json lost = nlohmann::json::array();
     for (const auto& [path, n] : lossy) lost.push_back({{"trace", path}, {"lost_events", n}});
     j["lossy_traces"] = lost;
+    j["lossy_traces_fail"] = lossy_fails;
     if (!partial.empty()) {
       nlohmann::json p = nlohmann::json::array();
       for (const auto& [path, device, history] : partial)
@@ -138,7 +145,7 @@ int run_check(const CheckOptions& o) {
   } else if (o.format == "junit") {
     text = render_check_junit(results);
   } else if (o.format == "github") {
-    text = render_check_github(results, o.budget_file.empty() ? o.traces.front() : o.budget_file);
+    text = render_check_github(results, o.budget_file);
   } else {
     text = render_check_text(results);
   }
@@ -146,6 +153,11 @@ int run_check(const CheckOptions& o) {
   // JUnit none, so their warnings go to standard error (the document stays valid).
   const bool inline_warnings = o.format == "text" || o.format == "github" || o.format.empty();
   if (inline_warnings) text = warnings + text;
+  // The budgets' line says what the budgets gave; the check's verdict also counts lost events.
+  const std::string lossy_verdict =
+      lossy_fails ? fmt::format("vramtrace check: fails: {} of {} traces lost events\n", lossy.size(), traces.size())
+                  : std::string();
+  if (o.format == "text" || o.format.empty() || o.format == "github") text += lossy_verdict;
   if (o.output.empty() || o.output == "-") {
     if (!inline_warnings) std::fputs(warnings.c_str(), stderr);
     std::fputs(text.c_str(), stdout);
@@ -154,10 +166,10 @@ int run_check(const CheckOptions& o) {
     out << text;
     if (!out.flush()) throw BudgetError(o.output + ": cannot write the report: " + std::strerror(errno));
     // The verdict still goes to the terminal so that the CI log shows it.
-    std::fputs((warnings + render_check_text(results)).c_str(), stdout);
+    std::fputs((warnings + render_check_text(results) + lossy_verdict).c_str(), stdout);
   }
   const int rc = check_exit_code(results);
-  return lossy.empty() || rc == 2 ? rc : 1;
+  return !lossy_fails || rc == 2 ? rc : 1;
 }
 
 }  // namespace
@@ -176,6 +188,8 @@ void register_check(CLI::App& app) {
   cmd->add_option("--max-reserved-ratio", o->max_reserved_ratio, "Limit on peak reserved / peak allocated, e.g. 1.3");
   cmd->add_option("--max-ooms", o->max_ooms, "Limit on num_ooms")->check(count_check());
   cmd->add_option("--max-retries", o->max_retries, "Limit on num_alloc_retries")->check(count_check());
+  cmd->add_flag("--allow-incomplete", o->allow_incomplete,
+                "Judge the budgets of traces that lost events instead of failing (the warning stays)");
   cmd->add_flag("--no-leaks", o->no_leaks, "Fail when allocated memory grows significantly per step after warm-up");
   cmd->add_option("--max-growth", o->max_growth, "Limit on the fitted growth per step, e.g. 1MiB");
   cmd->add_option("--baseline", o->baseline, "An earlier `vramtrace summary --json` (or trace) to compare peaks with");

@@ -14,6 +14,7 @@
 #include "analyses/verdict.h"
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "model/trace_model.h"
 
 namespace vramtrace::cli {
 namespace {
@@ -109,6 +110,7 @@ void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
              rep.incomplete
                  ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event"
                  : "");
+  if (rep.lost_events) fmt::print("{}\n", lost_events_warning(rep.lost_events));
   if (!v.covers_text.empty()) fmt::print("covers    {}\n", v.covers_text);
   fmt::print("capacity  {} ({})\n", format_size(v.capacity_bytes), v.capacity_source);
   if (v.known) fmt::print("bound     {} ({})\n", format_size(v.bound_bytes), whatif_bound_source());
@@ -160,6 +162,7 @@ void print_json(const ReplayReport& rep, const Verdicts& v, bool multi_device, c
   j["trace"] = trace;
   if (rep.header.path != trace) j["full_trace"] = rep.header.path;
   j["events"] = rep.events;
+  j["lost_events"] = rep.lost_events;
   j["capacity_source"] = v.capacity_source;
   j["bound_bytes"] = v.known ? nlohmann::ordered_json(v.bound_bytes) : nlohmann::ordered_json(nullptr);
   j["covers"] = v.covers;

@@ -273,9 +273,12 @@ struct TraceModelBuilder::Impl {
       d.snapshot_cost += seg.blocks.size();
       st.layout.segments.push_back(std::move(ss));
     }
-    for (const auto& [addr, b] : d.orphans)
+    st.outside_segments_bytes = 0;
+    for (const auto& [addr, b] : d.orphans) {
       live.push_back({addr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event,
                       b.state == BlockState::active_pending_free, false, b.stack});
+      st.outside_segments_bytes += b.size;
+    }
     d.snapshot_cost += d.orphans.size();  // copied too: counts against the peak-copy budget
     st.stacks.clear();
     if (has_stacks) st.stacks = stacks_of(d);
@@ -877,7 +880,7 @@ struct TraceModelBuilder::Impl {
           o.state.largest_free_block = d.free_sizes.empty() ? 0 : *d.free_sizes.rbegin();
         }
         d.out.ooms.push_back(std::move(o));
-        d.out.markers.push_back({r.time_ns, "oom", r.size});
+        d.out.markers.push_back({r.time_ns, "oom", r.size, {}});
         break;
       }
       case Action::mark:  // kept aside above
@@ -1158,6 +1161,14 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
                     reader.nul_bytes()));
   }
   return m;
+}
+
+std::string lost_events_warning(std::uint64_t lost) {
+  if (lost == 0) return {};
+  return fmt::format(
+      "WARNING: the trace lost {} event{} (its writer dropped them, or the file lost lines): every figure may be "
+      "wrong by them.",
+      lost, lost == 1 ? "" : "s");
 }
 
 TraceModel build_trace_model(TraceReader& reader, ModelOptions options) {

@@ -85,6 +85,16 @@ struct StateAt {
   DeviceStats stats;  ///< statistics at that moment
   Snapshot layout;    ///< segments and blocks (orphan blocks excluded)
   std::uint64_t largest_free_block = 0;
+  /// Block bytes of allocations at addresses in no segment the model knows (a history that began
+  /// after their segments were created, or a damaged trace): counted in stats.allocated_bytes and
+  /// active_bytes, in no segment of `layout`, and so not in stats.reserved_bytes. The cache's
+  /// free memory is reserved - (allocated - outside_segments_bytes) (cache_free_bytes).
+  std::uint64_t outside_segments_bytes = 0;
+  /// Reserved memory no block holds: free blocks of the known segments, in bytes.
+  std::int64_t cache_free_bytes() const noexcept {
+    return stats.reserved_bytes[kStatAll].current -
+           (stats.allocated_bytes[kStatAll].current - static_cast<std::int64_t>(outside_segments_bytes));
+  }
   std::vector<LiveAllocation> biggest;  ///< the largest live allocations, largest first
   /// Allocated (not pending-free) blocks by the stack that allocated them, by stack id; filled
   /// only when the trace records stacks (empty otherwise). Sums to allocated_bytes.
@@ -249,6 +259,11 @@ class TraceModelBuilder {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// The warning every report prints for a trace that lost `lost` events (TraceModel::lost_events:
+/// dropped by a writer with a full buffer, or lines lost from the file), one sentence starting
+/// "WARNING: "; empty when none was lost. Pure.
+std::string lost_events_warning(std::uint64_t lost);
 
 /// Reads a whole trace through `reader` and builds its model. Throws TraceError (from the reader)
 /// on malformed input. Memory: the live layout, the timeline and the kept states; never the events.

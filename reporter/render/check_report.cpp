@@ -216,15 +216,19 @@ std::string github_escape_property(std::string_view s) {
   return out;
 }
 
-std::string render_check_github(const std::vector<BudgetResult>& results, const std::string& file) {
+std::string render_check_github(const std::vector<BudgetResult>& results, const std::string& budget_file) {
   std::string out;
   for (const auto& r : results) {
     if (r.verdict == Verdict::pass) continue;
     std::string title = r.verdict == Verdict::fail
                             ? fmt::format("vramtrace check: {} exceeded on device {}", r.budget, r.device)
                             : fmt::format("vramtrace check: {} could not be checked on device {}", r.budget, r.device);
+    // Each annotation names the budget file that set the budget, else the trace it was measured
+    // on: never another trace's file. A budget that could not be checked is a warning.
+    const std::string& where = budget_file.empty() ? r.trace : budget_file;
     out +=
-        fmt::format("::error file={},title={}::{}\n", github_escape_property(file), github_escape_property(title),
+        fmt::format("::{} file={},title={}::{}\n", r.verdict == Verdict::fail ? "error" : "warning",
+                    github_escape_property(where), github_escape_property(title),
                     github_escape_data(r.message + "\nmeasured: " + r.measured_text + ", allowed: " + r.allowed_text));
   }
   out += verdict_line(results) + "\n";

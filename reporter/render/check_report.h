@@ -25,10 +25,10 @@ nlohmann::json check_json(const std::vector<BudgetResult>& results, const std::v
 /// budget and <error> for one that could not be judged.
 std::string render_check_junit(const std::vector<BudgetResult>& results);
 
-/// GitHub Actions workflow commands: `::error file=F,title=T::MESSAGE` for each failed or
-/// unjudged budget, then a plain summary line. `file` is what the annotation points at (the
-/// budget file when there is one, else the trace).
-std::string render_check_github(const std::vector<BudgetResult>& results, const std::string& file);
+/// GitHub Actions workflow commands: `::error file=F,title=T::MESSAGE` for each exceeded budget
+/// and `::warning ...` for each that could not be judged, then a plain summary line. F is
+/// `budget_file` when it is not empty (the budget was set there), else the result's own trace.
+std::string render_check_github(const std::vector<BudgetResult>& results, const std::string& budget_file);
 
 /// GitHub's escaping for a workflow command's message: % -> %25, CR -> %0D, LF -> %0A
 /// (actions/toolkit, packages/core/src/command.ts escapeData).

@@ -270,6 +270,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
     const std::vector<DeviceSites> sites = trace_sites(m);  // empty without stacks: the page as before
     PageStacks stacks(m.stacks.get(), o);
     nlohmann::json t = trace_identity_json(m);
+    if (m.lost_events) t["lost_warning"] = lost_events_warning(m.lost_events);
     nlohmann::json devs = nlohmann::json::array();
     for (const auto& d : m.devices) {
       const i64 t0 = d.first_time_ns;

@@ -69,28 +69,51 @@ TEST_CASE("junit report validates against the JUnit schema - a broken one does n
   std::filesystem::remove(bad);
 }
 
-TEST_CASE("github format: one ::error workflow command per failed or unjudged budget", "[report][github]") {
+TEST_CASE("github format: ::error per exceeded budget, ::warning per unjudged one", "[report][github]") {
   auto out = render_check_github(sample_results(), "tests/memory.budget");
   std::istringstream in(out);
   std::string line;
-  int errors = 0;
+  int errors = 0, warnings = 0;
   // GitHub's syntax: ::error file={name},title={title}::{message}; properties escaped (no raw
   // ':' ',' '%' CR LF), message escaped (no raw '%' CR LF).
   std::regex command(
-      R"(^::error file=([^:,%\r\n]|%25|%3A|%2C|%0D|%0A)*,title=([^:,%\r\n]|%25|%3A|%2C|%0D|%0A)*::([^%\r\n]|%25|%0D|%0A)*$)");
+      R"(^::(error|warning) file=([^:,%\r\n]|%25|%3A|%2C|%0D|%0A)*,title=([^:,%\r\n]|%25|%3A|%2C|%0D|%0A)*::([^%\r\n]|%25|%0D|%0A)*$)");
   while (std::getline(in, line)) {
     if (line.rfind("::", 0) == 0) {
-      ++errors;
+      errors += line.rfind("::error", 0) == 0;
+      warnings += line.rfind("::warning", 0) == 0;
       CHECK(std::regex_match(line, command));
     }
   }
-  CHECK(errors == 3);
+  CHECK(errors == 2);
+  CHECK(warnings == 1);
   CHECK(
       out.find("::error file=tests/memory.budget,title=vramtrace check%3A max-peak-reserved exceeded on device 0::") !=
       std::string::npos);
   CHECK(out.find("%0Ameasured%3A") == std::string::npos);  // data escaping leaves ':' alone
   CHECK(out.find("%0Ameasured: 3.00 GiB, allowed: 2.50 GiB") != std::string::npos);
   CHECK(out.find("vramtrace check: 2 of 6 budgets exceeded") != std::string::npos);
+}
+
+TEST_CASE("github format without a budget file: each annotation names its own trace", "[report][github]") {
+  auto results = sample_results();
+  REQUIRE(results.size() >= 2);
+  results[0].trace = "rank0.jsonl";
+  for (std::size_t i = 1; i < results.size(); ++i) results[i].trace = "rank1.jsonl";
+  const auto out = render_check_github(results, "");
+  std::istringstream in(out);
+  std::string line;
+  int own = 0;
+  for (std::size_t i = 0; std::getline(in, line);) {
+    if (line.rfind("::", 0) != 0) continue;
+    // Results are rendered in order, passes skipped: find which result this line is.
+    while (i < results.size() && results[i].verdict == Verdict::pass) ++i;
+    REQUIRE(i < results.size());
+    CHECK(line.find(" file=" + results[i].trace + ",") != std::string::npos);
+    own += 1;
+    ++i;
+  }
+  CHECK(own == 3);
 }
 
 TEST_CASE("github escaping follows actions/toolkit", "[report][github]") {

@@ -5,6 +5,7 @@
 // CUDA program's single failure.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -385,6 +386,29 @@ TEST_CASE("lost events are said by every command, and fail the check", "[cmd][lo
     const Result check = sh(kVt + " check --max-ooms 5 " + trace);
     CHECK(check.rc == 1);  // the budget holds, but the figures cannot be vouched for
     CHECK(has(check.out, "lost " + std::to_string(lost) + " events"));
+    CHECK(has(check.out, "vramtrace check: fails: 1 of 1 traces lost events"));
+    // --allow-incomplete judges the budgets; the warning stays.
+    const Result allowed = sh(kVt + " check --max-ooms 5 --allow-incomplete " + trace);
+    CHECK(allowed.rc == 0);
+    CHECK(has(allowed.out, "warning: " + trace + " lost " + std::to_string(lost) + " events"));
+    CHECK_FALSE(has(allowed.out, "fails:"));
+    CHECK(sh(kVt + " check --max-ooms 0 --allow-incomplete " + trace).rc == 1);  // the budget itself fails
+    const Result check_json = sh(kVt + " check --max-ooms 5 --format json " + trace + " 2>/dev/null");
+    CHECK(check_json.rc == 1);
+    CHECK(nlohmann::json::parse(check_json.out)["lossy_traces_fail"] == true);
+    // Every other report says it too.
+    const std::string warning = "WARNING: the trace lost " + std::to_string(lost) + " events";
+    CHECK(has(sh(kVt + " oom --no-replay " + trace).out, warning));
+    CHECK(json_of(kVt + " oom --no-replay --json " + trace)["lost_events"] == lost);
+    CHECK(has(sh(kVt + " replay --capacity 8GiB " + trace).out, warning));
+    CHECK(has(sh(kVt + " diff " + plain + " " + trace).out, "NEW: " + warning));
+    const std::string html = (tmp_dir() / "lost.html").string();
+    fs::remove(html);
+    REQUIRE(sh(kVt + " report -o " + html + " " + trace + " 2>/dev/null").rc == 0);
+    std::ifstream page(html);
+    std::stringstream text;
+    text << page.rdbuf();
+    CHECK(has(text.str(), "\"lost_warning\":\"" + warning));
   }
   // The untouched trace: nothing lost, the same budget passes.
   CHECK(sh(kVt + " check --max-ooms 5 " + plain).rc == 0);
@@ -399,4 +423,91 @@ TEST_CASE("output lost to a full disk is an error, not a success", "[cmd][output
     CHECK(r.rc == 2);
     CHECK(has(r.out, "vramtrace: cannot write the output: "));
   }
+}
+
+namespace {
+// The summary without its first line (which names the file) and without its notes.
+std::string figures_of(const std::string& summary) {
+  const std::size_t from = summary.find('\n');
+  return summary.substr(from, summary.find("\nNotes:") - from);
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = (tmp_dir() / name).string();
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+const std::string kHeader =
+    R"({"a":"header","format":"vramtrace","version":"1.2","tool_version":"0.1.0","pid":1,"ppid":1,"host":"h",)"
+    R"("rank":"","command_line":["x"],"start_unix_ns":1796020000000000000,"clock":"CLOCK_MONOTONIC",)"
+    R"("origin_monotonic_ns":1000,"cuda_driver_version":13000,"cuda_runtime_version":13000,"devices":[{"id":0,)"
+    R"("name":"NVIDIA H200","total_bytes":15655829504}],"allocator_settings":"","settings":{"reuse":"lazy_sync"},)"
+    R"("entry_points":["","cudaMalloc","cudaFree"],"trace":{"buffer_events":16384,"on_full":"wait",)"
+    R"("flush_interval_ms":100,"compression":"none"}})";
+const std::string kTrailer = R"({"a":"trailer","t":9000,"events":4,"dropped":0,"counts":{},"devices":[]})";
+}  // namespace
+
+TEST_CASE("a trace from a pipe, a FIFO or standard input reads as the file does", "[cmd][pipe]") {
+  const std::string plain = data("plain_oom.vramtrace.jsonl");
+  const Result file = sh(kVt + " summary " + plain);
+  REQUIRE(file.rc == 0);
+  const std::string gz = (tmp_dir() / "plain.jsonl.gz").string();
+  REQUIRE(sh("gzip -c " + plain + " > " + gz).rc == 0);
+  for (const std::string& cmd :
+       {"cat " + plain + " | " + kVt + " summary /dev/stdin", "zcat " + gz + " | " + kVt + " summary /dev/stdin",
+        kVt + " summary - < " + plain, "gzip -c " + plain + " | " + kVt + " summary -"}) {
+    INFO(cmd);
+    const Result piped = sh(cmd);
+    CHECK(piped.rc == 0);
+    CHECK(figures_of(piped.out) == figures_of(file.out));
+  }
+  // The report reads its input twice or more (detection, model): the same page data.
+  CHECK(sh("cat " + plain + " | " + kVt + " oom --no-replay /dev/stdin").rc == 0);
+  // A FIFO given by name, with a writer that comes a little later.
+  const std::string fifo = (tmp_dir() / "trace.fifo").string();
+  fs::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const Result by_name = sh("(sleep 0.3; cat " + plain + " > " + fifo + ") & " + kVt + " summary " + fifo);
+  CHECK(by_name.rc == 0);
+  CHECK(figures_of(by_name.out) == figures_of(file.out));
+  // A FIFO nobody writes to: a clear error after the wait, not a hang.
+  const Result nobody = sh("VRAMTRACE_FIFO_WAIT_S=1 " + kVt + " summary " + fifo + " 2>&1");
+  CHECK(nobody.rc == 2);
+  CHECK(has(nobody.out, fifo + ": a FIFO that no process wrote to in 1 s"));
+  fs::remove(fifo);
+}
+
+TEST_CASE("text that is not UTF-8 in a trace is replaced and reported, not fatal", "[cmd][utf8]") {
+  const std::string trace = write_file(
+      "badutf8.jsonl", kHeader + "\n" + R"({"a":"segment_alloc","t":1000,"p":1048576,"r":2097152})" + "\n" +
+                           "{\"a\":\"mark\",\"t\":2000,\"name\":\"bad \xff\xfe name\"}\n" +
+                           R"({"a":"mark","t":2500,"name":"lone \ud800 surrogate"})" + "\n" +
+                           R"({"a":"mark","t":2600,"name":"pair \ud83d\ude00 kept"})" + "\n" +
+                           R"({"a":"alloc","t":3000,"p":1048576,"r":1000,"b":1024})" + "\n" + kTrailer + "\n");
+  const Result s = sh(kVt + " summary " + trace);
+  CHECK(s.rc == 0);
+  CHECK(has(s.out, "2 lines held text that is not UTF-8 (first at line 3)"));
+  CHECK(has(s.out, "| Allocated memory      |   1024 B   |"));
+  const std::string page = report_of(trace);
+  CHECK(has(page, "bad \xef\xbf\xbd\xef\xbf\xbd name"));  // each bad byte is U+FFFD
+  CHECK(has(page, "pair \xf0\x9f\x98\x80 kept"));         // a valid surrogate pair is kept
+  // A line that is broken in another way still names the line and quotes its start.
+  const std::string broken =
+      write_file("broken.jsonl", kHeader + "\n" + R"({"a":"alloc","t":1000,"p":4096,"r":[}})" + "\n" + kTrailer + "\n");
+  const Result b = sh(kVt + " summary " + broken + " 2>&1");
+  CHECK(b.rc == 2);
+  CHECK(has(b.out, "broken.jsonl:2: malformed event ("));
+  CHECK(has(b.out, "'{\"a\":\"alloc\",\"t\":1000,\"p\":4096,\"r\":[}}'"));
+}
+
+TEST_CASE("an allocation in no segment is counted as allocated, never as free cache memory", "[cmd][orphan]") {
+  // One 2 MiB segment and an allocation outside it: the segment is all free.
+  const std::string trace = write_file(
+      "outside.jsonl", kHeader + "\n" + R"({"a":"segment_alloc","t":2000,"p":1048576,"r":2097152})" + "\n" +
+                           R"({"a":"alloc","t":3000,"p":99048576,"r":1000448,"b":1000448})" + "\n" + kTrailer + "\n");
+  const Result s = sh(kVt + " summary " + trace);
+  REQUIRE(s.rc == 0);
+  CHECK(has(s.out, "reserved but unallocated 2.00 MiB"));
+  CHECK(has(s.out, "1 allocations at addresses in no segment of the trace"));
 }

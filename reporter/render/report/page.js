@@ -5,6 +5,7 @@ DATA.traces.forEach(function(tr,ti){
  main.appendChild(el('h2',null,tr.path+(tr.workload?'  ('+tr.workload+')':'')));
  var info=[tr.format+' trace',tr.events+' events'];if(tr.incomplete)info.push('ends abruptly');main.appendChild(el('div',{'class':'sub'},info.join(', ')));
  main.appendChild(el('div',{'class':'sub'},'settings: '+(tr.settings||'(defaults)')));
+ if(tr.lost_warning)main.appendChild(el('div',{'class':'note warn'},tr.lost_warning));
  tr.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});var S=tr.stacks;
  if(S&&S.stacks_left_out)main.appendChild(el('div',{'class':'note'},S.stacks_left_out+' call stacks are not in this page, which keeps the first '+S.max_stacks+' distinct stacks of a trace (vramtrace summary --json has each site\u2019s stack)'));
  tr.devices.forEach(function(dev){
