@@ -131,7 +131,8 @@ Budgets parse_budget_file(const std::string& path) {
       b.max_peak_allocated = size();
     } else if (key == "max-reserved-ratio") {
       auto v = parse_number(value);
-      if (!v || *v <= 0) fail(fmt::format("{}: \"{}\" is not a positive number", key, value));
+      // Reserved memory is never below allocated memory: a ratio below 1 could never hold.
+      if (!v || *v < 1) fail(fmt::format("{}: \"{}\" is not a ratio of at least 1", key, value));
       b.max_reserved_ratio = *v;
     } else if (key == "max-ooms") {
       b.max_ooms = count();

@@ -14,6 +14,7 @@
 #include "model/load_models.h"
 #include "model/trace_model.h"
 #include "readers/open_trace.h"
+#include "readers/read_progress.h"
 #include "vramtrace/size_rules.h"
 #include "vramtrace/trace/byte_source.h"
 
@@ -203,6 +204,7 @@ AlignmentPoints alignment_points(const std::string& path, std::int32_t device, s
   AlignmentPoints out;
   TraceRecord r;
   while ((!out.at_index || !out.at_same_size) && reader->next(r)) {
+    tick_read_progress(*reader);
     if (r.device != device) continue;
     if (r.action == Action::alloc) {
       // The state right before this allocation, frees since the one before included.
@@ -251,6 +253,7 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
       model.add(r);
       steps.add(r, r.action == Action::mark ? std::string_view(reader->mark_name()) : std::string_view{});
       facts.add(r);
+      tick_read_progress(*reader);
     }
   } catch (const TraceError&) {
     throw;

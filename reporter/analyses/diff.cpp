@@ -83,6 +83,12 @@ std::string signed_bytes(std::int64_t v) {
   return (v > 0 ? "+" : "") + format_bytes(static_cast<double>(v), ByteStyle::binary);
 }
 
+// Rule 6's sentence: the one explanation of a device that did not change.
+std::string no_difference(std::uint64_t margin) {
+  return fmt::format("No difference beyond the noise margin of {} in the peaks.",
+                     format_bytes(static_cast<double>(margin), ByteStyle::binary));
+}
+
 bool same_bytes(std::int64_t a, std::int64_t b, std::uint64_t margin) {
   auto diff = static_cast<double>(std::llabs(a - b));
   return diff <= static_cast<double>(margin) ||
@@ -322,8 +328,7 @@ std::string explain(const DeviceDiff& d, const CheckInput& base, const CheckInpu
                        format_bytes(static_cast<double>(*end_base), ByteStyle::binary));
     return s + ".";
   }
-  return fmt::format("No difference beyond the noise margin of {} in the peaks.",
-                     format_bytes(static_cast<double>(margin), ByteStyle::binary));
+  return no_difference(margin);
 }
 
 }  // namespace
@@ -414,7 +419,13 @@ TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now, std::uint64
       if (d.end_sites_known) d.site_at_end = most_changed_site(*end_base, *end_new);
     }
     d.explanation = explain(d, base, now, margin, fig_base, fig_new);
+    // Changed: a rule other than 6 applied, the OOM counts differ (rules 1 and 2 need one run
+    // without), or one run has no figures for the device.
+    const auto ooms_base = figure(fig_base, &DeviceFigures::num_ooms);
+    const auto ooms_new = figure(fig_new, &DeviceFigures::num_ooms);
+    d.changed = d.explanation != no_difference(margin) || ooms_base != ooms_new || !fig_base != !fig_new;
     if (const std::string clause = site_clause(d, margin); !clause.empty()) {
+      d.changed = true;
       d.explanation.pop_back();  // every sentence ends in '.'
       d.explanation += clause + ".";
     }
@@ -524,13 +535,19 @@ nlohmann::json diff_json(const TraceDiff& t) {
                     {"sizes", sizes},
                     {"largest_free_block", lfb},
                     {"sites", sites},
-                    {"explanation", d.explanation}});
+                    {"explanation", d.explanation},
+                    {"changed", d.changed}});
   }
   return {{"base", t.base_path},
           {"new", t.new_path},
           {"base_lost_events", t.base_lost_events},
           {"new_lost_events", t.new_lost_events},
+          {"changed", diff_changed(t)},
           {"devices", devs}};
+}
+
+bool diff_changed(const TraceDiff& d) {
+  return std::any_of(d.devices.begin(), d.devices.end(), [](const DeviceDiff& dev) { return dev.changed; });
 }
 
 }  // namespace vramtrace

@@ -64,6 +64,9 @@ struct DeviceDiff {
   bool peak_sites_known = false;
   bool end_sites_known = false;
   std::string explanation;  ///< one sentence (Note [diff explanation] in diff.cpp)
+  /// Something changed beyond the noise margin: the explanation is one of rules 1 to 5 or names
+  /// a site, the OOM counts differ, or only one run has figures for the device.
+  bool changed = false;
 };
 
 struct TraceDiff {
@@ -85,13 +88,16 @@ struct TraceDiff {
 TraceDiff diff_inputs(const CheckInput& base, const CheckInput& now,
                       std::uint64_t noise_margin_bytes = Budgets::kDefaultNoiseMargin);
 
+/// Whether any device changed (DeviceDiff::changed): `vramtrace diff --exit-code` exits 1.
+bool diff_changed(const TraceDiff& d);
+
 /// Side-by-side text. Deterministic.
 std::string render_diff_text(const TraceDiff& d);
-/// {"base", "new", "devices": [{"device", "peaks": [{name, base, new, change, change_percent}],
+/// {"base", "new", "changed", "devices": [{"device", "peaks": [{name, base, new, change, change_percent}],
 /// "sizes": [{size, base, new, change}], "largest_free_block": [{when, base, new}], "sites":
 /// {"compared", "reason" (when not compared), "at_peak", "at_end": {site, base_bytes, new_bytes,
 /// change, base_blocks, new_blocks} or null (no site changed, or the moment is not known for both
-/// runs: "peak_known", "end_known")}, "explanation"}]}.
+/// runs: "peak_known", "end_known")}, "explanation", "changed"}]}.
 nlohmann::json diff_json(const TraceDiff& d);
 
 }  // namespace vramtrace

@@ -5,6 +5,7 @@
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "readers/trace_paths.h"
+#include "vramtrace/gpu_cards.h"
 #include "vramtrace/units.h"
 
 namespace vramtrace::cli {
@@ -50,7 +51,15 @@ CLI::Validator size_check(bool allow_zero) {
         if (v.empty()) return kEmptyValue;
         std::uint64_t bytes = 0;
         std::string error;
-        if (!parse_size(v, bytes, error)) return error;  // it gives examples, card names among them
+        if (!parse_size(v, bytes, error)) {
+          // One hint, with every card a size option takes; the other refusals (a unit, a
+          // fraction of a byte, too large) say precisely what is wrong and keep their words.
+          if (error.find("is not a size (examples:") != std::string::npos)
+            return "'" + v +
+                   "' is neither a size (such as 512MiB, 16GB, 14.58GiB, 1048576) nor a known card; known cards: " +
+                   gpu_card_names();
+          return error;
+        }
         if (bytes == 0 && !allow_zero) return "must be greater than 0";
         return {};
       },

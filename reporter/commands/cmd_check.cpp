@@ -5,13 +5,17 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "analyses/budgets.h"
 #include "analyses/check_input.h"
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "commands/progress.h"
+#include "commands/usage.h"
 #include "readers/trace_paths.h"
 #include "render/check_report.h"
 
@@ -30,7 +34,9 @@ struct CheckOptions {
   bool no_leaks = false;
   bool allow_incomplete = false;
   std::string format = "text";
+  bool json = false;  // --json: --format json, as every other command spells it
   std::string output;
+  bool force = false;
   std::string level = "auto";
 };
 
@@ -51,16 +57,13 @@ Budgets budgets_from(const CheckOptions& o) {
   if (!o.max_increase.empty()) {
     std::string v = o.max_increase;
     if (!v.empty() && v.back() == '%') v.pop_back();
-    char* end = nullptr;
-    double pct = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || pct < 0)
-      throw BudgetError("--max-increase: \"" + o.max_increase + "\" is not a percentage");
+    double pct = 0;
+    if (!parse_finite(v, pct) || pct < 0)
+      throw BudgetError("--max-increase: \"" + o.max_increase +
+                        "\" is not a percentage (a finite number >= 0, e.g. 5 or 5%)");
     cli.max_increase = pct;
   }
-  if (o.max_reserved_ratio) {
-    if (*o.max_reserved_ratio <= 0) throw BudgetError("--max-reserved-ratio must be positive");
-    cli.max_reserved_ratio = o.max_reserved_ratio;
-  }
+  cli.max_reserved_ratio = o.max_reserved_ratio;  // number_check() has refused NaN and ratios below 1
   cli.max_ooms = o.max_ooms;
   cli.max_retries = o.max_retries;
   cli.no_leaks = o.no_leaks;
@@ -71,11 +74,15 @@ Budgets budgets_from(const CheckOptions& o) {
 }
 
 int run_check(const CheckOptions& o) {
+  if (const std::string refusal = existing_output_error(o.output, o.force); !refusal.empty())
+    throw BudgetError(refusal);
   Budgets budgets = budgets_from(o);
   if (budgets.empty())
     throw BudgetError("no budget given: set one (e.g. --max-peak-reserved 20GiB, --no-leaks) or --budget FILE");
 
   std::vector<DeviceMeasures> measures;
+  std::optional<ReadProgressScope> progress;  // erased before the report is printed
+  progress.emplace("check");
   const std::vector<std::string> traces = traces_to_read(o.traces, o.level, "check", true);
   // Traces that end abruptly: their figures stop at the last event, so a budget that passes may
   // not hold for the whole run. Said in every format; the verdict is unchanged.
@@ -123,6 +130,7 @@ int run_check(const CheckOptions& o) {
   const bool lossy_fails = !lossy.empty() && !o.allow_incomplete;
   std::vector<DeviceMeasures> base;
   if (budgets.baseline) base = load_check_input(*budgets.baseline).measures;
+  progress.reset();
   auto results = evaluate_budgets(budgets, measures, budgets.baseline ? &base : nullptr);
 
   std::string text;
@@ -185,7 +193,9 @@ void register_check(CLI::App& app) {
   cmd->add_option("--budget", o->budget_file, "Budget file: `key = value` lines (docs/ci.md); options override it");
   cmd->add_option("--max-peak-reserved", o->max_peak_reserved, "Limit on reserved_bytes.all.peak, e.g. 20GiB");
   cmd->add_option("--max-peak-allocated", o->max_peak_allocated, "Limit on allocated_bytes.all.peak, e.g. 18GiB");
-  cmd->add_option("--max-reserved-ratio", o->max_reserved_ratio, "Limit on peak reserved / peak allocated, e.g. 1.3");
+  cmd->add_option("--max-reserved-ratio", o->max_reserved_ratio, "Limit on peak reserved / peak allocated, e.g. 1.3")
+      ->check(number_check(1, false, std::numeric_limits<double>::max(), false,
+                           "a ratio of at least 1 (reserved memory is never below allocated memory)", "RATIO"));
   cmd->add_option("--max-ooms", o->max_ooms, "Limit on num_ooms")->check(count_check());
   cmd->add_option("--max-retries", o->max_retries, "Limit on num_alloc_retries")->check(count_check());
   cmd->add_flag("--allow-incomplete", o->allow_incomplete,
@@ -196,10 +206,14 @@ void register_check(CLI::App& app) {
   cmd->add_option("--max-increase", o->max_increase, "Allowed increase of each peak over the baseline, percent");
   cmd->add_option("--noise-margin", o->noise_margin, "Absolute slack on baseline comparisons (default 2MiB)");
   cmd->add_option("--device", o->device, "Check only this device")->check(CLI::Range(0, 1023));
-  cmd->add_option("--format", o->format, "text, json, junit or github")
-      ->check(CLI::IsMember({"text", "json", "junit", "github"}));
-  cmd->add_option("-o,--output", o->output, "Write the report here instead of standard output");
+  auto* format = cmd->add_option("--format", o->format, "text, json, junit or github")
+                     ->check(CLI::IsMember({"text", "json", "junit", "github"}));
+  cmd->add_flag("--json", o->json, "Print JSON (the same as --format json)")->excludes(format);
+  cmd->add_option("-o,--output", o->output,
+                  "Write the report here instead of standard output; an existing file is kept");
+  cmd->add_flag("--force", o->force, "Overwrite the -o file if it exists");
   cmd->callback([o]() {
+    if (o->json) o->format = "json";
     try {
       set_exit_code(run_check(*o));
     } catch (const TraceError& e) {

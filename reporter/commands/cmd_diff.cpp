@@ -10,6 +10,7 @@
 #include "analyses/diff.h"
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "commands/progress.h"
 #include "readers/trace_paths.h"
 
 namespace vramtrace::cli {
@@ -74,6 +75,7 @@ void register_diff(CLI::App& app) {
   struct Opts {
     std::string base, now, margin;
     bool json = false;
+    bool exit_code = false;
     std::string level = "auto";
   };
   auto o = std::make_shared<Opts>();
@@ -83,6 +85,8 @@ void register_diff(CLI::App& app) {
       ->required();
   cmd->add_option("new", o->now, "The run to compare with it (the same kind of argument)")->required();
   cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->add_flag("--exit-code", o->exit_code,
+                "Exit 1 when something changed beyond the noise margin, 0 when nothing did (as git diff --exit-code)");
   add_level_option(cmd, o->level);
   cmd->add_option("--noise-margin", o->margin, "Changes below this count as none (default 2MiB)");
   cmd->callback([o]() {
@@ -93,8 +97,12 @@ void register_diff(CLI::App& app) {
         if (!m) throw BudgetError("--noise-margin: \"" + o->margin + "\" is not a size");
         margin = *m;
       }
-      const Side base = load_side(o->base, o->level);
-      const Side now = load_side(o->now, o->level);
+      Side base, now;
+      {
+        const ReadProgressScope progress("diff");
+        base = load_side(o->base, o->level);
+        now = load_side(o->now, o->level);
+      }
       if (base.paths.size() != now.paths.size()) {
         throw BudgetError("BASE has " + std::to_string(base.paths.size()) + " trace(s) (processes) and NEW has " +
                           std::to_string(now.paths.size()) +
@@ -103,7 +111,7 @@ void register_diff(CLI::App& app) {
       if (base.paths.size() == 1) {
         auto d = diff_inputs(base.inputs[0], now.inputs[0], margin);
         std::fputs(o->json ? (diff_json(d).dump(2) + "\n").c_str() : render_diff_text(d).c_str(), stdout);
-        set_exit_code(0);
+        set_exit_code(o->exit_code && diff_changed(d) ? 1 : 0);
         return;
       }
       bool by_rank = false;
@@ -112,18 +120,21 @@ void register_diff(CLI::App& app) {
           "vramtrace diff: " + std::to_string(pairs.size()) + " processes on each side, paired " +
           (by_rank ? "by rank" : "in the order of their file names (the traces name no distinct ranks)") + "\n";
       nlohmann::json j = {{"pairing", by_rank ? "rank" : "path order"}, {"pairs", nlohmann::json::array()}};
+      bool changed = false;
       for (const auto& [i, k] : pairs) {
         auto d = diff_inputs(base.inputs[i], now.inputs[k], margin);
         if (d.base_path.empty()) d.base_path = base.paths[i];
         if (d.new_path.empty()) d.new_path = now.paths[k];
+        changed = changed || diff_changed(d);
         const std::string who = by_rank ? "rank " + base.ranks[i] : "process " + std::to_string(i + 1);
         text += "\n=== " + who + " ===\n" + render_diff_text(d);
         nlohmann::json pj = diff_json(d);
         if (by_rank) pj["rank"] = base.ranks[i];
         j["pairs"].push_back(std::move(pj));
       }
+      j["changed"] = changed;
       std::fputs(o->json ? (j.dump(2) + "\n").c_str() : text.c_str(), stdout);
-      set_exit_code(0);
+      set_exit_code(o->exit_code && changed ? 1 : 0);
     } catch (const TraceError& e) {
       logger().error("vramtrace diff: {}", e.what());
       set_exit_code(2);

@@ -1,5 +1,8 @@
 // `vramtrace explain MESSAGE | --file F [--json]`: reads a pasted out-of-memory message.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -30,15 +33,37 @@ void register_explain(CLI::App& app) {
       if (opts->file == "-") {
         text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
       } else {
+        // A directory opens as a stream on Linux and reads as nothing: say what it is, not that
+        // the message is missing.
+        std::error_code ec;
+        if (std::filesystem::is_directory(opts->file, ec)) {
+          logger().error("vramtrace explain: --file {} is a directory; give the file that holds the message",
+                         opts->file);
+          set_exit_code(2);
+          return;
+        }
+        errno = 0;
         std::ifstream in(opts->file, std::ios::binary);
         if (!in) {
-          logger().error("vramtrace explain: cannot open {}", opts->file);
+          const int err = errno;
+          logger().error("vramtrace explain: cannot open {}: {}", opts->file,
+                         err != 0 ? std::strerror(err) : "cannot be opened");
           set_exit_code(2);
           return;
         }
         std::ostringstream ss;
         ss << in.rdbuf();
         text = ss.str();
+        if (in.bad()) {
+          logger().error("vramtrace explain: cannot read {}", opts->file);
+          set_exit_code(2);
+          return;
+        }
+        if (text.empty()) {
+          logger().error("vramtrace explain: --file {} is empty", opts->file);
+          set_exit_code(2);
+          return;
+        }
       }
     } else {
       for (std::size_t i = 0; i < opts->words.size(); ++i) text += (i ? " " : "") + opts->words[i];

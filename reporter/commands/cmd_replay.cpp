@@ -14,6 +14,7 @@
 #include "analyses/verdict.h"
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "commands/progress.h"
 #include "model/trace_model.h"
 
 namespace vramtrace::cli {
@@ -75,6 +76,44 @@ std::string verdict_cell(const Judgement& j, std::uint64_t ooms) {
   return "-";
 }
 
+/// Why a result's figures may not be what the setting would do, or "": PyTorch's garbage
+/// collection of cached blocks runs only when a memory fraction or a limit caps the allocator
+/// (Note in docs/pytorch-allocator.md, `garbage_collection_threshold`), and --capacity is the
+/// device's size, not a cap.
+std::string setting_note(const ReplayConfig& c) {
+  const AllocatorSettings& s = c.settings;
+  if (s.garbage_collection_threshold <= 0.0 || s.per_process_memory_fraction < 1.0 || s.limit_bytes != 0) return {};
+  return "garbage_collection_threshold acts only under a memory limit (per_process_memory_fraction below 1, or "
+         "limit:SIZE, in the same --conf): without one PyTorch never collects cached blocks, so these figures "
+         "are those of the same settings without it";
+}
+
+/// Column width of the side-by-side table: a wider cell keeps its first words and moves its
+/// details (the part in parentheses) to a note below the table; a wider settings name wraps.
+constexpr std::size_t kMaxColumn = 32;  // the longest single setting, garbage_collection_threshold:0.6
+
+/// `text` in lines of at most `width` characters, broken after a ',' or a ':' or at a space where
+/// there is one, else cut.
+std::vector<std::string> wrap(const std::string& text, std::size_t width) {
+  std::vector<std::string> lines;
+  std::string rest = text;
+  while (rest.size() > width) {
+    std::size_t cut = std::string::npos;
+    for (std::size_t i = width; i > 0; --i) {
+      if (rest[i - 1] == ',' || rest[i - 1] == ':' || rest[i] == ' ') {
+        cut = i;
+        break;
+      }
+    }
+    if (cut == std::string::npos || cut == 0) cut = width;
+    lines.push_back(rest.substr(0, cut));
+    rest = rest.substr(cut);
+    if (!rest.empty() && rest.front() == ' ') rest.erase(0, 1);
+  }
+  lines.push_back(rest);
+  return lines;
+}
+
 /// Rows of the report: label and one cell per result.
 std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::vector<ReplayResult>& results) {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
@@ -124,26 +163,67 @@ void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
   }
   if (rep.results.size() == 1) {
     const ReplayResult& r = rep.results[0];
-    fmt::print("settings  {}\n\n", settings_label(r.config));
+    fmt::print("settings  {}\n", settings_label(r.config));
+    if (const std::string why = setting_note(r.config); !why.empty()) fmt::print("note      {}\n", why);
+    fmt::print("\n");
     for (const auto& [label, cells] : table) fmt::print("{:<32} {}\n", label, cells[0]);
   } else {
-    std::vector<std::string> head;
-    for (const auto& r : rep.results)
-      head.push_back(multi_device ? fmt::format("{} [device {}]", settings_label(r.config), r.device)
-                                  : settings_label(r.config));
+    // Each column as wide as its content, at most kMaxColumn: the details of a longer cell and
+    // the note of a setting become numbered notes below the table.
+    std::vector<std::string> notes;
+    auto note = [&](std::string text) {
+      notes.push_back(std::move(text));
+      return fmt::format("[{}]", notes.size());
+    };
+    std::vector<std::vector<std::string>> head;
+    for (const auto& r : rep.results) {
+      std::string label =
+          multi_device ? fmt::format("{} [device {}]", settings_label(r.config), r.device) : settings_label(r.config);
+      const std::string why = setting_note(r.config);
+      std::vector<std::string> lines = wrap(label, kMaxColumn);
+      if (!why.empty()) {
+        const std::string mark = note(settings_label(r.config) + ": " + why);
+        if (lines.back().size() + 1 + mark.size() <= kMaxColumn)
+          lines.back() += " " + mark;
+        else
+          lines.push_back(mark);
+      }
+      head.push_back(std::move(lines));
+    }
+    for (auto& [label, cells] : table) {
+      for (std::size_t i = 0; i < cells.size(); ++i) {
+        std::string& cell = cells[i];
+        const std::size_t paren = cell.find(" (");
+        if (cell.size() <= kMaxColumn || paren == std::string::npos || cell.back() != ')') continue;
+        const std::string detail = cell.substr(paren + 2, cell.size() - paren - 3);
+        cell = cell.substr(0, paren) + " " +
+               note(fmt::format("{}, {}: {}", label, settings_label(rep.results[i].config), detail));
+      }
+    }
     std::vector<std::size_t> width(rep.results.size());
     for (std::size_t i = 0; i < head.size(); ++i) {
-      width[i] = head[i].size();
-      for (const auto& row : table) width[i] = std::max(width[i], row.second[i].size());
+      for (const auto& line : head[i]) width[i] = std::max(width[i], line.size());
+      for (const auto& row : table) width[i] = std::max(width[i], std::min(row.second[i].size(), kMaxColumn));
     }
-    fmt::print("\n{:<32}", "settings");
-    for (std::size_t i = 0; i < head.size(); ++i) fmt::print(" | {:<{}}", head[i], width[i]);
+    auto print_row = [&](const std::string& label, const std::vector<std::vector<std::string>>& cells) {
+      std::size_t lines = 1;
+      for (const auto& c : cells) lines = std::max(lines, c.size());
+      for (std::size_t l = 0; l < lines; ++l) {
+        fmt::print("{:<32}", l == 0 ? label : std::string());
+        for (std::size_t i = 0; i < cells.size(); ++i)
+          fmt::print(" | {:<{}}", l < cells[i].size() ? cells[i][l] : std::string(), width[i]);
+        fmt::print("\n");
+      }
+    };
     fmt::print("\n");
+    print_row("settings", head);
     for (const auto& [label, cells] : table) {
-      fmt::print("{:<32}", label);
-      for (std::size_t i = 0; i < cells.size(); ++i) fmt::print(" | {:<{}}", cells[i], width[i]);
-      fmt::print("\n");
+      std::vector<std::vector<std::string>> wrapped;
+      for (const auto& c : cells) wrapped.push_back(wrap(c, kMaxColumn));
+      print_row(label, wrapped);
     }
+    if (!notes.empty()) fmt::print("\n");
+    for (std::size_t i = 0; i < notes.size(); ++i) fmt::print("[{}] {}\n", i + 1, notes[i]);
   }
   for (const auto& note : rep.notes) fmt::print("\nNote: {}\n", note);
   for (const auto& r : rep.results) {
@@ -174,6 +254,8 @@ void print_json(const ReplayReport& rep, const Verdicts& v, bool multi_device, c
     o["settings"] = r.config.settings.text;
     if (multi_device) o["device"] = r.device;
     o["capacity_bytes"] = r.config.capacity_bytes;
+    o["notes"] = nlohmann::ordered_json::array();
+    if (const std::string why = setting_note(r.config); !why.empty()) o["notes"].push_back(why);
     if (v.known) {
       const Judgement& jd = v.judged[i];
       o["verdict"] = whatif_verdict_name(jd.verdict);
@@ -200,11 +282,12 @@ void print_json(const ReplayReport& rep, const Verdicts& v, bool multi_device, c
 }
 
 /// Progress on stderr once the replay has run for a second: a rewritten line on a terminal,
-/// otherwise a line every 5 seconds.
+/// otherwise a line every 5 seconds; none with --quiet.
 class Progress {
  public:
   Progress() : start_(Clock::now()), last_(start_), tty_(::isatty(2) == 1) {}
   void update(std::uint64_t records, std::uint64_t bytes, std::uint64_t total) {
+    if (quiet()) return;
     auto now = Clock::now();
     double elapsed = std::chrono::duration<double>(now - start_).count();
     if (elapsed < 1.0) return;

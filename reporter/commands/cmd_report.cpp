@@ -4,6 +4,8 @@
 
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "commands/progress.h"
+#include "commands/usage.h"
 #include "model/load_models.h"
 #include "readers/trace_paths.h"
 #include "render/report_html.h"
@@ -18,18 +20,30 @@ void register_report(CLI::App& app) {
     std::string output = "report.html";
     std::string title;
     std::string level = "auto";
+    bool force = false;
   };
   auto opts = std::make_shared<Opts>();
   cmd->add_option(
          "traces", opts->traces,
          "Trace files, globs, or directories (all traces in them); several traces add the process x device view")
       ->required();
-  cmd->add_option("-o,--output", opts->output, "Output HTML file (default report.html)");
+  cmd->add_option("-o,--output", opts->output, "Output HTML file (default report.html); an existing one is kept");
+  cmd->add_flag("--force", opts->force, "Overwrite the output file if it exists");
   cmd->add_option("--title", opts->title, "Page title");
   add_level_option(cmd, opts->level);
   cmd->callback([opts]() {
+    // Before the traces are read: a report of many minutes must not end in this refusal.
+    if (const std::string refusal = existing_output_error(opts->output, opts->force); !refusal.empty()) {
+      logger().error("vramtrace report: {}", refusal);
+      set_exit_code(2);
+      return;
+    }
     try {
-      auto models = load_models(traces_to_read(opts->traces, opts->level, "report"));
+      std::vector<TraceModel> models;
+      {
+        const ReadProgressScope progress("report");
+        models = load_models(traces_to_read(opts->traces, opts->level, "report"));
+      }
       ReportOptions ro;
       ro.title = opts->title;
       std::string page = render_report_html(models, ro);

@@ -403,11 +403,8 @@ bool add_limit(const std::string& option, std::string& conf) {
   std::uint64_t bytes = 0;
   std::string error;
   std::string limit = option;
-  if (!parse_size(option, bytes, error)) {
-    logger().error(
-        "vramtrace run: --limit '{}' is neither a size (e.g. 14.58GiB, 16GB, 512MiB) nor a known card; "
-        "known cards: {}",
-        option, gpu_card_names());
+  if (!parse_size(option, bytes, error)) {  // size_check() has refused it already
+    logger().error("vramtrace run: --limit {}: {}", option, error);
     return false;
   }
   if (size_names_card(option)) {
@@ -642,11 +639,13 @@ void show_traces(const RunOptions& o, const std::string& pattern, const std::str
 // it (128 + signal when killed; 127 not found, 126 not executable); 2 when vramtrace refuses the
 // options or cannot start the command.
 int run_command(const RunOptions& o) {
-  std::string lib;
-  if (!find_shim(lib)) return 2;
+  // The options first: a mistyped --limit or --conf is the user's to fix, whatever else is
+  // missing (libvramtrace.so) here.
   std::string conf = o.conf;
   if (!o.limit.empty() && !add_limit(o.limit, conf)) return 2;
   if (!check_conf(conf) || !check_output_name(o.output)) return 2;
+  std::string lib;
+  if (!find_shim(lib)) return 2;
   const std::time_t start = std::time(nullptr);
   const std::string pattern = fix_start_time(o.output.empty() ? kDefaultOutput : o.output, start);
   if (!check_output_dir(pattern)) return 2;
@@ -695,10 +694,12 @@ void register_run(CLI::App& app) {
       "Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that every PyTorch tensor reaches vramtrace (docs/tensor-mode.md)");
   cmd->add_flag("--no-torch", opts->no_torch,
                 "Do not record PyTorch's tensor level (its allocator history, from inside Python programs)");
-  cmd->add_option("--limit", opts->limit,
-                  "Cap on the GPU memory the program can use, every device: a size (14.58GiB) or a card name (T4, "
-                  "V100-16GB, A10G, L4, A100-40GB, A100-80GB, H100-80GB, RTX4090, ...; docs/configuration.md). Adds "
-                  "limit:SIZE to the settings; per device: --conf limit:[0:14GiB,1:20GiB]");
+  auto* limit = cmd->add_option(
+      "--limit", opts->limit,
+      "Cap on the GPU memory the program can use, every device: a size (14.58GiB) or a card name (T4, "
+      "V100-16GB, A10G, L4, A100-40GB, A100-80GB, H100-80GB, RTX4090, ...; docs/configuration.md). Adds "
+      "limit:SIZE to the settings; per device: --conf limit:[0:14GiB,1:20GiB]");
+  limit->check(size_check());  // refused while parsing, before anything is looked for or started
   cmd->add_option("command", opts->command, "The command to run, after --")->required();
   cmd->positionals_at_end();
   cmd->callback([opts] { set_exit_code(run_command(*opts)); });

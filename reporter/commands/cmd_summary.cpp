@@ -6,6 +6,7 @@
 #include "analyses/summary.h"
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "commands/progress.h"
 #include "model/load_models.h"
 #include "readers/trace_paths.h"
 
@@ -28,7 +29,11 @@ void register_summary(CLI::App& app) {
   add_level_option(cmd, opts->level);
   cmd->callback([opts]() {
     try {
-      auto models = load_models(traces_to_read(opts->traces, opts->level, "summary"));
+      std::vector<TraceModel> models;
+      {
+        const ReadProgressScope progress("summary");
+        models = load_models(traces_to_read(opts->traces, opts->level, "summary"));
+      }
       if (opts->json) {
         nlohmann::json j = summary_json(models);
         if (models.size() > 1) j["processes"] = process_device_json(process_device_view(models));

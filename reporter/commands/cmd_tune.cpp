@@ -31,6 +31,7 @@
 #include "analyses/verdict.h"
 #include "commands/commands.h"
 #include "commands/log.h"
+#include "commands/usage.h"
 #include "model/load_models.h"
 #include "readers/trace_paths.h"
 #include "vramtrace/stats.h"
@@ -183,7 +184,7 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--top", opts->top, "With --from: how many of the ranked candidates to run (default 3)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--timeout", opts->timeout, "Seconds each run may take (default: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_check(0, false, 1e9, false, "seconds from 0 (no limit) to 1e9", "SECONDS"));
   cmd->add_option("-o,--output", opts->out, "Directory for the runs' traces and logs (default ./vramtrace-tune)");
   cmd->add_flag("--json", opts->json, "Print JSON");
   cmd->add_option("command", opts->command, "The program to run, after --")->required();

@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "commands/commands.h"
+#include "commands/progress.h"
+#include "commands/usage.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"vramtrace: where did the GPU memory go?"};
@@ -21,11 +23,12 @@ int main(int argc, char** argv) {
   vramtrace::cli::register_diff(app);
   vramtrace::cli::register_tune(app);
   vramtrace::cli::refuse_empty_values(app, {"replay --conf"});
+  vramtrace::cli::add_quiet_flags(app);
+  if (const int rc = vramtrace::cli::check_command_word(app, argc, argv, stderr); rc >= 0) return rc;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;  // usage errors exit 2, as unusable input
+    return vramtrace::cli::report_parse_error(app, e, stderr);  // usage errors exit 2, as unusable input
   }
   // Output lost to a full disk or a closed pipe is a failure, never a silent success: a CI step
   // that saved `summary --json` as its baseline would otherwise keep an empty file.

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "readers/read_progress.h"
 #include "vramtrace/trace/vramtrace_reader.h"
 #include "vramtrace/units.h"
 
@@ -573,6 +574,7 @@ MemoryLedger build_memory_ledger(TraceModel& m, const TorchSidecar* sc, const st
       while (next < probes.size() && probes[next].time_ns < r.time_ns) settle(probes[next++]);
       apply(live[r.device], pytorch[r.device], r);
       last_ns = std::max(last_ns, r.time_ns);
+      tick_read_progress(*shim);
     }
     for (; next < probes.size(); ++next) settle(probes[next]);
 

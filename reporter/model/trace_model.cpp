@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include "readers/read_progress.h"
 #include "vramtrace/settings.h"
 #include "vramtrace/size_rules.h"
 
@@ -1174,7 +1175,10 @@ std::string lost_events_warning(std::uint64_t lost) {
 TraceModel build_trace_model(TraceReader& reader, ModelOptions options) {
   TraceModelBuilder b(reader.header(), options);
   TraceRecord r;
-  while (reader.next(r)) b.add(r, r.action == Action::mark ? std::string_view(reader.mark_name()) : std::string_view{});
+  while (reader.next(r)) {
+    b.add(r, r.action == Action::mark ? std::string_view(reader.mark_name()) : std::string_view{});
+    tick_read_progress(reader);
+  }
   return b.finish(reader);
 }
 

@@ -98,7 +98,7 @@ merged_reports() {  # dir name: summary text, JSON, HTML from the directory's tr
   local dir="$1" name="$2"
   "$vt" summary "$dir" >"$OUT/$name.summary.txt" 2>"$OUT/$name.summary.err" &&
   "$vt" summary --json "$dir" >"$OUT/$name.summary.json" 2>>"$OUT/$name.summary.err" &&
-  "$vt" report "$dir" -o "$OUT/$name.report.html" 2>>"$OUT/$name.summary.err"
+  "$vt" report --force "$dir" -o "$OUT/$name.report.html" 2>>"$OUT/$name.summary.err"
 }
 
 check_ddp() {  # dir name mode
@@ -140,7 +140,7 @@ if (cd "$OUT/c" && timeout "$limit" "$vt" run --tensors -o "$OUT/c/layers.%p.jso
     record "(c) layers" FAIL "expected 1 trace, found $n"
   elif ! { "$vt" summary "$OUT"/c/layers.*.jsonl >"$OUT/c.summary.txt" &&
            "$vt" summary --json "$OUT"/c/layers.*.jsonl >"$OUT/c.summary.json" &&
-           "$vt" report "$OUT"/c/layers.*.jsonl -o "$OUT/c.report.html"; } 2>"$OUT/c.summary.err"; then
+           "$vt" report --force "$OUT"/c/layers.*.jsonl -o "$OUT/c.report.html"; } 2>"$OUT/c.summary.err"; then
     record "(c) layers" FAIL "vramtrace summary/report failed: $(tail -3 "$OUT/c.summary.err")"
   elif msg=$(python3 "$OUT/check.py" layers "$OUT/c.summary.json" 2>&1); then
     echo "$msg"; record "(c) layers" PASS "one trace, devices 0 and 1 traced separately"

@@ -37,7 +37,7 @@ check_level() {  # NAME LEVEL FILE
   "$VT" summary --level "$level" "$f" >"$pre.summary.txt" 2>"$pre.summary.err"
   "$VT" summary --json --level "$level" "$f" >"$pre.summary.json" 2>/dev/null
   "$VT" oom --no-replay --level "$level" "$f" >"$pre.oom.txt" 2>"$pre.oom.err"
-  "$VT" report --level "$level" "$f" -o "$pre.report.html" 2>"$pre.report.err"
+  "$VT" report --force --level "$level" "$f" -o "$pre.report.html" 2>"$pre.report.err"
   "$VT" check --max-ooms 0 --level "$level" "$f" >"$pre.check.txt" 2>&1
   local check_rc=$?
   local count

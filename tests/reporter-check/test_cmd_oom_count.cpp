@@ -65,7 +65,7 @@ fs::path tmp_dir() {
 // The report's page holds its data as JSON in a script element.
 std::string report_of(const std::string& trace) {
   const std::string out = (tmp_dir() / (fs::path(trace).filename().string() + ".html")).string();
-  REQUIRE(sh(kVt + " report " + trace + " -o " + out).rc == 0);
+  REQUIRE(sh(kVt + " report " + trace + " -o " + out + " --force").rc == 0);
   std::ifstream f(out);
   std::stringstream ss;
   ss << f.rdbuf();

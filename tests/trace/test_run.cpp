@@ -333,7 +333,7 @@ TEST_CASE("run refuses what it cannot do with exit code 2 or 127", "[run]") {
   CHECK(no_lib.err.find("cannot find libvramtrace.so") != std::string::npos);
   RunResult bad_limit = run_vramtrace({"run", "--limit", "lots", "--", "/bin/true"}, dir);
   CHECK(bad_limit.exit_code == 2);
-  CHECK(bad_limit.err.find("--limit 'lots'") != std::string::npos);
+  CHECK(bad_limit.err.find("vramtrace run: --limit: 'lots' is neither a size") != std::string::npos);
   RunResult bad_conf = run_vramtrace({"run", "--conf", "max_split_size_mb:1", "--", "/bin/true"}, dir);
   CHECK(bad_conf.exit_code == 2);
   CHECK(bad_conf.err.find("max_split_size_mb") != std::string::npos);
