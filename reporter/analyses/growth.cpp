@@ -10,6 +10,9 @@ namespace vramtrace {
 
 namespace {
 
+// Runs of at most this many step boundaries get the exact warm-up rule (O(n^2)).
+constexpr std::size_t kExactWarmupSamples = 4096;
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
@@ -63,15 +66,41 @@ GrowthFit fit_growth(std::span<const StepSample> samples, const GrowthOptions& o
   for (std::size_t k = 1; k < n; ++k)
     d[k] = static_cast<double>(samples[k].allocated_bytes) - static_cast<double>(samples[k - 1].allocated_bytes);
   const std::size_t half = n / 2;
-  std::vector<double> tail(d.begin() + static_cast<std::ptrdiff_t>(std::max<std::size_t>(half, 1)), d.end());
-  const double m = median(tail);
-  std::vector<double> dev;
-  dev.reserve(tail.size());
-  for (double x : tail) dev.push_back(std::abs(x - m));
-  const double tol = std::max(static_cast<double>(options.tolerance_floor_bytes), 4 * 1.4826 * median(dev));
+  // The steady increment and the tolerance around it, from the increments d[from..n).
+  const auto steady_of = [&](std::size_t from, double& m, double& tol) {
+    std::vector<double> rest(d.begin() + static_cast<std::ptrdiff_t>(from), d.end());
+    m = median(rest);
+    std::vector<double> dev;
+    dev.reserve(rest.size());
+    double mean = 0;
+    for (double x : rest) {
+      dev.push_back(std::abs(x - m));
+      mean += x;
+    }
+    mean /= static_cast<double>(rest.size());
+    double var = 0;
+    for (double x : rest) var += (x - mean) * (x - mean);
+    // The spread too: increments that take a few values (a cache that grows or shrinks by one
+    // block a step) have a MAD of 0, and every step would look like warm-up.
+    const double sd = rest.size() > 1 ? std::sqrt(var / static_cast<double>(rest.size() - 1)) : 0.0;
+    tol = std::max({static_cast<double>(options.tolerance_floor_bytes), 4 * 1.4826 * median(dev), 3 * sd});
+  };
   std::size_t warmup = 0;
-  for (std::size_t k = 1; k <= half; ++k)
-    if (std::abs(d[k] - m) > tol) warmup = k;
+  if (n <= kExactWarmupSamples) {
+    // The last step in the first half whose increment stands out of all the increments after it.
+    for (std::size_t k = half; k >= 1 && warmup == 0; --k) {
+      if (k + 1 >= n) continue;
+      double m = 0, tol = 0;
+      steady_of(k + 1, m, tol);
+      if (std::abs(d[k] - m) > tol) warmup = k;
+    }
+  } else {
+    // Long runs: the second half is steady; O(n) instead of O(n^2).
+    double m = 0, tol = 0;
+    steady_of(half, m, tol);
+    for (std::size_t k = 1; k <= half; ++k)
+      if (std::abs(d[k] - m) > tol) warmup = k;
+  }
   fit.warmup_steps = warmup;
   fit.steady_steps = n - warmup;
   if (fit.steady_steps < min_steady) {

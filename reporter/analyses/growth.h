@@ -5,12 +5,14 @@
 //  1. Samples. y[k] = allocated bytes at the k-th step boundary. Boundaries are the trace's `mark`
 //     events when it has at least kMinSteps of them; otherwise they are found from the repeating
 //     pattern of the allocated-bytes curve (detect_period + track_step_troughs below).
-//  2. Warm-up. d[k] = y[k] - y[k-1]. The steady increment m is the median of d over the second half
-//     of the run; the tolerance is tol = max(floor, 4 * 1.4826 * MAD(d over the second half)),
-//     floor = GrowthOptions::tolerance_floor_bytes. Warm-up ends after the last k in the first half
-//     of the run with |d[k] - m| > tol: the leading steps whose increments differ from the steady
-//     increment (a model that builds its optimizer state and caches for three steps and then stays
-//     flat has w = 3). It never covers more than half the samples, so steady growth cannot hide in it.
+//  2. Warm-up. d[k] = y[k] - y[k-1]. Warm-up ends after the last k in the first half of the run
+//     whose increment stands out of the increments after it: |d[k] - m| > tol, with m their
+//     median and tol = max(floor, 4 * 1.4826 * MAD, 3 * SD) of them (floor =
+//     GrowthOptions::tolerance_floor_bytes; the SD term because increments that take a few
+//     values, +-16 MiB, have a MAD of 0). A model that builds its optimizer state and caches for
+//     three steps and then stays flat has w = 3. It never covers more than half the samples, so
+//     steady growth cannot hide in it. Runs of more than 4096 boundaries take m and tol once, from
+//     the second half (O(n)).
 //  3. Fit. Ordinary least squares of y on the step index over the steady part: slope b (bytes per
 //     step), its standard error se, and R^2 (1 when the steady part is exactly flat).
 //     When fewer than GrowthOptions::min_steady_steps samples are left after the warm-up, the fit
