@@ -89,7 +89,27 @@ std::string check_verdict(std::string_view key, i64 recorded_value, i64 computed
   if (key == "num_ooms" && computed < recorded_value && !d.oom_count.without_entry.empty() &&
       static_cast<i64>(d.oom_count.ooms) >= recorded_value)
     return fmt::format("no oom entry for {} of them (counted in the OOMs)", recorded_value - computed);
-  return "DIFFERENT";
+  // Why the two can disagree without either being wrong: PyTorch reads its statistics when the
+  // program asks (often after an OOM's exception unwound and freed tensors, or with a history
+  // ring that dropped its oldest entries), while the events cover only the recorded history.
+  const bool current = key.find(".current") != std::string_view::npos;
+  const bool peak = key.find(".peak") != std::string_view::npos;
+  const bool ended_at_oom = !d.ooms.empty() && d.ooms.back().event_index + 1 >= d.events;
+  if (current)
+    return recorded_value < computed
+               ? std::string(ended_at_oom ? "DIFFERENT: read after the history ended at its OOM; memory freed "
+                                            "afterwards (the exception unwinding) is not in the events"
+                                          : "DIFFERENT: read after the history's last event; memory freed "
+                                            "afterwards is not in the events")
+               : std::string(
+                     "DIFFERENT: read after the history's last event; memory allocated afterwards is "
+                     "not in the events");
+  if (recorded_value > computed)
+    return std::string(peak ? "DIFFERENT: the peak was reached outside the recorded history (before it began or "
+                              "after it ended)"
+                            : "DIFFERENT: events outside the recorded history (before it began or after it "
+                              "ended) are counted by PyTorch only");
+  return "DIFFERENT: the events count more than PyTorch recorded (a damaged or edited trace?)";
 }
 
 /// The ledger of one device in the summary: at the end, then at the peak (`d` gives the times'

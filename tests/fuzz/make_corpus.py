@@ -166,6 +166,29 @@ for k, v in not_snapshots.items():
     put("pickle", k, v)
     put("trace", k, v)
 
+# Bad vramtrace lines: a block below its request, impossible times, text that is not UTF-8 (a
+# stray byte, a lone surrogate escape, a valid pair), lost events, an allocation in no segment.
+def vt_with(*lines, trailer=None):
+    t = dict(vt_trailer) if trailer is None else trailer
+    return (json.dumps(vt_header, separators=(",", ":")) + "\n").encode() + b"".join(
+        (l if isinstance(l, bytes) else l.encode()) + b"\n" for l in lines) + (
+        json.dumps(t, separators=(",", ":")) + "\n").encode()
+bad_lines = {
+    "vramtrace-block-below-request.jsonl": vt_with('{"a":"alloc","t":11,"p":4096,"r":1000000,"b":1024}'),
+    "vramtrace-time-int64-max.jsonl": vt_with('{"a":"alloc","t":9223372036854775807,"p":4096,"r":512}'),
+    "vramtrace-time-before-origin.jsonl": vt_with('{"a":"alloc","t":-99999999999,"p":4096,"r":512}'),
+    "vramtrace-mark-not-utf8.jsonl": vt_with(b'{"a":"mark","t":12,"name":"bad \xff\xfe x"}',
+                                             '{"a":"mark","t":13,"name":"lone \\ud800 x"}',
+                                             '{"a":"mark","t":14,"name":"pair \\ud83d\\ude00 x"}'),
+    "vramtrace-dropped.jsonl": vt_with('{"a":"alloc","t":11,"p":4096,"r":512}',
+                                       trailer=dict(vt_trailer, dropped=5, events=7)),
+    "vramtrace-alloc-in-no-segment.jsonl": vt_with('{"a":"segment_alloc","t":10,"p":1048576,"r":2097152}',
+                                                   '{"a":"alloc","t":11,"p":99048576,"r":1000448}'),
+}
+for k, v in bad_lines.items():
+    put("trace", k, v)
+    put("report", k, v)
+
 # OOM messages: every C string constant of messages.h.
 src = open(os.path.join(ROOT, "tests/reporter-reports/messages.h")).read()
 n = 0

@@ -511,3 +511,20 @@ TEST_CASE("an allocation in no segment is counted as allocated, never as free ca
   CHECK(has(s.out, "reserved but unallocated 2.00 MiB"));
   CHECK(has(s.out, "1 allocations at addresses in no segment of the trace"));
 }
+
+TEST_CASE("a DIFFERENT row of the recorded-vs-computed table says why", "[cmd][recorded]") {
+  // PyTorch read its statistics after the history ended at the OOM and the exception freed 1 GiB.
+  const std::string edited =
+      with_trailer_edit(data("dead_entry.torchtrace.jsonl"), "\"allocated_bytes.all.current\": 14227079168",
+                        "\"allocated_bytes.all.current\": 13153337344", "freed_after.jsonl");
+  const Result s = sh(kVt + " summary " + edited);
+  REQUIRE(s.rc == 0);
+  CHECK(has(s.out,
+            "allocated_bytes.all.current         13153337344      14227079168  DIFFERENT: read after the "
+            "history ended at its OOM; memory freed afterwards (the exception unwinding) is not in the events"));
+  CHECK(has(s.out, "reserved_bytes.all.current          14227079168      14227079168  same"));
+  // More allocations recorded than the events hold: outside the history.
+  const std::string more = with_trailer_edit(data("dead_entry.torchtrace.jsonl"), "\"allocation.all.allocated\": 12",
+                                             "\"allocation.all.allocated\": 20", "more_allocs.jsonl");
+  CHECK(has(sh(kVt + " summary " + more).out, "DIFFERENT: events outside the recorded history"));
+}
