@@ -1,5 +1,7 @@
 // `vramtrace report TRACE... -o report.html`: the self-contained HTML report.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "commands/commands.h"
@@ -47,9 +49,16 @@ void register_report(CLI::App& app) {
       ReportOptions ro;
       ro.title = opts->title;
       std::string page = render_report_html(models, ro);
+      // Every step checked, the close too (a full disk may show only when the buffer is
+      // flushed), with the system's reason.
+      errno = 0;
       std::ofstream out(opts->output, std::ios::binary);
-      if (!out || !out.write(page.data(), static_cast<std::streamsize>(page.size()))) {
-        logger().error("vramtrace report: cannot write {}", opts->output);
+      if (out) out.write(page.data(), static_cast<std::streamsize>(page.size()));
+      if (out) out.close();
+      if (!out) {
+        const int e = errno;
+        logger().error("vramtrace report: cannot write {}: {}", opts->output,
+                       e != 0 ? std::strerror(e) : "the output stream failed");
         set_exit_code(2);
         return;
       }

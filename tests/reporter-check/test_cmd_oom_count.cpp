@@ -423,6 +423,20 @@ TEST_CASE("output lost to a full disk is an error, not a success", "[cmd][output
     CHECK(r.rc == 2);
     CHECK(has(r.out, "vramtrace: cannot write the output: "));
   }
+  for (const std::string& cmd : {" replay --capacity 8GiB " + plain, " diff " + plain + " " + plain,
+                                 std::string(" explain 'CUDA out of memory. Tried to allocate 2.00 GiB'")}) {
+    INFO(cmd);
+    const Result r = sh(kVt + cmd + " 2>&1 >/dev/full");
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, "cannot write the output: "));
+  }
+  // Files given with -o: the reason is said.
+  const Result report = sh(kVt + " report --force -o /dev/full " + plain + " 2>&1");
+  CHECK(report.rc == 2);
+  CHECK(has(report.out, "vramtrace report: cannot write /dev/full: No space left on device"));
+  const Result check = sh(kVt + " check --max-ooms 5 --force -o /dev/full " + plain + " 2>&1");
+  CHECK(check.rc == 2);
+  CHECK(has(check.out, "/dev/full: cannot write the report: No space left on device"));
 }
 
 namespace {
