@@ -317,10 +317,16 @@ BudgetResult growth_budget(const char* budget, const DeviceMeasures& m, double a
     r.message = fmt::format("{}: allocated memory grows by {} per step ({}{}), within the budget of {} ({})", budget,
                             mib(g.slope_bytes_per_step), fit, few, r.allowed_text, where(m));
   } else {
+    const double t = GrowthOptions{}.significance_t;
+    const bool trend = g.slope_bytes_per_step - t * g.slope_stderr > 0;
     r.message = fmt::format(
-        "{}: no significant growth per step ({}{}): growth counts only when it stands out of the steps' noise by "
-        "{} standard errors; within the budget of {} ({})",
-        budget, fit, few, GrowthOptions{}.significance_t, r.allowed_text, where(m));
+        "{}: no significant growth per step ({}{}): {}; within the budget of {} ({})", budget, fit, few,
+        trend && g.wanders
+            ? fmt::format("the memory wanders, and growth counts only when its increments average more than {} "
+                          "standard errors above zero",
+                          t)
+            : fmt::format("growth counts only when it stands out of the steps' noise by {} standard errors", t),
+        r.allowed_text, where(m));
   }
   return r;
 }

@@ -94,7 +94,8 @@ std::string check_verdict(std::string_view key, i64 recorded_value, i64 computed
   // ring that dropped its oldest entries), while the events cover only the recorded history.
   const bool current = key.find(".current") != std::string_view::npos;
   const bool peak = key.find(".peak") != std::string_view::npos;
-  const bool ended_at_oom = !d.ooms.empty() && d.ooms.back().event_index + 1 >= d.events;
+  // Event indices count the trace's records of every device: the device's last one is its end state's.
+  const bool ended_at_oom = !d.ooms.empty() && d.ooms.back().event_index == d.at_end.event_index;
   if (current)
     return recorded_value < computed
                ? std::string(ended_at_oom ? "DIFFERENT: read after the history ended at its OOM; memory freed "

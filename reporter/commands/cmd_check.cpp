@@ -143,6 +143,10 @@ int run_check(const CheckOptions& o) {
     for (const auto& [path, n] : lossy) lost.push_back({{"trace", path}, {"lost_events", n}});
     j["lossy_traces"] = lost;
     j["lossy_traces_fail"] = lossy_fails;
+    if (lossy_fails && j.value("exit_code", 0) == 0) {  // the budgets held; the lost events fail the check
+      j["exit_code"] = 1;
+      j["verdict"] = "fail";
+    }
     if (!partial.empty()) {
       nlohmann::json p = nlohmann::json::array();
       for (const auto& [path, device, history] : partial)
@@ -151,7 +155,23 @@ int run_check(const CheckOptions& o) {
     }
     text = j.dump(2) + "\n";
   } else if (o.format == "junit") {
-    text = render_check_junit(results);
+    // A trace that lost events fails the check: a failing test case of its own, so that the
+    // document agrees with the exit status.
+    std::vector<BudgetResult> with_lossy = results;
+    if (lossy_fails)
+      for (const auto& [path, lost] : lossy) {
+        BudgetResult r;
+        r.budget = "complete-trace";
+        r.trace = path;
+        r.verdict = Verdict::fail;
+        r.unit = "count";
+        r.measured = static_cast<double>(lost);
+        r.measured_text = fmt::format("{} events lost", lost);
+        r.allowed_text = "0 (--allow-incomplete to judge the budgets anyway)";
+        r.message = fmt::format("complete-trace: {} lost {} events: its figures cannot be trusted", path, lost);
+        with_lossy.push_back(std::move(r));
+      }
+    text = render_check_junit(with_lossy);
   } else if (o.format == "github") {
     text = render_check_github(results, o.budget_file);
   } else {

@@ -82,6 +82,10 @@ std::string existing_output_error(const std::string& path, bool force) {
   const auto st = std::filesystem::symlink_status(path, ec);
   if (ec || st.type() == std::filesystem::file_type::not_found) return {};
   if (std::filesystem::is_directory(path, ec)) return "output file " + path + " is a directory; give a file name";
+  // Only a regular file (or a link to one) holds an earlier result: /dev/null, /dev/stdout, a
+  // FIFO or a terminal is written to, not replaced.
+  const auto target = std::filesystem::status(path, ec);
+  if (!ec && target.type() != std::filesystem::file_type::regular) return {};
   if (force) return {};
   return "output file " + path + " already exists (--force overwrites it)";
 }

@@ -486,9 +486,19 @@ TEST_CASE("a trace from a pipe, a FIFO or standard input reads as the file does"
   CHECK(by_name.rc == 0);
   CHECK(figures_of(by_name.out) == figures_of(file.out));
   // A FIFO nobody writes to: a clear error after the wait, not a hang.
-  const Result nobody = sh("VRAMTRACE_FIFO_WAIT_S=1 " + kVt + " summary " + fifo + " 2>&1");
+  const Result nobody = sh("VRAMTRACE_FIFO_WAIT_S=1 " + kVt + " check --max-ooms 0 " + fifo + " 2>&1");
   CHECK(nobody.rc == 2);
-  CHECK(has(nobody.out, fifo + ": a FIFO that no process wrote to in 1 s"));
+  CHECK(has(nobody.out, fifo + ": a FIFO that no process opened for writing in 1 s"));
+  // A writer that opened it and is slow is waited for, beyond the limit.
+  const Result slow =
+      sh("(exec 3>" + fifo + "; sleep 2; cat " + plain + " >&3) & VRAMTRACE_FIFO_WAIT_S=1 " + kVt + " summary " + fifo);
+  CHECK(slow.rc == 0);
+  CHECK(figures_of(slow.out) == figures_of(file.out));
+  // A slow anonymous pipe too, and "-" and /dev/stdin of one pipe are one input.
+  CHECK(sh("(sleep 2; cat " + plain + ") | VRAMTRACE_FIFO_WAIT_S=1 " + kVt + " summary /dev/stdin").rc == 0);
+  CHECK(sh("cat " + plain + " | " + kVt + " diff - /dev/stdin").rc == 0);
+  // A regular file on standard input is read in place (no copy: an unusable TMPDIR is no matter).
+  CHECK(sh("TMPDIR=/nonexistent " + kVt + " summary - < " + plain).rc == 0);
   fs::remove(fifo);
 }
 
@@ -541,4 +551,45 @@ TEST_CASE("a DIFFERENT row of the recorded-vs-computed table says why", "[cmd][r
   const std::string more = with_trailer_edit(data("dead_entry.torchtrace.jsonl"), "\"allocation.all.allocated\": 12",
                                              "\"allocation.all.allocated\": 20", "more_allocs.jsonl");
   CHECK(has(sh(kVt + " summary " + more).out, "DIFFERENT: events outside the recorded history"));
+}
+
+TEST_CASE("review cases: stack text, lossy JSON and JUnit, -o a device, an OOM before the end", "[cmd][review]") {
+  // A string record (a Python file name) with a lone surrogate: repaired, not fatal.
+  const std::string str = write_file(
+      "str_surrogate.jsonl", kHeader + "\n" + R"({"a":"segment_alloc","t":1000,"p":1048576,"r":2097152})" + "\n" +
+                                 R"({"a":"string","id":1,"text":"x\ud800.py"})" + "\n" +
+                                 R"({"a":"alloc","t":3000,"p":1048576,"r":1000,"b":1024})" + "\n" + kTrailer + "\n");
+  const Result s = sh(kVt + " summary " + str);
+  CHECK(s.rc == 0);
+  CHECK(has(s.out, "1 lines held text that is not UTF-8 (first at line 3)"));
+  // A trace that lost events fails the check in every document, not only in its exit status.
+  const std::string lossy =
+      with_trailer_edit(data("plain_oom.vramtrace.jsonl"), "\"dropped\":0", "\"dropped\":5", "lossy_review.jsonl");
+  const Result j = sh(kVt + " check --max-ooms 5 --format json " + lossy + " 2>/dev/null");
+  CHECK(j.rc == 1);
+  const auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["exit_code"] == 1);
+  CHECK(doc["verdict"] == "fail");
+  const Result x = sh(kVt + " check --max-ooms 5 --format junit " + lossy + " 2>/dev/null");
+  CHECK(x.rc == 1);
+  CHECK(has(x.out, "failures=\"1\""));
+  CHECK(has(x.out, "complete-trace"));
+  // -o a device is written to, not refused as an existing file.
+  CHECK(sh(kVt + " check --max-ooms 5 -o /dev/null " + data("plain_oom.vramtrace.jsonl")).rc == 0);
+  // An OOM followed by more events: the history did not end at it, whatever marks came before.
+  std::string marks;
+  for (int i = 0; i < 10; ++i) marks += R"({"a":"mark","t":)" + std::to_string(100 + i) + R"(,"name":"m"})" + "\n";
+  const std::string early =
+      write_file("oom_early.jsonl",
+                 kHeader + "\n" + marks + R"({"a":"segment_alloc","t":1000,"p":1048576,"r":8388608})" + "\n" +
+                     R"({"a":"alloc","t":1100,"p":1048576,"r":1048576})" + "\n" +
+                     R"({"a":"oom","t":1200,"r":1073741824,"b":1073741824,"free":0,"retries":1})" + "\n" +
+                     R"({"a":"alloc","t":1300,"p":2097152,"r":1048576})" + "\n" +
+                     R"({"a":"trailer","t":9000,"events":14,"dropped":0,"counts":{},"devices":[{"device":0,"stats":)"
+                     R"({"allocated_bytes.all.current":1048576}}]})" +
+                     "\n");
+  const Result e = sh(kVt + " summary " + early);
+  REQUIRE(e.rc == 0);
+  CHECK(has(e.out, "DIFFERENT: read after the history's last event; memory freed afterwards"));
+  CHECK_FALSE(has(e.out, "ended at its OOM"));
 }

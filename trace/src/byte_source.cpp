@@ -12,11 +12,14 @@
 #endif
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -47,10 +50,14 @@ constexpr std::size_t kChunk = 256 * 1024;
 // (`zcat t.gz | vramtrace summary /dev/stdin`, or `-`), a FIFO, a socket or a terminal can be
 // read only once. So the first open of such a path copies all of it into an unlinked temporary
 // file (in $TMPDIR, else /tmp), and every open of that path in this process reads the copy from
-// its start, through /proc/self/fd (an offset of its own). Memory stays bounded; the copy costs
-// the disk the trace takes. A FIFO that no process has opened for writing is waited for: after
-// one second a line on standard error says so, and after VRAMTRACE_FIFO_WAIT_S seconds (default
-// 60) the open fails with a message, where a plain open(2) would block forever.
+// its start, through /proc/self/fd (an offset of its own). Copies are known by the device and
+// inode of what was opened, so "-" and /dev/stdin of one pipe are one input, and a copy that
+// failed (a full disk) fails again instead of reading what is left. Memory stays bounded; the
+// copy costs the disk the trace takes. A character device that is not a terminal (/dev/zero) is
+// read as a stream, never copied. A FIFO that no process has opened for writing is waited for:
+// after one second a line on standard error says so, and after VRAMTRACE_FIFO_WAIT_S seconds
+// (default 60) the open fails with a message, where a plain open(2) would block forever; a writer
+// that has opened it is waited for as long as it takes.
 
 // Seconds to wait for a writer on a FIFO (VRAMTRACE_FIFO_WAIT_S, 1 to 86400; default 60).
 int fifo_wait_seconds() {
@@ -61,39 +68,54 @@ int fifo_wait_seconds() {
   return end != v && *end == '\0' && s >= 1 && s <= 86400 ? static_cast<int>(s) : 60;
 }
 
-// Opens a FIFO for reading without blocking, then waits until a writer has written or closed it
-// (Linux reports neither for a FIFO that never had a writer), at most fifo_wait_seconds().
-// Returns a blocking descriptor. Throws TraceError.
+// Opens a FIFO by name for reading, waiting for a writer at most fifo_wait_seconds(): the
+// blocking open(2) runs on a thread of its own, and when no writer comes in time, this process
+// opens the FIFO for writing itself (O_NONBLOCK: the waiting reader makes it succeed) to release
+// that open, and fails. Once a writer has opened it, a slow writer is waited for as long as it
+// takes, as cat(1) does. An anonymous pipe (/dev/stdin, /dev/fd/N) has its writer: the open
+// returns at once. Returns a blocking descriptor. Throws TraceError.
 int open_fifo(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::mutex mu;
+  std::condition_variable cv;
+  int fd = -1, error = 0;
+  bool done = false;
+  std::thread opener([&] {
+    const int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int e = errno;
+    const std::lock_guard<std::mutex> lock(mu);
+    fd = f;
+    error = e;
+    done = true;
+    cv.notify_one();
+  });
   const int limit = fifo_wait_seconds();
-  for (int waited = 0;; ++waited) {
-    pollfd p{fd, POLLIN, 0};
-    const int r = ::poll(&p, 1, 1000);
-    if (r > 0) break;
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int e = errno;
-      ::close(fd);
-      throw TraceError(fmt::format("{}: cannot wait for the FIFO: {}", path, std::strerror(e)));
-    }
-    if (waited + 1 >= limit) {
-      ::close(fd);
-      throw TraceError(fmt::format("{}: a FIFO that no process wrote to in {} s (VRAMTRACE_FIFO_WAIT_S)", path, limit));
-    }
-    if (waited == 0) std::fprintf(stderr, "vramtrace: %s: waiting for a process to write to this FIFO\n", path.c_str());
+  std::unique_lock<std::mutex> lock(mu);
+  if (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; })) {
+    std::fprintf(stderr, "vramtrace: %s: waiting for a process to open this FIFO for writing\n", path.c_str());
+    cv.wait_for(lock, std::chrono::seconds(limit > 1 ? limit - 1 : 0), [&] { return done; });
   }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  const bool in_time = done;
+  lock.unlock();
+  int releaser = -1;
+  if (!in_time) releaser = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  opener.join();
+  if (releaser >= 0) ::close(releaser);
+  if (!in_time) {
+    if (fd >= 0) ::close(fd);
+    throw TraceError(
+        fmt::format("{}: a FIFO that no process opened for writing in {} s (VRAMTRACE_FIFO_WAIT_S)", path, limit));
+  }
+  if (fd < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(error)));
   return fd;
 }
 
-// Copies `in` to its end into an unlinked temporary file; returns the copy's descriptor.
-// Throws TraceError naming `path` (a read error, a full disk).
+// Copies `in` to its end into an unlinked temporary file; returns the copy's descriptor. An
+// input left non-blocking by whoever passed it is waited on with poll(2). Throws TraceError
+// naming `path` (a read error, a full disk).
 int spool(int in, const std::string& path) {
   const char* dir = std::getenv("TMPDIR");
-  std::string tmpl = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/vramtrace-input.XXXXXX";
+  const std::string where = dir != nullptr && *dir != '\0' ? dir : "/tmp";
+  std::string tmpl = where + "/vramtrace-input.XXXXXX";
   const int out = ::mkostemp(tmpl.data(), O_CLOEXEC);
   if (out < 0)
     throw TraceError(
@@ -104,6 +126,11 @@ int spool(int in, const std::string& path) {
     const ssize_t r = ::read(in, buf.data(), buf.size());
     if (r == 0) break;
     if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{in, POLLIN, 0};
+      ::poll(&p, 1, -1);
+      continue;
+    }
     if (r < 0) {
       const int e = errno;
       ::close(out);
@@ -115,8 +142,8 @@ int spool(int in, const std::string& path) {
       if (w < 0) {
         const int e = errno;
         ::close(out);
-        throw TraceError(fmt::format("{}: cannot copy the input to a temporary file in {}: {}", path,
-                                     dir != nullptr && *dir != '\0' ? dir : "/tmp", std::strerror(e)));
+        throw TraceError(
+            fmt::format("{}: cannot copy the input to a temporary file in {}: {}", path, where, std::strerror(e)));
       }
       done += w;
     }
@@ -124,57 +151,87 @@ int spool(int in, const std::string& path) {
   return out;
 }
 
-// The copies of inputs that can be read only once, by the path they were opened with; kept open
-// for the life of the process (their files are unlinked).
-std::mutex& spool_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<std::string, int>& spools() {
-  static std::map<std::string, int> by_path;
-  return by_path;
+// The copies of inputs that can be read only once, by the identity of what was opened (device
+// and inode: "-" and /dev/stdin of one pipe are one input), kept open for the life of the process
+// (their files are unlinked); and the errors of those that could not be copied, so that a second
+// open says the same instead of reading what is left of the pipe.
+struct Spools {
+  std::mutex mu;
+  std::map<std::string, int> copies;
+  std::map<std::string, std::string> failures;
+};
+Spools& spools() {
+  static Spools s;
+  return s;
 }
 
 // A descriptor reading `path` from its start (Note [a trace from a pipe]), and the input's
 // size when known. Throws TraceError.
 int open_input(const std::string& path, std::uint64_t& total) {
-  std::lock_guard<std::mutex> lock(spool_mutex());
-  auto it = spools().find(path);
-  if (it == spools().end()) {
-    int fd = -1;
-    if (path == "-") {
-      fd = ::dup(0);
-      if (fd < 0) throw TraceError(fmt::format("-: cannot read standard input: {}", std::strerror(errno)));
+  struct stat st {};
+  const bool is_stdin = path == "-";
+  const bool known = is_stdin ? ::fstat(0, &st) == 0 : ::stat(path.c_str(), &st) == 0;
+  // A regular file (also one redirected to standard input), a block device, a character device
+  // that is not a terminal (read as a stream, as before: it may never end, /dev/zero) and a
+  // directory are opened directly; only what can be read just once is copied.
+  bool tty = false;
+  if (known && S_ISCHR(st.st_mode)) {
+    if (is_stdin) {
+      tty = ::isatty(0) != 0;
     } else {
-      struct stat st {};
-      const bool fifo = ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
-      fd = fifo ? open_fifo(path) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-      if (::fstat(fd, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) {
-          ::close(fd);
-          throw TraceError(fmt::format("{}: is a directory", path));
-        }
-        if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
-          if (S_ISREG(st.st_mode)) total = static_cast<std::uint64_t>(st.st_size);
-          return fd;
-        }
-      }
+      const int f = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+      tty = f >= 0 && ::isatty(f) != 0;
+      if (f >= 0) ::close(f);
     }
-    int copy = -1;
+  }
+  const bool once = known && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || tty);
+  if (!once) {
+    const std::string name = is_stdin ? "/proc/self/fd/0" : path;
+    const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    if (::fstat(fd, &st) == 0) {
+      if (S_ISDIR(st.st_mode)) {
+        ::close(fd);
+        throw TraceError(fmt::format("{}: is a directory", path));
+      }
+      if (S_ISREG(st.st_mode)) total = static_cast<std::uint64_t>(st.st_size);
+    }
+    return fd;
+  }
+  const std::string key = fmt::format("{}:{}", st.st_dev, st.st_ino);
+  Spools& sp = spools();
+  const std::lock_guard<std::mutex> lock(sp.mu);
+  if (auto f = sp.failures.find(key); f != sp.failures.end()) throw TraceError(f->second);
+  auto it = sp.copies.find(key);
+  if (it == sp.copies.end()) {
     try {
-      copy = spool(fd, path);
-    } catch (...) {
+      int fd = -1;
+      if (is_stdin) {
+        fd = ::dup(0);
+        if (fd < 0) throw TraceError(fmt::format("-: cannot read standard input: {}", std::strerror(errno)));
+      } else if (S_ISFIFO(st.st_mode)) {
+        fd = open_fifo(path);
+      } else {
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) throw TraceError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+      }
+      int copy = -1;
+      try {
+        copy = spool(fd, path);
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
       ::close(fd);
+      it = sp.copies.emplace(key, copy).first;
+    } catch (const TraceError& e) {
+      sp.failures.emplace(key, e.what());
       throw;
     }
-    ::close(fd);
-    it = spools().emplace(path, copy).first;
   }
   const int fd = ::open(("/proc/self/fd/" + std::to_string(it->second)).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     throw TraceError(fmt::format("{}: cannot reopen the temporary copy of the input: {}", path, std::strerror(errno)));
-  struct stat st {};
   if (::fstat(fd, &st) == 0) total = static_cast<std::uint64_t>(st.st_size);
   return fd;
 }

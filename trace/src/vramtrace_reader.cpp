@@ -554,8 +554,20 @@ class Reader final : public VramtraceTraceReader {
   }
 
   json parse_json_line(std::string_view line) {
-    json j = json::parse(line, nullptr, false);
+    json j = parse_lenient(line);
     if (j.is_discarded() || !j.is_object()) fail("not a JSON object");
+    return j;
+  }
+
+  // nlohmann::json refuses what simdjson refuses: text that is not UTF-8 is repaired first
+  // (Note [text that is not UTF-8]) and counted in notes(). Discarded when still invalid.
+  json parse_lenient(std::string_view line) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded()) return j;
+    std::string fixed;
+    if (repair_utf8(line, fixed) == 0) return j;
+    j = json::parse(fixed, nullptr, false);
+    if (!j.is_discarded() && repaired_lines_++ == 0) repaired_first_line_ = source_->line_number();
     return j;
   }
 
@@ -569,7 +581,7 @@ class Reader final : public VramtraceTraceReader {
       }
       throw TraceError(header_.path + ": empty file, not a vramtrace trace (docs/trace-format.md)");
     }
-    json j = json::parse(line, nullptr, false);
+    json j = parse_lenient(line);
     if (j.is_discarded() && source_->truncated() && line.rfind("{\"a\":\"header\",\"format\":\"vramtrace\"", 0) == 0) {
       throw TraceError(header_.path +
                        ":1: the header line is cut (the process was killed while the file was "
@@ -810,7 +822,7 @@ class Reader final : public VramtraceTraceReader {
       }
       if (err) {
         // A record of call stacks whose "a" is not its first key.
-        if (json j = json::parse(line, nullptr, false); !j.is_discarded() && j.is_object()) {
+        if (json j = parse_lenient(line); !j.is_discarded() && j.is_object()) {
           if (const std::string kind = json_string(j, "a"); is_stack_record(kind)) {
             read_stack_record(kind, j);
             return kMeta;
