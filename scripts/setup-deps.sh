@@ -10,6 +10,7 @@ pkgs=(cmake ninja-build g++ pkg-config
       clang libclang-rt-14-dev)
 pkgs+=(libisal-dev)     # ISA-L: gzip decoding about 2.6x faster than zlib for big traces (zlib is the fallback)
 pkgs+=(libxml2-utils)  # xmllint: the JUnit schema test of `vramtrace check --format junit`
+pkgs+=(debootstrap)    # the Debian 11 root of the portable build (scripts/portable.sh)
 pkgs+=(libdw-dev)      # elfutils' static libdw: source lines of native frames (reporter/symbols); names work without it
 if [[ "${1:-}" == "--with-browser" || "${VRAMTRACE_WITH_BROWSER:-0}" == "1" ]]; then
   pkgs+=(chromium)
