@@ -73,25 +73,44 @@ def _entry_points(p):
     return "\n".join(out)
 
 
-def _write_wheel(wheel_directory, files):
-    """files: list of (archive name, bytes). Adds WHEEL and RECORD; returns the wheel's name."""
+def _write_wheel(wheel_directory, files, tag="py3-none-any", entry_points=None):
+    """Writes a wheel and returns its file name.
+
+    files: (archive name, bytes) or (archive name, bytes, POSIX mode) tuples; a mode with an
+    execute bit is kept in the archive, where pip restores it. tag: the wheel's compatibility tag
+    (PEP 425); anything but py3-none-any makes a platform wheel (Root-Is-Purelib: false).
+    entry_points: extra {group: {name: target}} merged with those of pyproject.toml.
+    Adds METADATA, WHEEL, entry_points.txt and RECORD."""
     p, _ = _project()
+    p = dict(p)
+    if entry_points:
+        merged = {g: dict(e) for g, e in p.get("entry-points", {}).items()}
+        for group, entries in entry_points.items():
+            merged.setdefault(group, {}).update(entries)
+        p["entry-points"] = merged
     di = _dist_info(p)
-    files = list(files) + [
-        (di + "/METADATA", _metadata(p).encode()),
-        (di + "/WHEEL", b"Wheel-Version: 1.0\nGenerator: vramtrace build_backend\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
-        (di + "/entry_points.txt", _entry_points(p).encode()),
+    purelib = "true" if tag == "py3-none-any" else "false"
+    files = [f if len(f) == 3 else (f[0], f[1], 0o644) for f in files] + [
+        (di + "/METADATA", _metadata(p).encode(), 0o644),
+        (di + "/WHEEL", ("Wheel-Version: 1.0\nGenerator: vramtrace build_backend\nRoot-Is-Purelib: %s\nTag: %s\n"
+                         % (purelib, tag)).encode(), 0o644),
+        (di + "/entry_points.txt", _entry_points(p).encode(), 0o644),
     ]
     record = []
-    for name, data in files:
+    for name, data, _ in files:
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record.append("%s,sha256=%s,%d" % (name, digest, len(data)))
     record.append(di + "/RECORD,,")
-    files.append((di + "/RECORD", ("\n".join(record) + "\n").encode()))
-    wheel = "%s-%s-py3-none-any.whl" % (p["name"].replace("-", "_"), p["version"])
-    with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w", zipfile.ZIP_DEFLATED) as z:
-        for name, data in files:
-            z.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    files.append((di + "/RECORD", ("\n".join(record) + "\n").encode(), 0o644))
+    wheel = "%s-%s-%s.whl" % (p["name"].replace("-", "_"), p["version"], tag)
+    path = os.path.join(wheel_directory, wheel)
+    with zipfile.ZipFile(path + ".part", "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data, mode in files:
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100000 | mode) << 16  # a regular file with its permission bits
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    os.replace(path + ".part", path)
     return wheel
 
 

@@ -46,6 +46,7 @@ trace 150 1 `vramtrace run --tensors` of GPT-2 training: its replay reproduces t
 compat 120 1 the compatibility table: nvcc programs, PyTorch (four allocator modes), CuPy, JAX without and with the shim, bit-identical results and intercepted calls, plus benchmark rows
 bench 150 1 interleaved step-time rounds: native, the shim in front of PyTorch, tensor mode under each reuse policy, traced
 reuse 60 1 pointer queries answer for the block (base, size, buffer id; a memset of that size spares the neighbours; IPC) and reuse safety: a cross-stream free and reallocate in CUDA and the PyTorch record_stream pattern, 20 trials under each reuse policy (ctest "gpu: reuse safety and pointer queries")
+wheel 60 1 the wheel of scripts/portable.sh --wheel (dist/, carried) installed with pip --no-index into a virtual environment of the machine'"'"'s Python, then `vramtrace run` of a PyTorch training and a CuPy program with nothing else on any path
 whatif 300 1 what-if accuracy: replay peak reserved vs the real run under each setting, per workload (the error bound of the verdicts; not in the default steps: about 10 minutes for all four workloads)'
 DEFAULT_STEPS=(reuse cap multi leak trace compat bench)
 
@@ -141,6 +142,9 @@ step_command() {  # step seconds
     multi) cmd=(tests/gpu/multi_check.sh) ;;
     leak) cmd=(tests/gpu/leak_check.sh "$B" "$OUT/leak") ;;
     reuse) cmd=(tests/gpu/reuse_check.sh "$B" "$OUT/reuse") ;;
+    wheel) local w
+           w=$(ls dist/vramtrace-*-manylinux_*.whl 2>/dev/null | head -1)
+           cmd=(tests/gpu/wheel_check.sh "${w:-dist/no-wheel-built.whl}" "$OUT/wheel") ;;
     whatif) read -r -a extra <<<"${WHATIF_ARGS:-}"
             cmd=(python3 tests/gpu/whatif_accuracy.py --budget "$t" --build "$B" --out "$OUT/whatif" "${extra[@]}") ;;
   esac
