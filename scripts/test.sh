@@ -2,10 +2,12 @@
 # Builds vramtrace and runs the whole test suite (docs/reliability.md says what each pass is for):
 #   1. the normal build (gcc, RelWithDebInfo) and every test; the GPU tests (ctest label "gpu")
 #      skip themselves where no GPU is present;
-#   2. the address and undefined-behaviour sanitizers (gcc) on the whole suite;
-#   3. the thread sanitizer on the suites whose code runs threads (tests/CMakeLists.txt);
-#   4. every fuzz target for VRAMTRACE_CI_FUZZ_SECONDS (15) from the committed corpus (clang);
-#   5. scripts/lint.sh --check: clang-format and clang-tidy.
+#   2. the portable build (glibc 2.31) tested inside a Debian 11 root, and its wheel
+#      (scripts/portable.sh --test --wheel; docs/install.md);
+#   3. the address and undefined-behaviour sanitizers (gcc) on the whole suite;
+#   4. the thread sanitizer on the suites whose code runs threads (tests/CMakeLists.txt);
+#   5. every fuzz target for VRAMTRACE_CI_FUZZ_SECONDS (15) from the committed corpus (clang);
+#   6. scripts/lint.sh --check: clang-format and clang-tidy.
 # Installs what it needs first (scripts/setup-deps.sh). Uses ccache when it is installed, with the
 # checkout as its base directory so that a fresh clone elsewhere reuses the cache.
 #
@@ -36,6 +38,12 @@ cmake --build --preset default -j"$jobs"
 phase "test (default)"
 ctest --preset default -j"$jobs"
 [[ "${1:-}" == "--quick" ]] && exit 0
+
+# The portable binaries (glibc 2.31), their symbol versions, the shim's suite and the command in a
+# Debian 11 root against the normal build's output, and the wheel installed with pip there and
+# here (docs/install.md). The root is made once and kept in ~/.cache/vramtrace/portable.
+phase "portable build, tested in Debian 11, and the wheel"
+scripts/portable.sh --test --wheel
 
 # The instrumented allocator is about 10x slower: a shorter random sequence.
 # verify_asan_link_order=0: `vramtrace run` tests preload a library into sanitized children.
