@@ -59,11 +59,12 @@ def main():
     ap.add_argument("--out", default="dist", help="directory for the wheel (default dist)")
     args = ap.parse_args()
     check = os.path.join(HERE, "..", "scripts", "check-glibc.py")
-    for argv in ([sys.executable, check, "--max", BASELINE, "--only-glibc", args.shim],
-                 [sys.executable, check, "--max", BASELINE, "--only-glibc", args.command]):
-        if subprocess.run(argv).returncode != 0:
+    for kind, path in (("library", args.shim), ("executable", args.command)):
+        rc = subprocess.run([sys.executable, check, "--max", BASELINE, "--only-glibc", "--kind", kind, path]).returncode
+        if rc == 1:
             print("build_wheel: %s is above the manylinux_%s baseline: build it with scripts/portable.sh"
-                  % (argv[-1], BASELINE), file=sys.stderr)
+                  % (path, BASELINE), file=sys.stderr)
+        if rc != 0:
             return 1
     _, modules = build_backend._project()
     files = [(m + ".py", _read(os.path.join(HERE, m + ".py"))) for m in modules]

@@ -1,7 +1,8 @@
 """GPU memory budgets for PyTorch tests, checked by `vramtrace check` (docs/ci.md).
 
-A pytest plugin in one file. Install it with `pip install ./python` (from a vramtrace checkout;
-pytest then loads it by itself, through the `pytest11` entry point), or put python/ on the Python
+A pytest plugin in one file. Install it with vramtrace's wheel (docs/install.md) or with
+`pip install ./python` from a vramtrace checkout (pytest then loads it by itself, through the
+`pytest11` entry point), or put python/ on the Python
 path and enable it with `pytest -p pytest_vramtrace` (or `pytest_plugins = ["pytest_vramtrace"]`
 in conftest.py). Then:
 
@@ -162,6 +163,22 @@ def budget_args(budgets, base_dir="."):
     return args
 
 
+def _command(exe):
+    """The vramtrace command to run: `exe` when it names one (a path, or a name on PATH), else, for
+    the default name only, the command installed beside this module by vramtrace's wheel (found
+    without the environment's bin directory on PATH, as when `venv/bin/python -m pytest` runs)."""
+    if shutil.which(exe) is not None or os.path.exists(exe):
+        return exe
+    if exe == "vramtrace":
+        try:
+            import vramtrace
+        except ImportError:
+            return None
+        getter = getattr(vramtrace, "command_path", None)
+        return getter() if getter is not None else None
+    return None
+
+
 if pytest is not None:
 
     def pytest_addoption(parser):
@@ -223,9 +240,10 @@ if pytest is not None:
         out_dir = os.path.abspath(cfg.getoption("--vramtrace-dir"))
         name = _safe(item.nodeid)
         trace = history.write(os.path.join(out_dir, name + ".torchtrace.jsonl"))
-        exe = cfg.getoption("--vramtrace-bin")
-        if shutil.which(exe) is None and not os.path.exists(exe):
-            pytest.fail("vramtrace not found (--vramtrace-bin or VRAMTRACE): %s" % exe, pytrace=False)
+        exe = _command(cfg.getoption("--vramtrace-bin"))
+        if exe is None:
+            pytest.fail("vramtrace not found (--vramtrace-bin or VRAMTRACE): %s" % cfg.getoption("--vramtrace-bin"),
+                        pytrace=False)
         args = [exe, "check", trace] + budget_args(dict(marker.kwargs), os.path.dirname(str(item.fspath)))
         if cfg.getoption("--vramtrace-fail-on-increase"):
             baseline = os.path.join(out_dir, "baselines", name + ".summary.json")

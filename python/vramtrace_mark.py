@@ -7,7 +7,8 @@
             train_step(batch)
     vt.mark("eval")               # any name
 
-Install with `pip install ./python` (from a vramtrace checkout), or put python/ on the Python path.
+Installed with vramtrace's wheel (docs/install.md) or `pip install ./python` (from a vramtrace
+checkout), or put python/ on the Python path.
 The marks go to the trace of `vramtrace run` as {"a":"mark","name":...} lines (docs/trace-format.md).
 Without libvramtrace.so preloaded every call does nothing, so the calls can stay in the code.
 The lookup uses ctypes on the process itself (the preloaded library's exported

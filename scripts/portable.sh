@@ -73,7 +73,9 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$src}
   export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 fi
-cmake --preset portable "${launcher[@]}" >/dev/null
+# --fresh: the cache holds the root's paths (link flags, found libraries); a root made again
+# elsewhere must not be mixed with them. Unchanged compile lines rebuild nothing.
+cmake --preset portable --fresh "${launcher[@]}" >/dev/null
 cmake --build --preset portable -j"$(nproc)"
 
 bin=build-portable/bin/vramtrace

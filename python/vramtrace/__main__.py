@@ -12,11 +12,16 @@ from vramtrace import command_path
 def main():
     path = command_path()
     if path is None:
+        bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "vramtrace")
+        if os.path.exists(bundled):
+            sys.stderr.write("vramtrace: %s exists but is not executable (reinstall the wheel)\n" % bundled)
+            return 126
         sys.stderr.write("vramtrace: this installation has no command (pip install ./python installs only the "
                          "Python modules; the wheel from scripts/portable.sh --wheel holds the command)\n")
         return 127
     try:
-        os.execv(path, [path] + sys.argv[1:])
+        # argv[0] "vramtrace", as from the PATH: usage lines name the command, not site-packages.
+        os.execv(path, ["vramtrace"] + sys.argv[1:])
     except OSError as e:
         sys.stderr.write("vramtrace: cannot run %s: %s\n" % (path, e))
         return 126

@@ -385,6 +385,26 @@ bool find_shim(std::string& lib) {
     logger().error("vramtrace run: cannot find libvramtrace.so (looked at {}); set VRAMTRACE_LIB to its path", looked);
     return false;
   }
+  // The dynamic loader splits LD_PRELOAD at spaces and colons and has no escape for them, and it
+  // only warns (the program then runs untraced) for a file that is not a shared object.
+  if (lib.find_first_of(" :\t") != std::string::npos) {
+    logger().error(
+        "vramtrace run: the path of libvramtrace.so, {}, holds a space or ':', which LD_PRELOAD cannot carry; "
+        "install vramtrace under a path without them, or set VRAMTRACE_LIB to a link to it that has none",
+        lib);
+    return false;
+  }
+  struct stat st {};
+  unsigned char magic[4] = {};
+  FILE* f = stat(lib.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? std::fopen(lib.c_str(), "rb") : nullptr;
+  const bool elf = f != nullptr && std::fread(magic, 1, 4, f) == 4 && std::memcmp(magic, "\x7f" "ELF", 4) == 0;
+  if (f != nullptr) std::fclose(f);
+  if (!elf) {
+    const char* from_env = std::getenv("VRAMTRACE_LIB");
+    logger().error("vramtrace run: {}{} is not a shared library; set VRAMTRACE_LIB to libvramtrace.so itself", lib,
+                   from_env != nullptr && *from_env != '\0' ? " (VRAMTRACE_LIB)" : "");
+    return false;
+  }
   return true;
 }
 
@@ -473,14 +493,16 @@ std::vector<std::pair<std::string, std::string>> child_environment(const std::st
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
   std::vector<std::pair<std::string, std::string>> env;
   env.emplace_back("LD_PRELOAD", preload);
-  env.emplace_back("VRAMTRACE_OUTPUT", pattern);
+  // Absolute: the program may change its working directory before its first allocation, and its
+  // trace must still land where this process looks for it.
+  env.emplace_back("VRAMTRACE_OUTPUT", fs::absolute(pattern).lexically_normal().string());
   if (!conf.empty()) env.emplace_back("VRAMTRACE_CONF", conf);
   if (tensors) env.emplace_back("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
   if (!boot.empty()) {
     std::string path = boot;
     if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') path += std::string(":") + old;
     env.emplace_back("PYTHONPATH", path);
-    env.emplace_back("VRAMTRACE_TORCH_OUT", torch_out);
+    env.emplace_back("VRAMTRACE_TORCH_OUT", fs::absolute(torch_out).lexically_normal().string());
   }
   return env;
 }
@@ -660,7 +682,13 @@ int run_command(const RunOptions& o) {
   if (!o.tensors && !o.no_torch) {
     std::string looked;
     boot = find_python_boot(looked);
-    if (boot.empty()) {
+    if (boot.find(':') != std::string::npos) {
+      // PYTHONPATH is split at colons: such a directory would never be found.
+      logger().warn("vramtrace run: the Python start-up hook's directory {} holds a ':', which PYTHONPATH cannot "
+                    "carry; PyTorch programs get the device level only",
+                    boot);
+      boot.clear();
+    } else if (boot.empty()) {
       logger().warn("vramtrace run: no Python start-up hook at {}; PyTorch programs get the device level only", looked);
     } else {
       torch_out = torch_pattern(pattern);

@@ -2,6 +2,7 @@
 // CUDA shim: environment, exit codes, signals, the end screen, and the Python mark helper.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -326,11 +327,34 @@ TEST_CASE("run sets the preload and settings variables", "[run]") {
   CHECK(r.err.find("PYTORCH_NO_CUDA_MEMORY_CACHING=1") != std::string::npos);
 }
 
+TEST_CASE("run gives the program an absolute trace name, whatever directory it moves to", "[run]") {
+  ScratchDir dir;
+  RunResult r = run_vramtrace({"run", "-o", "relative.%p.jsonl", "--", "/bin/sh", "-c",
+                               "case \"$VRAMTRACE_OUTPUT\" in /*/relative.%p.jsonl) exit 0;; esac; exit 15"},
+                              dir);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+}
+
 TEST_CASE("run refuses what it cannot do with exit code 2 or 127", "[run]") {
   ScratchDir dir;
   RunResult no_lib = run_vramtrace({"run", "--", "/bin/true"}, dir, {{"VRAMTRACE_LIB", dir.file("missing.so")}});
   CHECK(no_lib.exit_code == 2);
   CHECK(no_lib.err.find("cannot find libvramtrace.so") != std::string::npos);
+  // What the dynamic loader would only warn about, the program then running untraced: a file that
+  // is no shared library, and a path LD_PRELOAD cannot carry (it splits at spaces and colons).
+  for (const std::string& bad : {std::string("/etc/passwd"), dir.path()}) {
+    RunResult not_elf = run_vramtrace({"run", "--", "/bin/true"}, dir, {{"VRAMTRACE_LIB", bad}});
+    INFO(bad << ": " << not_elf.err);
+    CHECK(not_elf.exit_code == 2);
+    CHECK(not_elf.err.find("is not a shared library") != std::string::npos);
+  }
+  const std::string spaced = dir.file("with space");
+  REQUIRE(::mkdir(spaced.c_str(), 0700) == 0);
+  REQUIRE(::symlink(TEST_PRELOAD_LIB, (spaced + "/lib.so").c_str()) == 0);
+  RunResult space = run_vramtrace({"run", "--", "/bin/true"}, dir, {{"VRAMTRACE_LIB", spaced + "/lib.so"}});
+  CHECK(space.exit_code == 2);
+  CHECK(space.err.find("holds a space or ':'") != std::string::npos);
   RunResult bad_limit = run_vramtrace({"run", "--limit", "lots", "--", "/bin/true"}, dir);
   CHECK(bad_limit.exit_code == 2);
   CHECK(bad_limit.err.find("vramtrace run: --limit: 'lots' is neither a size") != std::string::npos);
