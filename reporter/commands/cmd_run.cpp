@@ -397,7 +397,11 @@ bool find_shim(std::string& lib) {
   struct stat st {};
   unsigned char magic[4] = {};
   FILE* f = stat(lib.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? std::fopen(lib.c_str(), "rb") : nullptr;
-  const bool elf = f != nullptr && std::fread(magic, 1, 4, f) == 4 && std::memcmp(magic, "\x7f" "ELF", 4) == 0;
+  const bool elf = f != nullptr && std::fread(magic, 1, 4, f) == 4 &&
+                   std::memcmp(magic,
+                               "\x7f"
+                               "ELF",
+                               4) == 0;
   if (f != nullptr) std::fclose(f);
   if (!elf) {
     const char* from_env = std::getenv("VRAMTRACE_LIB");
@@ -684,9 +688,10 @@ int run_command(const RunOptions& o) {
     boot = find_python_boot(looked);
     if (boot.find(':') != std::string::npos) {
       // PYTHONPATH is split at colons: such a directory would never be found.
-      logger().warn("vramtrace run: the Python start-up hook's directory {} holds a ':', which PYTHONPATH cannot "
-                    "carry; PyTorch programs get the device level only",
-                    boot);
+      logger().warn(
+          "vramtrace run: the Python start-up hook's directory {} holds a ':', which PYTHONPATH cannot "
+          "carry; PyTorch programs get the device level only",
+          boot);
       boot.clear();
     } else if (boot.empty()) {
       logger().warn("vramtrace run: no Python start-up hook at {}; PyTorch programs get the device level only", looked);
