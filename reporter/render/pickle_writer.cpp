@@ -24,9 +24,17 @@ constexpr char kNewTrue = '\x88';
 constexpr char kNewFalse = '\x89';
 constexpr char kNone = 'N';
 constexpr char kStop = '.';
+constexpr char kBinPut = 'q';
+constexpr char kLongBinPut = 'r';
+constexpr char kBinGet = 'h';
+constexpr char kLongBinGet = 'j';
 
 // Python's pickler closes a batch of SETITEMS/APPENDS every 1000 items.
 constexpr std::uint32_t kBatch = 1000;
+// Strings shorter than a BINGET are written again; the memo stops growing at this many strings
+// (later new strings are written in full), which bounds the writer's memory.
+constexpr std::size_t kMemoMinBytes = 4;
+constexpr std::size_t kMemoMaxStrings = 1u << 20;
 
 void put_le(std::string& out, std::uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
@@ -94,20 +102,25 @@ void PickleWriter::key(std::string_view k) {
   if (open_.empty() || !open_.back().dict || open_.back().key_pending)
     throw std::logic_error("pickle: key() outside a dict, or twice");
   // Keys are not counted as items: a batch counts key-value pairs.
-  if (k.size() < 256) {
-    out_.push_back(kShortBinUnicode);
-    out_.push_back(static_cast<char>(k.size()));
-  } else {
-    out_.push_back(kBinUnicode);
-    put_le(out_, k.size(), 4);
-  }
-  out_.append(k);
+  put_string(k);
   open_.back().key_pending = true;
 }
 
-void PickleWriter::string(std::string_view s) {
-  before_value();
+void PickleWriter::put_string(std::string_view s) {
   if (s.size() > UINT32_MAX) throw std::length_error("pickle: a string over 4 GiB");
+  const bool memoizable = s.size() >= kMemoMinBytes;
+  if (memoizable) {
+    if (auto it = memo_.find(std::string(s)); it != memo_.end()) {
+      if (it->second < 256) {
+        out_.push_back(kBinGet);
+        put_le(out_, it->second, 1);
+      } else {
+        out_.push_back(kLongBinGet);
+        put_le(out_, it->second, 4);
+      }
+      return;
+    }
+  }
   if (s.size() < 256) {
     out_.push_back(kShortBinUnicode);
     out_.push_back(static_cast<char>(s.size()));
@@ -116,6 +129,22 @@ void PickleWriter::string(std::string_view s) {
     put_le(out_, s.size(), 4);
   }
   out_.append(s);
+  if (memoizable && memo_.size() < kMemoMaxStrings) {
+    const auto id = static_cast<std::uint32_t>(memo_.size());
+    if (id < 256) {
+      out_.push_back(kBinPut);
+      put_le(out_, id, 1);
+    } else {
+      out_.push_back(kLongBinPut);
+      put_le(out_, id, 4);
+    }
+    memo_.emplace(std::string(s), id);
+  }
+}
+
+void PickleWriter::string(std::string_view s) {
+  before_value();
+  put_string(s);
   after_value();
 }
 

@@ -8,14 +8,18 @@
 //   PROTO 4                          0x80 0x04, once at the start
 //   dict   EMPTY_DICT MARK k v k v ... SETITEMS   ('}' '(' ... 'u'), re-MARKed every 1000 items
 //   list   EMPTY_LIST MARK v v ...     APPENDS    (']' '(' ... 'e'), re-MARKed every 1000 items
-//   str    SHORT_BINUNICODE n:u8 bytes (< 256 bytes) or BINUNICODE n:u32le bytes
+//   str    SHORT_BINUNICODE n:u8 bytes (< 256 bytes) or BINUNICODE n:u32le bytes, then BINPUT i:u8
+//          or LONG_BINPUT i:u32le; a string written before: BINGET i:u8 or LONG_BINGET i:u32le
 //   int    BININT1 u8, BININT2 u16le, BININT i32le, else LONG1 n:u8 two's complement little-endian
 //   float  BINFLOAT f64 big-endian
 //   True/False/None  NEWTRUE, NEWFALSE, NONE
 //   end    STOP '.'
 //
-// No FRAME opcodes (optional in protocol 4), no memo (every value is written where it occurs),
-// no GLOBAL/REDUCE: the file holds data only, and any unpickler can load it without running code.
+// No FRAME opcodes (optional in protocol 4), no GLOBAL/REDUCE: the file holds data only, and any
+// unpickler can load it without running code. Only strings go through the memo (dict keys, file
+// and function names of frames): a history repeats a few hundred call stacks millions of times,
+// and each repeated name then costs 2 to 5 bytes. Containers are never shared, so that a reader
+// that streams entries and drops them (ours, readers/pickle.h) sees every entry whole.
 // Batches of 1000 are what Python's pickler writes; they keep the viewer's JavaScript from
 // spreading millions of arguments into one call.
 #pragma once
@@ -23,6 +27,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace vramtrace {
@@ -73,8 +78,11 @@ class PickleWriter {
   void after_value();
   void end_container(bool dict);
 
+  void put_string(std::string_view s);
+
   std::string out_;
   std::vector<Open> open_;
+  std::unordered_map<std::string, std::uint32_t> memo_;  // string -> memo index
   bool top_written_ = false;
   bool finished_ = false;
 };

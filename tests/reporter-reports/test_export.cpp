@@ -97,6 +97,11 @@ TEST_CASE("pickle writer: every kind of value reads back as written", "[export]"
   w.begin_list();
   for (int i = 0; i < 2500; ++i) w.integer(i);  // three batches of APPENDS
   w.end_list();
+  w.key("repeated");  // through the memo: BINPUT/BINGET, then LONG_BINPUT/LONG_BINGET past 256
+  w.begin_list();
+  for (int round = 0; round < 2; ++round)
+    for (int i = 0; i < 600; ++i) w.string("name-" + std::to_string(i));
+  w.end_list();
   w.key("empty");
   w.begin_dict();
   w.end_dict();
@@ -127,6 +132,9 @@ TEST_CASE("pickle writer: every kind of value reads back as written", "[export]"
   REQUIRE(many->items.size() == 2500);
   CHECK(many->items[2499]->integer == 2499);
   CHECK(root->find("empty")->entries.empty());
+  const pickle::Value* repeated = root->find("repeated");
+  REQUIRE(repeated->items.size() == 1200);
+  for (int i = 0; i < 1200; ++i) CHECK(repeated->items[i]->text == "name-" + std::to_string(i % 600));
 }
 
 TEST_CASE("pickle writer: misuse is refused", "[export]") {
