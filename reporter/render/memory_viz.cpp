@@ -153,19 +153,34 @@ class Ranges {
 // the end state) is left out with its frees: the segment view of pytorch.org/memory_viz draws
 // each block inside its segment and stops with an error at one it cannot place. Such blocks come
 // from a trace without segment events for them (the model counts them as orphan allocations).
-void write_device_trace(PickleWriter& w, std::int32_t dev, const std::vector<SegmentSnapshot>& end_segments,
-                        TraceReader& events, const ByteSink& sink) {
+//
+// A vramtrace trace has an `oom` line for every failed device allocation, also one the program
+// retried with success or failed again (Note [one OOM per failed request], model/oom_count.h);
+// PyTorch's history has an `oom` entry only where the allocator raised. Only the model's OOMs
+// (OomFate::oom) are kept, so that a viewer counts the OOMs the program saw.
+void write_device_trace(PickleWriter& w, const TraceModel& model, std::int32_t dev,
+                        const std::vector<SegmentSnapshot>& end_segments, TraceReader& events, const ByteSink& sink) {
+  std::unordered_set<std::uint64_t> retried;  // event indexes of failed attempts the program retried
+  if (model.header.format == "vramtrace")
+    for (const DeviceModel& d : model.devices)
+      if (d.device == dev)
+        for (const OomRecord& o : d.ooms)
+          if (o.fate != OomFate::oom) retried.insert(o.event_index);
+  std::uint64_t index = 0;  // as the model counts events: every record, marks too
   Ranges at_end, live;
   for (const SegmentSnapshot& s : end_segments)
     if (s.device == dev) at_end.add(s.address, s.total_size);
   std::unordered_set<std::uint64_t> left_out;  // allocated blocks left out, until their free_completed
   auto placed = [&](std::uint64_t addr) { return live.contains(addr) || at_end.contains(addr); };
   TraceRecord r;
-  while (events.next(r)) {
+  for (; events.next(r); ++index) {
     if (r.device != dev) continue;
     const std::vector<Frame>* frames = r.stack_id != 0 ? events.stack(r.stack_id) : nullptr;
     switch (r.action) {
       case Action::mark:
+        break;
+      case Action::oom:
+        if (retried.count(index) == 0) write_entry(w, "oom", r, frames);
         break;
       case Action::alloc:
         if (!placed(r.addr)) {
@@ -249,7 +264,7 @@ void write_memory_viz(const TraceModel& model, const Snapshot* recorded_end, con
     w.begin_list();
     const bool has_events = std::any_of(model.devices.begin(), model.devices.end(),
                                         [dev](const DeviceModel& d) { return d.device == dev && d.events > 0; });
-    if (has_events) write_device_trace(w, dev, segments, *open_events(), sink);
+    if (has_events) write_device_trace(w, model, dev, segments, *open_events(), sink);
     w.end_list();
   }
   w.end_list();
