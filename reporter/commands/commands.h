@@ -21,6 +21,7 @@ void register_report(CLI::App& app);
 void register_check(CLI::App& app);
 void register_diff(CLI::App& app);
 void register_tune(CLI::App& app);
+void register_export(CLI::App& app);
 
 /// Refuses an empty value for every option and positional of every subcommand of `app` (an empty
 /// value is nearly always an unset shell variable: `--limit "$CAP"`), so that none is taken as

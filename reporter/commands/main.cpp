@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   vramtrace::cli::register_check(app);
   vramtrace::cli::register_diff(app);
   vramtrace::cli::register_tune(app);
+  vramtrace::cli::register_export(app);
   vramtrace::cli::refuse_empty_values(app, {"replay --conf"});
   vramtrace::cli::add_quiet_flags(app);
   if (const int rc = vramtrace::cli::check_command_word(app, argc, argv, stderr); rc >= 0) return rc;

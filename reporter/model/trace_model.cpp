@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include "model/forwarded_memory.h"
 #include "readers/read_progress.h"
 #include "vramtrace/settings.h"
 #include "vramtrace/size_rules.h"
@@ -372,19 +373,9 @@ struct TraceModelBuilder::Impl {
   void note_peak(DeviceState& d) { d.peak.after_increase(d.out.stats.allocated_bytes[kStatAll], events); }
 
   // --- events --------------------------------------------------------------------------------
-  // Memory the shim passed through (TraceRecord::memory_kind) counts as a segment when it is
-  // device memory with an address and a size (device, managed, pitched, pool); pinned host
-  // memory, arrays and VMM handles are not device segments.
-  static bool lays_out_as_segment(const TraceRecord& r) {
-    for (MemoryKind k :
-         {MemoryKind::allocator, MemoryKind::device, MemoryKind::managed, MemoryKind::pitched, MemoryKind::pool})
-      if (is_memory_kind(r.memory_kind, k)) return true;
-    return false;
-  }
-
-  // Memory a vramtrace trace says the shim forwarded to the driver (any kind but the caching
-  // allocator's own segments): the program's allocation itself.
-  static bool forwarded(const TraceRecord& r) { return !is_memory_kind(r.memory_kind, MemoryKind::allocator); }
+  // The rules of model/forwarded_memory.h, which the exports ask too.
+  static bool lays_out_as_segment(const TraceRecord& r) { return vramtrace::lays_out_as_segment(r); }
+  static bool forwarded(const TraceRecord& r) { return is_forwarded(r); }
 
   // Whether the segment at `addr` is the one allocated block of a forwarded allocation.
   bool holds_forwarded_block(DeviceState& d, u64 addr) {
@@ -1171,6 +1162,15 @@ std::string lost_events_warning(std::uint64_t lost) {
       "wrong by them.",
       lost, lost == 1 ? "" : "s");
 }
+
+bool lays_out_as_segment(const TraceRecord& r) noexcept {
+  for (MemoryKind k :
+       {MemoryKind::allocator, MemoryKind::device, MemoryKind::managed, MemoryKind::pitched, MemoryKind::pool})
+    if (is_memory_kind(r.memory_kind, k)) return true;
+  return false;
+}
+
+bool is_forwarded(const TraceRecord& r) noexcept { return !is_memory_kind(r.memory_kind, MemoryKind::allocator); }
 
 TraceModel build_trace_model(TraceReader& reader, ModelOptions options) {
   TraceModelBuilder b(reader.header(), options);

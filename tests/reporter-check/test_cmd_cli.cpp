@@ -70,7 +70,7 @@ std::size_t count_of(const std::string& text, const std::string& part) {
 }
 
 const std::vector<std::string> kCommands = {"replay", "run",   "explain", "summary", "oom",
-                                            "report", "check", "diff",    "tune"};
+                                            "report", "check", "diff",    "tune",    "export"};
 
 }  // namespace
 

@@ -1,0 +1,207 @@
+// `vramtrace export TRACE... --format memory-viz|perfetto -o OUT`: a trace in a format other tools
+// open (docs/export.md): PyTorch's memory snapshot pickle, or the Chrome/Perfetto JSON trace.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "commands/commands.h"
+#include "commands/log.h"
+#include "commands/progress.h"
+#include "commands/usage.h"
+#include "readers/open_trace.h"
+#include "readers/trace_paths.h"
+#include "render/memory_viz.h"
+#include "render/perfetto_trace.h"
+
+namespace vramtrace::cli {
+namespace {
+
+/// Where an export goes: stdout for "-"; a device or FIFO as it is; any other path through a
+/// temporary file in the same directory, renamed over the path by commit(), so that a failed
+/// export leaves no partial file and a reader never sees half of one. The temporary is removed
+/// when the object dies uncommitted. Write errors throw std::runtime_error with the system's
+/// reason.
+class ExportOutput {
+ public:
+  explicit ExportOutput(std::string path) : path_(std::move(path)) {
+    if (path_ == "-") {
+      file_ = stdout;
+      return;
+    }
+    std::error_code ec;
+    const auto st = std::filesystem::status(path_, ec);
+    if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+      file_ = std::fopen(path_.c_str(), "wb");  // /dev/null, a FIFO: written to, never replaced
+      if (!file_) fail("cannot open");
+      return;
+    }
+    const std::filesystem::path target(path_);
+    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+    for (int n = 0; n < 100 && !file_; ++n) {
+      temp_ = (dir / fmt::format(".{}.tmp-{}-{}", target.filename().string(), ::getpid(), n)).string();
+      const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd < 0 && errno == EEXIST) continue;
+      if (fd < 0) {
+        temp_.clear();
+        fail("cannot create a file beside");
+      }
+      file_ = ::fdopen(fd, "wb");
+      if (!file_) {
+        ::close(fd);
+        fail("cannot open");
+      }
+    }
+    if (!file_) fail("cannot create a file beside");
+  }
+  ExportOutput(const ExportOutput&) = delete;
+  ExportOutput& operator=(const ExportOutput&) = delete;
+  ~ExportOutput() {
+    if (file_ && file_ != stdout) std::fclose(file_);
+    if (!temp_.empty()) ::unlink(temp_.c_str());
+  }
+
+  void write(std::string_view bytes) {
+    if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) fail("cannot write");
+    written_ += bytes.size();
+  }
+
+  /// Flushes and closes (checked: a full disk may show only then) and renames the temporary
+  /// over the path; refuses when the path appeared meanwhile and `force` is off.
+  void commit(bool force) {
+    if (file_ == stdout) {
+      if (std::fflush(stdout) != 0) fail("cannot write");
+      return;
+    }
+    std::FILE* f = file_;
+    file_ = nullptr;
+    if (std::fclose(f) != 0) fail("cannot write");
+    if (temp_.empty()) return;
+    if (const std::string refusal = existing_output_error(path_, force); !refusal.empty())
+      throw std::runtime_error(refusal);
+    if (std::rename(temp_.c_str(), path_.c_str()) != 0) fail("cannot rename the finished file to");
+    temp_.clear();
+  }
+  std::uint64_t written() const noexcept { return written_; }
+
+ private:
+  [[noreturn]] void fail(const char* what) const {
+    const int e = errno;
+    throw std::runtime_error(fmt::format("{} {}: {}", what, path_, e != 0 ? std::strerror(e) : "unknown error"));
+  }
+
+  std::string path_;
+  std::string temp_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t written_ = 0;
+};
+
+/// One trace read for the export: its model, and the reader that built it (a snapshot's recorded
+/// end state is known once that reader reached its end).
+struct LoadedTrace {
+  std::string path;
+  std::unique_ptr<TraceReader> reader;
+  TraceModel model;
+};
+
+LoadedTrace load_trace(const std::string& path) {
+  LoadedTrace t;
+  t.path = path;
+  t.reader = open_trace(path);
+  ModelOptions options;
+  options.timeline_buckets = 16384;  // finer counters than the HTML report's 4096
+  options.ledger = false;
+  try {
+    t.model = build_trace_model(*t.reader, options);
+  } catch (const TraceError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw TraceError(path + ": " + t.reader->position() + ": " + e.what());
+  }
+  if (t.model.header.path.empty()) t.model.header.path = path;
+  return t;
+}
+
+}  // namespace
+
+void register_export(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "export", "Write traces for other viewers: PyTorch's memory snapshot (memory_viz) or a Perfetto trace");
+  struct Opts {
+    std::vector<std::string> traces;
+    std::string format;
+    std::string output;
+    std::string level = "auto";
+    bool force = false;
+  };
+  auto opts = std::make_shared<Opts>();
+  cmd->add_option("traces", opts->traces,
+                  "Trace files (PyTorch JSON lines, snapshot pickle, vramtrace trace), globs, or directories; "
+                  "memory-viz takes one process")
+      ->required();
+  cmd->add_option("--format", opts->format,
+                  "memory-viz (a PyTorch snapshot pickle for pytorch.org/memory_viz) or perfetto (JSON for "
+                  "ui.perfetto.dev)")
+      ->required()
+      ->check(CLI::IsMember({"memory-viz", "perfetto"}));
+  cmd->add_option("-o,--output", opts->output, "Output file; - writes to standard output")->required();
+  cmd->add_flag("--force", opts->force, "Overwrite the output file if it exists");
+  cmd->add_option("--level", opts->level,
+                  "For PyTorch runs of `vramtrace run`: auto (default: PyTorch's tensor level where a trace has "
+                  "one beside it), torch (the same as tensors), or device (the shim's trace)")
+      ->check(CLI::IsMember({"auto", "torch", "tensors", "device"}));
+  cmd->callback([opts]() {
+    // Before the traces are read: a long export must not end in this refusal.
+    if (const std::string refusal = existing_output_error(opts->output, opts->force); !refusal.empty()) {
+      logger().error("vramtrace export: {}", refusal);
+      set_exit_code(2);
+      return;
+    }
+    try {
+      const std::string level = opts->level == "torch" ? "tensors" : opts->level;
+      std::vector<LoadedTrace> traces;
+      {
+        const ReadProgressScope progress("export");
+        for (const std::string& p : traces_to_read(opts->traces, level, "export")) traces.push_back(load_trace(p));
+      }
+      if (opts->format == "memory-viz" && traces.size() != 1) {
+        logger().error(
+            "vramtrace export: a memory snapshot holds one process, and {} traces were given (export them one "
+            "at a time, or use --format perfetto for several)",
+            traces.size());
+        set_exit_code(2);
+        return;
+      }
+      ExportOutput out(opts->output);
+      const ByteSink sink = [&out](std::string_view bytes) { out.write(bytes); };
+      if (opts->format == "memory-viz") {
+        const LoadedTrace& t = traces.front();
+        write_memory_viz(
+            t.model, t.reader->final_state(), [&t]() { return open_trace(t.path); }, sink);
+      } else {
+        std::vector<PerfettoProcess> processes;
+        for (const LoadedTrace& t : traces) processes.push_back({&t.model, [&t]() { return open_trace(t.path); }});
+        write_perfetto_json(processes, sink);
+      }
+      out.commit(opts->force);
+      if (opts->output != "-")
+        logger().info("vramtrace export: wrote {} ({:.1f} KiB)", opts->output,
+                      static_cast<double>(out.written()) / 1024.0);
+      set_exit_code(0);
+    } catch (const TraceError& e) {
+      logger().error("vramtrace export: {}", e.what());
+      set_exit_code(2);
+    } catch (const std::runtime_error& e) {
+      logger().error("vramtrace export: {}", e.what());
+      set_exit_code(2);
+    }
+  });
+}
+
+}  // namespace vramtrace::cli
