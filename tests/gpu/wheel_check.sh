@@ -5,7 +5,10 @@
 #   - `vramtrace run` of a PyTorch training (tests/gpu/torch_train.py): the program's own RESULT
 #     line, a trace, PyTorch's tensor-level pickle beside it, and `vramtrace summary` of both;
 #   - `python -m vramtrace summary` of that trace gives the same text;
-#   - `vramtrace run` of a CuPy program (tests/gpu/cupy_check.py) where CuPy is installed.
+#   - `vramtrace run` of a CuPy program (tests/gpu/cupy_check.py) where CuPy is installed;
+#   - `vramtrace export` of both runs to memory-viz, opened by `python -m torch.cuda._memory_viz`
+#     (tests/gpu/memory_viz_check.sh) beside PyTorch's own snapshot of the run, and to Perfetto's
+#     JSON, read back with counters.
 # Usage: tests/gpu/wheel_check.sh WHEEL OUTDIR      Exit 0 when every check held.
 set -uo pipefail
 wheel=$(realpath "$1")
@@ -49,5 +52,32 @@ cmp -s "$out/torch_summary.out" "$out/module_summary.out" || { echo "FAIL  pytho
 if python3 -c "import cupy" 2>/dev/null; then
   check cupy_run "${clean[@]}" vramtrace run -o "$out/cupy.jsonl" -- python3 "$here/cupy_check.py"
   check cupy_summary "${clean[@]}" vramtrace summary "$out"/cupy*.jsonl
+fi
+# The exports of both runs, opened by PyTorch's own viewer code (tests/gpu/memory_viz_check.sh):
+# the PyTorch run at its tensor level (PyTorch's history) and at the shim's device level, and
+# the CuPy run, which PyTorch's tools have never been able to show.
+viz=()
+if ls "$out"/torch*.jsonl >/dev/null 2>&1; then
+  t=$(ls "$out"/torch*.jsonl | head -1)
+  check export_torch "${clean[@]}" vramtrace export "$t" --format memory-viz -o "$out/torch_level.pickle" && viz+=("$out/torch_level.pickle")
+  check export_torch_device "${clean[@]}" vramtrace export "$t" --level device --format memory-viz -o "$out/torch_device.pickle" \
+    && viz+=("$out/torch_device.pickle")
+  check perfetto_torch "${clean[@]}" vramtrace export "$t" --format perfetto -o "$out/torch.perfetto.json"
+fi
+if ls "$out"/cupy*.jsonl >/dev/null 2>&1; then
+  c=$(ls "$out"/cupy*.jsonl | head -1)
+  check export_cupy "${clean[@]}" vramtrace export "$c" --format memory-viz -o "$out/cupy.pickle" && viz+=("$out/cupy.pickle")
+  check perfetto_cupy "${clean[@]}" vramtrace export "$c" --format perfetto -o "$out/cupy.perfetto.json"
+fi
+for j in "$out"/*.perfetto.json; do
+  [[ -e $j ]] || continue
+  check "json_$(basename "$j" .perfetto.json)" python3 -c "import json,sys; d=json.load(open(sys.argv[1])); e=d['traceEvents']; \
+c=[x for x in e if x.get('ph')=='C']; assert c, 'no counters'; print(len(e), 'events,', len(c), 'counter points')" "$j"
+done
+# PyTorch's own snapshot of the same run, through the same viewer code, for comparison.
+native=$(ls "$out"/torch*.torch.pickle 2>/dev/null | head -1)
+[[ -n $native ]] && viz+=("$native")
+if ((${#viz[@]})); then
+  "$here/memory_viz_check.sh" "$out/viz" "${viz[@]}" || fail=1
 fi
 exit $fail

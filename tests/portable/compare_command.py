@@ -39,6 +39,9 @@ def commands(checkout):
         cmds.append((f"replay {t}", ["replay", t, "--conf", "", "--conf", "expandable_segments:True"], None))
         cmds.append((f"check {t}", ["check", t, "--max-peak-reserved", "10GiB"], None))
         cmds.append((f"report {t}", ["report", t, "-o", "OUT.html"], "OUT.html"))
+    for t in [t for t in rel if t.endswith((".jsonl.gz", ".pickle", ".pickle.gz"))][:6]:
+        cmds.append((f"export memory-viz {t}", ["export", t, "--format", "memory-viz", "-o", "OUT.html"], "OUT.html"))
+        cmds.append((f"export perfetto {t}", ["export", t, "--format", "perfetto", "-o", "OUT.html"], "OUT.html"))
     if len(gz) >= 2:
         cmds.append(("diff", ["diff", gz[0], gz[1]], None))
     cmds.append(("explain", ["explain", "CUDA out of memory. Tried to allocate 26.16 GiB. GPU 0 has a total "
