@@ -72,6 +72,9 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$src}
   export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+  # Debug-info builds (-g) hash the working directory by default, so a clone elsewhere would miss
+  # every entry: the debug information's compilation directory may be another checkout's.
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 fi
 # --fresh: the cache holds the root's paths (link flags, found libraries); a root made again
 # elsewhere must not be mixed with them. Unchanged compile lines rebuild nothing.

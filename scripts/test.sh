@@ -25,6 +25,9 @@ if command -v ccache >/dev/null; then
   # the two sloppiness settings that ccache documents for precompiled headers.
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
   export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+  # Debug-info builds (-g) hash the working directory by default, so a clone elsewhere would miss
+  # every entry: the debug information's compilation directory may be another checkout's.
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 fi
 phase_start=$SECONDS
 phase() {
