@@ -535,15 +535,21 @@ struct TraceModelBuilder::Impl {
       return;
     }
     // segment_unmap of part of an expandable segment: cut [addr, addr+size) out of a free block.
+    // The record keeps what lies before the hole; what lies after it becomes a record of its own,
+    // and a record whose head was unmapped starts after the hole (join_next puts them together
+    // again when the hole is mapped).
     auto it = s->blocks.upper_bound(r.addr);
     if (it == s->blocks.begin()) return;
     --it;
-    u64 baddr = it->first;
-    Block b = it->second;
-    if (b.state != BlockState::inactive || r.addr + r.size > baddr + b.size) {
+    const u64 baddr = it->first;
+    const Block b = it->second;
+    const u64 end = r.addr + r.size;
+    if (b.state != BlockState::inactive || end > baddr + b.size) {
       conflict(d, fmt::format("segment_unmap of 0x{:x} covers allocated memory", r.addr));
       return;
     }
+    const int pool = pool_of(*s);
+    const u64 seg_end = seg_addr + s->size;
     split_contrib(d.out.stats, *s, -1);
     remove_free(d, *s, it);
     if (r.addr > baddr) {
@@ -551,55 +557,41 @@ struct TraceModelBuilder::Impl {
       left.size = r.addr - baddr;
       add_free(d, *s, baddr, left);
     }
-    u64 end = r.addr + r.size;
     if (end < baddr + b.size) {
-      if (r.addr == seg_addr || r.addr == baddr) {
-        // keep the tail in the same segment record only if it stays contiguous with a head
-      }
       Block right = b;
       right.size = baddr + b.size - end;
-      if (r.addr == seg_addr) {
-        // the head of the segment is gone: the rest becomes a segment of its own
-        Segment rest = std::move(*s);
-        rest.size -= r.size;
-        d.segments.erase(seg_addr);
-        auto& ns = d.segments[end];
-        ns = std::move(rest);
-        add_free(d, ns, end, right);
-        split_contrib(d.out.stats, ns, +1);
-        bump(d.out.stats.reserved_bytes, pool_of(ns), -static_cast<i64>(r.size));
-        ++d.out.stats.num_device_free;
-        return;
-      }
       add_free(d, *s, end, right);
     }
-    if (r.addr + r.size >= seg_addr + s->size) {
-      s->size = r.addr - seg_addr;
-    } else if (r.addr > seg_addr) {
-      // a hole in the middle: split into two segment records
+    if (end < seg_end) {
       Segment tail;
       tail.stream = s->stream;
       tail.small = s->small;
       tail.expandable = true;
-      tail.size = seg_addr + s->size - end;
+      tail.size = seg_end - end;
       for (auto b2 = s->blocks.lower_bound(end); b2 != s->blocks.end();) {
-        tail.blocks.insert(*b2);
         if (b2->second.state == BlockState::inactive) {
           s->free_bytes -= b2->second.size;
           s->n_free -= 1;
           tail.free_bytes += b2->second.size;
           tail.n_free += 1;
         }
+        tail.blocks.insert(*b2);
         b2 = s->blocks.erase(b2);
       }
-      s->size = r.addr - seg_addr;
       auto& ts = d.segments[end];
       ts = std::move(tail);
       split_contrib(d.out.stats, ts, +1);
-      bump(d.out.stats.segment, pool_of(ts), 1);
+      bump(d.out.stats.segment, pool, 1);
     }
-    split_contrib(d.out.stats, *s, +1);
-    bump(d.out.stats.reserved_bytes, pool_of(*s), -static_cast<i64>(r.size));
+    if (r.addr > seg_addr) {
+      s->size = r.addr - seg_addr;
+      split_contrib(d.out.stats, *s, +1);
+    } else {
+      // Nothing is left before the hole (r.addr == baddr == seg_addr, so no block is).
+      d.segments.erase(seg_addr);
+      bump(d.out.stats.segment, pool, -1);
+    }
+    bump(d.out.stats.reserved_bytes, pool, -static_cast<i64>(r.size));
     ++d.out.stats.num_device_free;
   }
 

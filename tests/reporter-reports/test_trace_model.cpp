@@ -1,8 +1,12 @@
 // The analysis model: statistics, block sizes from the layout, peak and OOM states, timeline.
 #include <catch2/catch.hpp>
 
+#include <random>
+
 #include "model/trace_model.h"
 #include "vector_reader.h"
+#include "vramtrace/caching_allocator.h"
+#include "vramtrace/sim_device.h"
 
 using namespace vramtrace;
 using vramtrace::testing::RecordList;
@@ -204,6 +208,97 @@ TEST_CASE("expandable segments: mapped ranges grow and shrink a segment", "[mode
   CHECK(m2.devices[0].stats.reserved_bytes[kStatAll].current == 20 * MiB);
   CHECK(m2.devices[0].at_end.largest_free_block == 5 * MiB);
   CHECK(m2.devices[0].layout_conflicts == 0);
+}
+
+TEST_CASE("expandable segments: a hole at the head, in the middle or at the end of a segment record",
+          "[model][expandable]") {
+  // Three pages mapped at once, then one page unmapped where its free block ends exactly at the
+  // hole's end (the next block is allocated), then mapped again.
+  const DevicePtr s = 0x7000000000;
+  for (int hole = 0; hole < 3; ++hole) {
+    INFO("hole in page " << hole);
+    RecordList l;
+    l.add(Action::segment_map, s, 6 * MiB);
+    for (int page = 0; page < 3; ++page) l.add(Action::alloc, s + page * 2 * MiB, 2 * MiB);
+    const DevicePtr at = s + hole * 2 * MiB;
+    l.add(Action::free_requested, at, 2 * MiB).add(Action::free_completed, at, 2 * MiB);
+    l.add(Action::segment_unmap, at, 2 * MiB);
+    auto cut = build(l);
+    CHECK(cut.devices[0].stats.reserved_bytes[kStatAll].current == static_cast<std::int64_t>(4 * MiB));
+    CHECK(cut.devices[0].stats.segment[kStatAll].current == (hole == 1 ? 2 : 1));
+    CHECK(cut.devices[0].layout_conflicts == 0);
+    l.add(Action::segment_map, at, 2 * MiB).add(Action::alloc, at, 2 * MiB);
+    auto back = build(l);
+    const auto& d = back.devices[0];
+    CHECK(d.layout_conflicts == 0);
+    CHECK(back.notes.empty());
+    CHECK(d.stats.reserved_bytes[kStatAll].current == static_cast<std::int64_t>(6 * MiB));
+    CHECK(d.stats.allocated_bytes[kStatAll].current == static_cast<std::int64_t>(6 * MiB));
+    CHECK(d.stats.segment[kStatAll].current == 1);
+    CHECK(d.orphan_allocs == 0);
+  }
+}
+
+namespace {
+// Every event of a live allocator, as a trace's records.
+struct RecordingSink final : EventSink {
+  RecordList list;
+  void record(const Event& e) noexcept override {
+    list.add(e.action, e.addr, e.size_bytes, e.stream, e.device);
+    list.records.back().block_size = e.action == Action::alloc ? e.block_bytes : 0;
+  }
+};
+}  // namespace
+
+TEST_CASE("the model follows the caching allocator's own events: random work with OOMs under expandable segments",
+          "[model][expandable]") {
+  // The allocator maps and unmaps pages in any order (OOMs release the cache, frees split and
+  // merge blocks across page boundaries); the model must keep each hole, with no conflict and the
+  // allocator's figures at every step.
+  for (const char* conf : {"expandable_segments:True", "", "max_split_size_mb:32"}) {
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      INFO(conf << ", seed " << seed);
+      AllocatorSettings settings;
+      std::string error;
+      REQUIRE(AllocatorSettings::parse(conf, settings, error));
+      SimulatedDevice::Options o;
+      o.capacity_bytes = 96 * MiB;
+      SimulatedDevice dev(o);
+      RecordingSink sink;
+      CachingAllocator a(dev, settings, {}, &sink);
+      std::mt19937_64 rng(seed);
+      std::vector<DevicePtr> live;
+      for (int step = 0; step < 3000; ++step) {
+        const auto r = rng();
+        if (r % 100 == 0) {
+          a.empty_cache();
+        } else if (r % 2 == 0 || live.empty()) {
+          // Powers of two tile whole pages, so that free blocks start and end at page boundaries
+          // (every hole shape); odd sizes leave partial pages.
+          const std::uint64_t bytes =
+              (r >> 8) % 4 == 0 ? (r >> 16) % (12 * MiB) + 1 : std::uint64_t{1024} << ((r >> 16) % 13);
+          const StreamId stream{(r >> 40) % 3 == 0 ? 7u : 0u};
+          DevicePtr p = 0;
+          if (a.allocate(bytes, stream, &p) == Status::ok) live.push_back(p);
+        } else {
+          const auto k = (r >> 8) % live.size();
+          REQUIRE(a.deallocate(live[k]) == Status::ok);
+          live.erase(live.begin() + static_cast<long>(k));
+        }
+      }
+      auto m = build(sink.list, {}, conf);
+      REQUIRE(m.devices.size() == 1);
+      const auto& d = m.devices[0];
+      for (const auto& n : m.notes) FAIL_CHECK(n);
+      CHECK(d.layout_conflicts == 0);
+      CHECK(d.orphan_allocs == 0);
+      const DeviceStats want = a.stats();
+      CHECK(d.stats.reserved_bytes[kStatAll].current == want.reserved_bytes[kStatAll].current);
+      CHECK(d.stats.allocated_bytes[kStatAll].current == want.allocated_bytes[kStatAll].current);
+      CHECK(d.stats.active_bytes[kStatAll].current == want.active_bytes[kStatAll].current);
+      CHECK(d.stats.reserved_bytes[kStatAll].peak == want.reserved_bytes[kStatAll].peak);
+    }
+  }
 }
 
 TEST_CASE("a device's peak and end states name its own events when devices interleave", "[model][peak]") {
