@@ -189,13 +189,15 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
     log_decision(Decision::free_double, e.entry());
     return CUDA_ERROR_INVALID_VALUE;
   }
-  bool pass = passthrough_contains(p);
+  // Note [a free is recorded before it happens] (passthrough.h).
+  const bool pass = passthrough_free_begin(p, e.entry(), key.value);
   CUresult r = real(p, s);
   if (!pass) {
     bump(g_counters.unknown_frees);
     log_decision(Decision::free_unknown, e.entry());
-  } else if (r == CUDA_SUCCESS)
-    passthrough_free(p, e.entry(), key.value);
+  } else {
+    passthrough_free_end(p, r == CUDA_SUCCESS, e.entry(), key.value);
+  }
   return r;
 }
 
@@ -301,13 +303,15 @@ extern "C" CUresult cuMemFree_v2(CUdeviceptr p) {
     log_decision(Decision::free_double, e.entry());
     return CUDA_ERROR_INVALID_VALUE;
   }
-  bool pass = passthrough_contains(p);
+  // Note [a free is recorded before it happens] (passthrough.h).
+  const bool pass = passthrough_free_begin(p, e.entry());
   CUresult r = real(p);
   if (!pass) {
     bump(g_counters.unknown_frees);
     log_decision(Decision::free_unknown, e.entry());
-  } else if (r == CUDA_SUCCESS)
-    passthrough_free(p, e.entry());
+  } else {
+    passthrough_free_end(p, r == CUDA_SUCCESS, e.entry());
+  }
   return r;
 }
 

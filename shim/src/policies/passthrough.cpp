@@ -120,24 +120,50 @@ void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, MemoryKind 
   emit(Action::segment_alloc, addr, size_bytes, stream, entry, kind, p.device);
 }
 
-std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t entry, std::uint64_t stream) noexcept {
+namespace {
+// The forwarded allocation whose free this thread is making (between passthrough_free_begin and
+// passthrough_free_end: one driver call, never nested, because the shim's own calls are not traced).
+struct PendingFree {
+  std::uint64_t addr = 0;
+  PassThrough p;
+  bool valid = false;
+};
+constinit thread_local PendingFree t_pending_free;
+}  // namespace
+
+bool passthrough_free_begin(std::uint64_t addr, std::uint16_t entry, std::uint64_t stream) noexcept {
   PassThrough p;
   {
     std::lock_guard<std::mutex> lock(registry().mu);
     auto it = registry().live.find(addr);
-    if (it == registry().live.end()) return std::nullopt;
+    if (it == registry().live.end()) return false;
     p = it->second;
     registry().live.erase(it);
   }
-  if (device_resident(p.kind)) unhold(p.device, p.size_bytes);
-  bump(g_counters.passthrough_frees);
+  t_pending_free = {addr, p, true};
   emit(Action::segment_free, addr, p.size_bytes, stream, entry, p.kind, p.device);
-  return p;
+  return true;
 }
 
-bool passthrough_contains(std::uint64_t addr) noexcept {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  return registry().live.count(addr) != 0;
+void passthrough_free_end(std::uint64_t addr, bool freed, std::uint16_t entry, std::uint64_t stream) noexcept {
+  PendingFree f = t_pending_free;
+  t_pending_free.valid = false;
+  if (!f.valid || f.addr != addr) return;
+  if (freed) {
+    // Counted against the cap until the driver has really freed it.
+    if (device_resident(f.p.kind)) unhold(f.p.device, f.p.size_bytes);
+    bump(g_counters.passthrough_frees);
+    return;
+  }
+  // The driver kept it: the program still holds it, so the trace takes it back.
+  try {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().live[addr] = f.p;
+  } catch (...) {
+    if (device_resident(f.p.kind)) unhold(f.p.device, f.p.size_bytes);  // untracked from now on
+    return;
+  }
+  emit(Action::segment_alloc, addr, f.p.size_bytes, stream, entry, f.p.kind, f.p.device);
 }
 
 void passthrough_after_fork_child() noexcept {

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 
 #include "base/sink.h"
 
@@ -18,8 +17,22 @@ struct PassThrough {
 /// Records a forwarded allocation (address or handle) and emits segment_alloc (aux = kind).
 void passthrough_alloc(std::uint64_t addr, std::uint64_t size_bytes, MemoryKind kind, std::uint16_t entry,
                        std::uint64_t stream = 0) noexcept;
-/// Forgets a forwarded allocation and emits segment_free; nullopt (no event) if unknown.
-std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t entry, std::uint64_t stream = 0) noexcept;
+/// The two halves of the free of a forwarded allocation, around the driver's call.
+///
+/// Note [a free is recorded before it happens]: the driver may give a freed address (or handle)
+/// to another thread's allocation as soon as the free returns, and that thread records its
+/// allocation then. So the segment_free is recorded before the driver's free is called, and in the
+/// trace every reuse of the address comes after its release (the caching allocator does the same:
+/// release_block records before it frees). The cap keeps counting the memory until the driver has
+/// freed it. A free the driver refuses leaves the memory the program's: it is recorded again at
+/// once as a segment_alloc, and tracked as before.
+///
+/// passthrough_free_begin forgets `addr` and records segment_free; false (no event) when `addr`
+/// is not a forwarded allocation we track. passthrough_free_end, called by the same thread after
+/// the driver's call with whether it freed, finishes the begin for the same `addr` (no-op when
+/// there was none). Thread-safe; the pair must not be nested on one thread.
+bool passthrough_free_begin(std::uint64_t addr, std::uint16_t entry, std::uint64_t stream = 0) noexcept;
+void passthrough_free_end(std::uint64_t addr, bool freed, std::uint16_t entry, std::uint64_t stream = 0) noexcept;
 /// Records a device allocation forwarded past the caching allocator (reuse:none, a stream
 /// capture) that failed for lack of memory (refused by the cap, or by the driver): an `oom` event
 /// of `bytes`, with the device's free bytes as the program sees them (Note [capped figures]) and
@@ -27,8 +40,6 @@ std::optional<PassThrough> passthrough_free(std::uint64_t addr, std::uint16_t en
 /// reporter/model/oom_count.h). `retries` is 0: no allocator released anything. Nothing at exit
 /// (Note [no CUDA call at exit]) or while the shim does its own work.
 void passthrough_oom(std::uint64_t bytes, std::uint16_t entry, std::uint64_t stream = 0) noexcept;
-/// Whether `addr` is a forwarded allocation we still track.
-bool passthrough_contains(std::uint64_t addr) noexcept;
 /// Drops every record (fork child). No events.
 void passthrough_after_fork_child() noexcept;
 /// Creates the registry now (library load), so that a fork child never meets its lazy

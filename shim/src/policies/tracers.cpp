@@ -89,8 +89,12 @@ void Tracer<Hook::cuMemHostAlloc>::after(std::uint16_t entry, CUresult r, void**
 void Tracer<Hook::cuMemAllocHost_v2>::after(std::uint16_t entry, CUresult r, void** p, size_t bytes) noexcept {
   if (r == CUDA_SUCCESS && p) passthrough_alloc(handle_value(*p), bytes, MemoryKind::pinned_host, entry);
 }
+// Note [a free is recorded before it happens] (passthrough.h): each forwarded free in two halves.
+void Before<Hook::cuMemFreeHost>::call(std::uint16_t entry, void* p) noexcept {
+  passthrough_free_begin(handle_value(p), entry);
+}
 void Tracer<Hook::cuMemFreeHost>::after(std::uint16_t entry, CUresult r, void* p) noexcept {
-  if (r == CUDA_SUCCESS) passthrough_free(handle_value(p), entry);
+  passthrough_free_end(handle_value(p), r == CUDA_SUCCESS, entry);
 }
 
 void Tracer<Hook::cuArrayCreate_v2>::after(std::uint16_t entry, CUresult r, CUarray* a,
@@ -101,15 +105,21 @@ void Tracer<Hook::cuArray3DCreate_v2>::after(std::uint16_t entry, CUresult r, CU
                                              const CUDA_ARRAY3D_DESCRIPTOR*) noexcept {
   if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, MemoryKind::array, entry);
 }
+void Before<Hook::cuArrayDestroy>::call(std::uint16_t entry, CUarray a) noexcept {
+  passthrough_free_begin(handle_value(a), entry);
+}
 void Tracer<Hook::cuArrayDestroy>::after(std::uint16_t entry, CUresult r, CUarray a) noexcept {
-  if (r == CUDA_SUCCESS) passthrough_free(handle_value(a), entry);
+  passthrough_free_end(handle_value(a), r == CUDA_SUCCESS, entry);
 }
 void Tracer<Hook::cuMipmappedArrayCreate>::after(std::uint16_t entry, CUresult r, CUmipmappedArray* a,
                                                  const CUDA_ARRAY3D_DESCRIPTOR*, unsigned int) noexcept {
   if (r == CUDA_SUCCESS && a) passthrough_alloc(handle_value(*a), 0, MemoryKind::array, entry);
 }
+void Before<Hook::cuMipmappedArrayDestroy>::call(std::uint16_t entry, CUmipmappedArray a) noexcept {
+  passthrough_free_begin(handle_value(a), entry);
+}
 void Tracer<Hook::cuMipmappedArrayDestroy>::after(std::uint16_t entry, CUresult r, CUmipmappedArray a) noexcept {
-  if (r == CUDA_SUCCESS) passthrough_free(handle_value(a), entry);
+  passthrough_free_end(handle_value(a), r == CUDA_SUCCESS, entry);
 }
 
 // Note [forwarded memory under the cap]: device memory the shim forwards to the driver (virtual
@@ -161,8 +171,11 @@ void Tracer<Hook::cuMemCreate>::after(std::uint16_t entry, CUresult r, CUmemGene
   if (r != CUDA_SUCCESS || !h || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
   passthrough_alloc(*h, size, MemoryKind::vmm, entry);
 }
+void Before<Hook::cuMemRelease>::call(std::uint16_t entry, CUmemGenericAllocationHandle h) noexcept {
+  passthrough_free_begin(h, entry);
+}
 void Tracer<Hook::cuMemRelease>::after(std::uint16_t entry, CUresult r, CUmemGenericAllocationHandle h) noexcept {
-  if (r == CUDA_SUCCESS) passthrough_free(h, entry);
+  passthrough_free_end(h, r == CUDA_SUCCESS, entry);
 }
 void Tracer<Hook::cuMemMap>::after(std::uint16_t entry, CUresult r, CUdeviceptr p, size_t size, size_t,
                                    CUmemGenericAllocationHandle, unsigned long long) noexcept {

@@ -39,6 +39,28 @@ VT_ADMIT(cuMemAllocFromPoolAsync, CUdeviceptr*, size_t, CUmemoryPool, CUstream)
 VT_ADMIT(cuMemAllocFromPoolAsync_ptsz, CUdeviceptr*, size_t, CUmemoryPool, CUstream)
 #undef VT_ADMIT
 
+/// What a generated TRACE wrapper does right before forwarding a call it admitted:
+/// Before<Hook::name>::call. The primary template does nothing; the forwarded frees
+/// (cuMemFreeHost, cuArrayDestroy, cuMipmappedArrayDestroy, cuMemRelease) record their
+/// segment_free here, before the driver can give the address or handle to another thread
+/// (Note [a free is recorded before it happens], passthrough.h); their Tracer::after finishes it.
+template <Hook H>
+struct Before {
+  template <class... A>
+  static void call(std::uint16_t, A...) noexcept {}
+};
+
+#define VT_BEFORE(name, ...)                                     \
+  template <>                                                    \
+  struct Before<Hook::name> {                                    \
+    static void call(std::uint16_t entry, __VA_ARGS__) noexcept; \
+  };
+VT_BEFORE(cuMemFreeHost, void*)
+VT_BEFORE(cuArrayDestroy, CUarray)
+VT_BEFORE(cuMipmappedArrayDestroy, CUmipmappedArray)
+VT_BEFORE(cuMemRelease, CUmemGenericAllocationHandle)
+#undef VT_BEFORE
+
 #define VT_TRACER(name, ...)                                                  \
   template <>                                                                 \
   struct Tracer<Hook::name> {                                                 \

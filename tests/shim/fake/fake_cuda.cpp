@@ -19,6 +19,12 @@
 //                         program unchanged and nothing else breaks)
 //   FAKECUDA_DELAY_US     every call sleeps this many microseconds before taking the driver lock
 //                         (a slow driver: a loaded GPU, MPS, a remote or virtualised device)
+//   FAKECUDA_REUSE_ADDRESSES  when 1, a device allocation (cuMemAlloc_v2, cuMemAllocAsync) takes the
+//                         most recently freed address of its rounded size before new address space,
+//                         as the real driver hands freed addresses out again at once
+//   FAKECUDA_FREE_RETURN_US   a successful cuMemFree_v2/cuMemFreeAsync sleeps this many
+//                         microseconds after the memory is free, outside the driver lock (the real
+//                         cuMemFree synchronises first): another thread can meanwhile allocate it
 //   FAKECUDA_CONTEXT_MB   device memory each live context takes (default 0): counted as used from
 //                         its creation (cuCtxCreate_v2, a primary context's first retain) to its
 //                         destruction, as the driver's own allocations are, never through an
@@ -70,7 +76,8 @@ struct Context {
   bool primary = false;
   bool alive = false;
   int retains = 0;
-  CUdeviceptr next = 0;  // bump pointer; restarts after a reset so addresses are reused
+  CUdeviceptr next = 0;                      // bump pointer; restarts after a reset so addresses are reused
+  std::multimap<size_t, CUdeviceptr> freed;  // FAKECUDA_REUSE_ADDRESSES: by rounded size, oldest first
 };
 
 struct State {
@@ -98,8 +105,10 @@ struct State {
   long fail_sync_every = 0;  // FAKECUDA_FAIL_SYNC_EVERY
   long sync_calls = 0;
   long injected_sync_faults = 0;
-  long delay_us = 0;         // FAKECUDA_DELAY_US
-  size_t context_bytes = 0;  // FAKECUDA_CONTEXT_MB
+  long delay_us = 0;             // FAKECUDA_DELAY_US
+  bool reuse_addresses = false;  // FAKECUDA_REUSE_ADDRESSES
+  long free_return_us = 0;       // FAKECUDA_FREE_RETURN_US
+  size_t context_bytes = 0;      // FAKECUDA_CONTEXT_MB
   bool initialized = false;
   bool finished = false;  // destructor ran
   unsigned long long next_handle = 0x1000;
@@ -114,6 +123,8 @@ State& st() {
     if (const char* v = getenv("FAKECUDA_FAIL_ALLOC_EVERY")) s->fail_alloc_every = atol(v);
     if (const char* v = getenv("FAKECUDA_FAIL_SYNC_EVERY")) s->fail_sync_every = atol(v);
     if (const char* v = getenv("FAKECUDA_DELAY_US")) s->delay_us = atol(v);
+    if (const char* v = getenv("FAKECUDA_REUSE_ADDRESSES")) s->reuse_addresses = atoi(v) == 1;
+    if (const char* v = getenv("FAKECUDA_FREE_RETURN_US")) s->free_return_us = atol(v);
     if (const char* v = getenv("FAKECUDA_CONTEXT_MB")) s->context_bytes = strtoull(v, nullptr, 10) << 20;
     for (int d = 0; d < kMaxDevices; ++d) {
       s->primary[d].device = d;
@@ -190,7 +201,14 @@ CUresult do_alloc(CUdeviceptr* out, size_t bytes, Kind kind) {
   static unsigned long long next_buffer_id = 1;
   a.buffer_id = next_buffer_id++;
   CUdeviceptr p = c->next;
-  c->next += round_up(bytes, 4096);
+  const size_t span = round_up(bytes, 4096);
+  if (auto [lo, hi] = c->freed.equal_range(span); s.reuse_addresses && lo != hi) {
+    auto last = std::prev(hi);  // the most recently freed
+    p = last->second;
+    c->freed.erase(last);
+  } else {
+    c->next += span;
+  }
   s.used[c->device] += charged;
   s.allocs[p] = a;
   *out = p;
@@ -203,9 +221,17 @@ CUresult do_free(CUdeviceptr p, bool async_only) {
   if (it == s.allocs.end() || it->second.kind == Kind::vmm_reserved) return CUDA_ERROR_INVALID_VALUE;
   Context* c = ctx_of(it->second.ctx);
   s.used[c->device] -= round_up(it->second.size, 512);
+  if (s.reuse_addresses && (it->second.kind == Kind::device || it->second.kind == Kind::async))
+    c->freed.emplace(round_up(it->second.size, 4096), p);
   free(it->second.host);
   s.allocs.erase(it);
   return CUDA_SUCCESS;
+}
+
+// FAKECUDA_FREE_RETURN_US: called after the driver lock is released.
+CUresult slow_return(CUresult r) {
+  if (long us = st().free_return_us; us > 0 && r == CUDA_SUCCESS) usleep(static_cast<useconds_t>(us));
+  return r;
 }
 
 // Destroys every allocation of a context except stream-ordered ones (documented for
@@ -232,6 +258,7 @@ void destroy_context(Context* c) {
   if (c->alive) s.used[c->device] -= s.context_bytes;
   c->alive = false;
   c->retains = 0;
+  c->freed.clear();
   if (c->primary) c->next = kBase + c->device * kDeviceSpan;
 }
 
@@ -394,9 +421,12 @@ FAKE_EXPORT CUresult cuMemAlloc(unsigned int* p, unsigned int bytes) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
-  COUNT();
-  if (any_global_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  return do_free(p, false);
+  CUresult r;
+  {
+    COUNT();
+    r = any_global_capture() ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : do_free(p, false);
+  }
+  return slow_return(r);
 }
 FAKE_EXPORT CUresult cuMemFree(unsigned int p) {
   COUNT();
@@ -538,13 +568,21 @@ FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t b, CUstream s) 
   COUNT();
   return alloc_async(p, b, s);
 }
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-  COUNT();
-  return do_free(p, true);
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) {
+  CUresult r;
+  {
+    COUNT();
+    r = do_free(p, true);
+  }
+  return slow_return(r);
 }
-FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
-  COUNT();
-  return do_free(p, true);
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) {
+  CUresult r;
+  {
+    COUNT();
+    r = do_free(p, true);
+  }
+  return slow_return(r);
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t b, CUmemoryPool pool, CUstream s) {
   COUNT();
