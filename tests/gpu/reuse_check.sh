@@ -9,6 +9,10 @@
 #     0 wrong; stream_ordered's figure is printed as what it is for (one-stream programs).
 #  3. numba's device_memory_size pattern (cuMemGetAddressRange, then a memset), where numba is
 #     installed.
+#  4. Many threads allocating and freeing at once (threads_reuse_check.cu, built here with nvcc when
+#     BUILD lacks it), traced under reuse:none (every allocation forwarded: the driver gives a freed
+#     address to another thread at once), the default and expandable segments: `vramtrace summary`
+#     must find no contradiction in the trace (Note [a free is recorded before it happens]).
 # Usage: tests/gpu/reuse_check.sh BUILD OUT [TRIALS]; exit 1 when a row fails (summary.txt).
 set -uo pipefail
 B=${1:?build dir} OUT=${2:?out dir} TRIALS=${3:-20}
@@ -106,5 +110,30 @@ PY
   row "$(verdict grep -q '^numba ok' "$OUT/numba.txt")" "numba: device_memory_size + memset under the shim ($(tail -1 "$OUT/numba.txt"))"
 else
   row SKIP "numba-cuda not installed: numba row not run"
+fi
+
+# 4. threads: the trace of concurrent frees and reallocations holds no contradiction
+TC=$B/gpu/threads_reuse_check
+if [[ ! -x $TC ]] && command -v nvcc >/dev/null; then
+  TC=$OUT/threads_reuse_check
+  nvcc -O2 -std=c++17 "$here/threads_reuse_check.cu" -o "$TC" >"$OUT/threads.build.txt" 2>&1 || TC=
+fi
+if [[ -n $TC && -x $TC ]]; then
+  for conf in reuse:none "" expandable_segments:True; do
+    d=$OUT/threads.${conf:-default}
+    d=${d//:/_}
+    mkdir -p "$d"
+    VRAMTRACE_CONF=$conf LD_PRELOAD=$SHIM VRAMTRACE_OUTPUT=$d/trace.jsonl "$TC" 16 3000 >"$d/out.txt" 2>&1
+    rc=$?
+    LD_LIBRARY_PATH=$B/lib "$B/bin/vramtrace" summary --json "$d/trace.jsonl" >"$d/summary.json" 2>"$d/summary.err"
+    notes=$(python3 -c 'import json,sys
+t = json.load(open(sys.argv[1]))["traces"][0]
+n = t.get("notes", []) + [x for d in t.get("devices", []) for x in d.get("notes", [])]
+print(len([x for x in n if "layout is kept" not in x]))' "$d/summary.json" 2>/dev/null || echo "unreadable")
+    row "$(verdict test "$rc:$notes" = 0:0)" \
+      "16 threads allocating and freeing, VRAMTRACE_CONF=${conf:-(default)}: exit $rc, notes on the trace: $notes"
+  done
+else
+  row SKIP "no nvcc to build threads_reuse_check: threads row not run"
 fi
 exit $fail
