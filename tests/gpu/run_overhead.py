@@ -10,6 +10,8 @@ Each round runs every variant once, in an order rotated from round to round:
   run_nostacks  `run` with VRAMTRACE_TORCH_CONTEXT=none (PyTorch's history without Python stacks)
   run_noshimstacks  `run` with VRAMTRACE_STACKS=none (the shim's trace without call stacks)
   run_nonestacks    `run` with both: no call stack recorded at either level
+  native_history    the program alone with PyTorch's history turned on in-process as `run` turns it
+            on (with_history.py: allocation stacks, Python frames): PyTorch's own share of the cost
 Every process is pinned to the same CPUs (--cpus, default 2-9) so that the scheduler's placement
 is not one more variable, and the GPU's SM clock and throttle reasons are sampled once a second
 while it runs. Per process: the median of its timed steps; per variant: the median over rounds,
@@ -85,7 +87,8 @@ def main():
                 run = [vt, "run", "-o", trace, "--"] + prog
                 argv = {"native": prog, "run": run,
                         "no_torch": [vt, "run", "--no-torch", "-o", trace, "--"] + prog,
-                        "run_nostacks": run, "run_noshimstacks": run, "run_nonestacks": run}[v]
+                        "run_nostacks": run, "run_noshimstacks": run, "run_nonestacks": run,
+                        "native_history": [sys.executable, os.path.join(HERE, "with_history.py")] + prog[1:]}[v]
                 venv = dict(env, **{"run_nostacks": {"VRAMTRACE_TORCH_CONTEXT": "none"},
                                     "run_noshimstacks": {"VRAMTRACE_STACKS": "none"},
                                     "run_nonestacks": {"VRAMTRACE_TORCH_CONTEXT": "none",
