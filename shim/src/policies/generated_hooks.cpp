@@ -24,18 +24,17 @@ using namespace vramtrace::shim;
 
 // Driver: ask the cap (Admit<Hook::name>, tracers.h), note what must be recorded before the call
 // (Before<Hook::name>), forward to the real function, then trace (Tracer<Hook::name>).
-#define VT_GEN_DRIVER_FORWARD(name, ret, params, args)                                                   \
-  extern "C" ret name params {                                                                           \
-    EntryScope e_(Hook::name);                                                                           \
-    auto real_ = real_driver<ret(*) params>(Hook::name);                                                 \
-    if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                                       \
-    if (!EntryScope::internal() && enabled() && !Admit<Hook::name>::admits(e_.entry(), VT_UNPAREN args)) \
-      return CUDA_ERROR_OUT_OF_MEMORY;                                                                   \
-    const bool traced_ = !EntryScope::internal() && enabled();                                           \
-    if (traced_) Before<Hook::name>::call(e_.entry(), VT_UNPAREN args);                                  \
-    ret r_ = real_ args;                                                                                 \
-    if (traced_) Tracer<Hook::name>::after(e_.entry(), r_, VT_UNPAREN args);                             \
-    return r_;                                                                                           \
+#define VT_GEN_DRIVER_FORWARD(name, ret, params, args)                                                       \
+  extern "C" ret name params {                                                                               \
+    EntryScope e_(Hook::name);                                                                               \
+    auto real_ = real_driver<ret(*) params>(Hook::name);                                                     \
+    if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                                           \
+    const bool traced_ = !EntryScope::internal() && enabled();                                               \
+    if (traced_ && !Admit<Hook::name>::admits(e_.entry(), VT_UNPAREN args)) return CUDA_ERROR_OUT_OF_MEMORY; \
+    if (traced_) Before<Hook::name>::call(e_.entry(), VT_UNPAREN args);                                      \
+    ret r_ = real_ args;                                                                                     \
+    if (traced_) Tracer<Hook::name>::after(e_.entry(), r_, VT_UNPAREN args);                                 \
+    return r_;                                                                                               \
   }
 #define VT_GEN_driver_TRACE VT_GEN_DRIVER_FORWARD
 #define VT_GEN_driver_PASS VT_GEN_DRIVER_FORWARD
