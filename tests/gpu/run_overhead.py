@@ -12,6 +12,10 @@ Each round runs every variant once, in an order rotated from round to round:
   run_nonestacks    `run` with both: no call stack recorded at either level
   native_history    the program alone with PyTorch's history turned on in-process as `run` turns it
             on (with_history.py: allocation stacks, Python frames): PyTorch's own share of the cost
+  shim_history      `run --no-torch` of with_history.py: the shim and its trace under PyTorch's
+            history, without vramtrace's Python start-up hook
+  hook_only         the Python start-up hook alone (PYTHONPATH and VRAMTRACE_TORCH_OUT as `run`
+            sets them), no shim preloaded: the hook's share
 Every process is pinned to the same CPUs (--cpus, default 2-9) so that the scheduler's placement
 is not one more variable, and the GPU's SM clock and throttle reasons are sampled once a second
 while it runs. Per process: the median of its timed steps; per variant: the median over rounds,
@@ -68,6 +72,10 @@ def main():
     tdir = os.path.join(out, "traces")
     os.makedirs(tdir, exist_ok=True)
     cpus = parse_cpus(args.cpus)
+    # Where `vramtrace run` finds its start-up hook in a build or install tree (cmd_run.cpp).
+    boot = next((d for d in (os.path.join(os.path.abspath(args.build), "share", "vramtrace", "python", "vramtrace", "_boot"),
+                             os.path.join(os.path.dirname(os.path.dirname(HERE)), "python", "vramtrace", "_boot"))
+                 if os.path.isdir(d)), "")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMTRACE_") and k != "LD_PRELOAD"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     warm = {"gpt2": 3, "llama": 2}
@@ -88,11 +96,17 @@ def main():
                 argv = {"native": prog, "run": run,
                         "no_torch": [vt, "run", "--no-torch", "-o", trace, "--"] + prog,
                         "run_nostacks": run, "run_noshimstacks": run, "run_nonestacks": run,
-                        "native_history": [sys.executable, os.path.join(HERE, "with_history.py")] + prog[1:]}[v]
+                        "native_history": [sys.executable, os.path.join(HERE, "with_history.py")] + prog[1:],
+                        "shim_history": [vt, "run", "--no-torch", "-o", trace, "--", sys.executable,
+                                         os.path.join(HERE, "with_history.py")] + prog[1:],
+                        "hook_only": prog}[v]
                 venv = dict(env, **{"run_nostacks": {"VRAMTRACE_TORCH_CONTEXT": "none"},
                                     "run_noshimstacks": {"VRAMTRACE_STACKS": "none"},
                                     "run_nonestacks": {"VRAMTRACE_TORCH_CONTEXT": "none",
-                                                       "VRAMTRACE_STACKS": "none"}}.get(v, {}))
+                                                       "VRAMTRACE_STACKS": "none"},
+                                    "hook_only": {"PYTHONPATH": boot, "VRAMTRACE_TORCH_OUT":
+                                                  os.path.join(tdir, f"{model}-hook-r{rnd}-%p.torch.pickle")},
+                                    }.get(v, {}))
                 stop, samples = threading.Event(), []
                 th = threading.Thread(target=sampler, args=(stop, samples), daemon=True)
                 th.start()
