@@ -6,6 +6,8 @@
 #   checks  the tensor level against memory_stats (torch_level_check.py), the top sites of GPT-2
 #           (sites_check.sh), the ledger (ledger_check.py) and the shim's own stacks
 #           (device_sites_check.sh), each with its log in $OUT
+#   killed  SIGKILLed PyTorch runs say what is missing of the tensor level (killed_check.sh), then
+#           device_sites_check.sh and torch_level_check.py again
 set -u
 export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -30,5 +32,14 @@ case ${1:-} in
     echo "== device_sites_check rc $? $((SECONDS - t)) s"; grep -E "PASS|FAIL|rc " "$OUT/dsites.log"
     tar -C "$OUT" -czf "$OUT/checks.tar.gz" sites ledger dsites 2>/dev/null; rm -rf "$OUT/sites" "$OUT/ledger" "$OUT/dsites"
     ;;
-  *) echo "usage: $0 stacks|checks" >&2; exit 2 ;;
+  killed)  # after the sidecar of the start and the static runtime's sites
+    t=$SECONDS; timeout 120 tests/gpu/killed_check.sh $B "$OUT/killed" >"$OUT/killed.log" 2>&1
+    echo "== killed_check rc $? $((SECONDS - t)) s"; cat "$OUT/killed.log"
+    t=$SECONDS; timeout 150 tests/gpu/device_sites_check.sh $B "$OUT/dsites" >"$OUT/dsites.log" 2>&1
+    echo "== device_sites_check rc $? $((SECONDS - t)) s"; cat "$OUT/dsites.log"
+    t=$SECONDS; timeout 150 python3 tests/gpu/torch_level_check.py --steps 4 >"$OUT/torch_level.log" 2>&1
+    echo "== torch_level_check rc $? $((SECONDS - t)) s"; tail -4 "$OUT/torch_level.log"
+    tar -C "$OUT" -czf "$OUT/killed.tar.gz" killed dsites 2>/dev/null; rm -rf "$OUT/killed" "$OUT/dsites"
+    ;;
+  *) echo "usage: $0 stacks|checks|killed" >&2; exit 2 ;;
 esac
