@@ -568,22 +568,18 @@ FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t b, CUstream s) 
   COUNT();
   return alloc_async(p, b, s);
 }
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) {
-  CUresult r;
-  {
-    COUNT();
-    r = do_free(p, true);
-  }
-  return slow_return(r);
-}
-FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) {
-  CUresult r;
-  {
-    COUNT();
-    r = do_free(p, true);
-  }
-  return slow_return(r);
-}
+// The two stream-ordered frees: counted under their own names (COUNT uses __func__), the free
+// itself under the lock, the return delay outside it.
+#define FAKE_FREE_ASYNC_BODY(p) \
+  CUresult r;                   \
+  {                             \
+    COUNT();                    \
+    r = do_free(p, true);       \
+  }                             \
+  return slow_return(r)
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { FAKE_FREE_ASYNC_BODY(p); }
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) { FAKE_FREE_ASYNC_BODY(p); }
+#undef FAKE_FREE_ASYNC_BODY
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t b, CUmemoryPool pool, CUstream s) {
   COUNT();
   return alloc_async(p, b, s);
