@@ -29,7 +29,8 @@ void register_report(CLI::App& app) {
          "traces", opts->traces,
          "Trace files, globs, or directories (all traces in them); several traces add the process x device view")
       ->required();
-  cmd->add_option("-o,--output", opts->output, "Output HTML file (default report.html; - for standard output); an existing one is kept");
+  cmd->add_option("-o,--output", opts->output,
+                  "Output HTML file (default report.html; - for standard output); an existing one is kept");
   cmd->add_flag("--force", opts->force, "Overwrite the output file if it exists");
   cmd->add_option("--title", opts->title, "Page title");
   add_level_option(cmd, opts->level);

@@ -1,8 +1,8 @@
 // The `vramtrace` command: one subcommand per file (cmd_*.cpp), registered here.
-#include <CLI/CLI.hpp>
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <cstdio>
@@ -18,7 +18,7 @@ namespace {
 // write end once its read end is closed. A write that failed earlier (its errno since lost) is
 // then the closed pipe's.
 bool stdout_reader_gone() {
-  struct stat st{};
+  struct stat st {};
   if (::fstat(STDOUT_FILENO, &st) != 0 || !S_ISFIFO(st.st_mode)) return false;
   pollfd p{STDOUT_FILENO, POLLOUT, 0};
   return ::poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;

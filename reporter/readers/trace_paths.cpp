@@ -308,9 +308,10 @@ std::string tensor_level_gap(const std::string& trace, const std::string& compan
         "no snapshot was ever written: the process ended without its exit write (SIGKILL, a crash or os.exec*), so "
         "all of the tensor level is missing. Read at the device level: PyTorch's segments, not its tensors",
         trace, s.path, seconds_into(proc, s.written_at_ns));
-  return fmt::format("{}: the sidecar {} names the snapshot {}, which is not there (moved or deleted?); read at the "
-                     "device level",
-                     trace, s.path, snapshot);
+  return fmt::format(
+      "{}: the sidecar {} names the snapshot {}, which is not there (moved or deleted?); read at the "
+      "device level",
+      trace, s.path, snapshot);
 }
 
 std::vector<std::string> choose_trace_level(const std::vector<std::string>& paths, TraceLevel level,

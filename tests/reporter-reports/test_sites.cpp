@@ -214,7 +214,8 @@ TEST_CASE("sites: the user's line of native stacks, Python frames preferred", "[
   CHECK(label(symbolized, s.via) == "cudaMalloc");
   // nvcc's default links the CUDA runtime into the program: its frames lie in the program's own
   // module, and only their names say they are the runtime's.
-  Frame internal = native(app, "solver+0x9000"), api = native(app, "solver+0x8000"), user_main = native(app, "solver+0x100");
+  Frame internal = native(app, "solver+0x9000"), api = native(app, "solver+0x8000"),
+        user_main = native(app, "solver+0x100");
   internal.name = "libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c";
   api.name = "cudaMalloc";
   user_main.name = "main";
