@@ -80,6 +80,26 @@ std::vector<std::string> files_beside(const std::string& path, Pick pick) {
   return out;
 }
 
+/// Whether the directory of `stem` (a path without its extension) holds "<stem's name>.<digits>"
+/// + `suffix`, compressed (.gz, .zst) or not: the per-process name `vramtrace run` gives its
+/// companions when the trace's name has no %p. Stops at the first; false if the directory cannot
+/// be read.
+bool pid_named_beside(const std::string& stem, const std::string& suffix) {
+  const fs::path stem_path(stem);
+  const std::string prefix = stem_path.filename().string() + ".";
+  const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = without_compression(it->path().filename().string());
+    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        !ends_with(name, suffix))
+      continue;
+    const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (middle.find_first_not_of("0123456789") == std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool same_process(std::int64_t pid, const std::string& host, std::int64_t start_ns, std::int64_t end_ns,
@@ -173,18 +193,8 @@ std::string tensor_level_companion(const std::string& trace) {
   };
   std::string plain = existing(stem + ".torch.pickle");
   const bool has_plain = !plain.empty();
-  bool has_pid_named = false;  // stem.<digits>.torch.pickle[.gz|.zst]
-  const fs::path stem_path(stem);
-  const std::string prefix = stem_path.filename().string() + ".", suffix = ".torch.pickle";
-  const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
-  for (fs::directory_iterator it(dir, ec), end; !has_pid_named && !ec && it != end; it.increment(ec)) {
-    const std::string name = without_compression(it->path().filename().string());
-    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-        !ends_with(name, suffix))
-      continue;
-    const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    has_pid_named = middle.find_first_not_of("0123456789") == std::string::npos;
-  }
+  const std::string suffix = ".torch.pickle";
+  const bool has_pid_named = pid_named_beside(stem, suffix);  // stem.<digits>.torch.pickle[.gz|.zst]
   // Failing those names (a %t of another second), the snapshots of the directory whose sidecars
   // name their process; the trace is opened only when there is one.
   auto with_sidecars = [&] {
@@ -281,17 +291,7 @@ std::string tensor_level_gap(const std::string& trace, const std::string& compan
   if (!fs::is_regular_file(snapshot + ".json", ec)) {
     // Names without %p: "<stem>.<pid>.torch.pickle.json". The header is opened only when such a
     // file is there, so a trace without PyTorch is opened once, by the command that reads it.
-    const fs::path stem_path(stem);
-    const std::string prefix = stem_path.filename().string() + ".", suffix = ".torch.pickle.json";
-    const bool pid_named = !files_beside(trace, [&](const std::string& n) {
-                              if (n.size() <= prefix.size() + suffix.size() ||
-                                  n.compare(0, prefix.size(), prefix) != 0 || !ends_with(n, suffix))
-                                return false;
-                              const std::string middle =
-                                  n.substr(prefix.size(), n.size() - prefix.size() - suffix.size());
-                              return middle.find_first_not_of("0123456789") == std::string::npos;
-                            }).empty();
-    if (!pid_named) return {};
+    if (!pid_named_beside(stem, ".torch.pickle.json")) return {};
     opened = trace_process(trace);
     if (opened->pid == 0) return {};
     snapshot = stem + "." + std::to_string(opened->pid) + ".torch.pickle";
