@@ -14,6 +14,7 @@
 #include "policies/context_pool.h"
 #include "policies/memory_cap.h"
 #include "policies/passthrough.h"
+#include "policies/stream_work.h"
 
 using namespace vramtrace;
 using namespace vramtrace::shim;
@@ -124,7 +125,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   Fn real = real_driver<Fn>(hook);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   StreamId key = stream_key(s, per_thread);
-  if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
+  if (is_per_thread_key(key)) note_per_thread_stream(hook);  // Note [work on another stream]
   ContextPool* pool = nullptr;
   meet_context_when_forwarding();
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
@@ -179,7 +180,7 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (EntryScope::internal() || !enabled()) return real(p, s);
   StreamId key = stream_key(s, per_thread);
-  if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
+  if (is_per_thread_key(key)) note_per_thread_stream(hook);  // Note [work on another stream]
   Owner o = pools().owner_of(p);
   if (o.pool && o.live) {
     bump(g_counters.cached_frees);
