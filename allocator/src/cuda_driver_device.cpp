@@ -165,9 +165,11 @@ void CudaDriverDevice::destroy_event(EventHandle ev) noexcept {
   api_.cuEventDestroy_v2(reinterpret_cast<CUevent>(ev));
 }
 
-void CudaDriverDevice::synchronize() noexcept {
-  if (abandoned() || !api_.cuCtxSynchronize) return;
-  api_.cuCtxSynchronize();
+void CudaDriverDevice::synchronize() noexcept { (void)synchronize_context(); }
+
+bool CudaDriverDevice::synchronize_context() noexcept {
+  if (abandoned() || !api_.cuCtxSynchronize) return false;
+  return api_.cuCtxSynchronize() == CUDA_SUCCESS;
 }
 
 bool CudaDriverDevice::contains(DevicePtr ptr) const noexcept { return range_start(ptr) != 0; }

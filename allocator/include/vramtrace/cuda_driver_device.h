@@ -78,6 +78,9 @@ class CudaDriverDevice final : public DeviceBackend {
   void wait_event(EventHandle ev) noexcept override;
   void destroy_event(EventHandle ev) noexcept override;
   void synchronize() noexcept override;
+  /// cuCtxSynchronize of the owning context (current on the calling thread); true when it
+  /// succeeded, false when it failed or the backend is abandoned. Thread-safe.
+  bool synchronize_context() noexcept;
 
   /// Whether `ptr` lies inside a live segment or reserved range of this backend (used by the shim
   /// to tell a double free of a cached block from a pointer it never handed out).

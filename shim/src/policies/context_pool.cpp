@@ -72,8 +72,10 @@ void ContextPool::end_sync(std::uint64_t epoch) noexcept {
 void ContextPool::sync_for_reuse() noexcept {
   std::uint64_t e = begin_sync();
   bump(g_counters.lazy_syncs);
-  backend.synchronize();
+  side_work_before_sync();
+  const bool ok = backend.synchronize_context();
   end_sync(e);
+  if (ok) side_work_after_sync(ctx);
 }
 
 void ContextPool::mark_exported(DevicePtr addr) noexcept {

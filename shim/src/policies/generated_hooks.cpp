@@ -37,16 +37,18 @@ using namespace vramtrace::shim;
     if (traced_) Tracer<Hook::name>::after(e_.entry(), r_, VT_UNPAREN args);                                 \
     return r_;                                                                                               \
   }
-// Work submission: the stream is reported before the work reaches the driver (Note [work on
-// another stream] in policies/stream_work.h), so that nothing the work uses is reused too early.
-#define VT_GEN_driver_SUBMIT(name, ret, params, args)                                                   \
-  extern "C" ret name params {                                                                          \
-    EntryScope e_(Hook::name);                                                                          \
-    auto real_ = real_driver<ret(*) params>(Hook::name);                                                \
-    if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                                      \
-    note_stream_work(Hook::name, per_thread_name(#name), stream_work_detail::ends_with(#name, "_ptds"), \
-                     VT_UNPAREN args);                                                                  \
-    return real_ args;                                                                                  \
+// Work submission: the stream is reported before the work reaches the driver and again after it
+// returned (Note [work on another stream] in policies/stream_work.h), so that nothing the work
+// uses is reused too early.
+#define VT_GEN_driver_SUBMIT(name, ret, params, args)                                                 \
+  extern "C" ret name params {                                                                        \
+    EntryScope e_(Hook::name);                                                                        \
+    auto real_ = real_driver<ret(*) params>(Hook::name);                                              \
+    if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                                    \
+    if (EntryScope::internal()) return real_ args;                                                    \
+    SubmitScope s_(Hook::name, per_thread_name(#name), stream_work_detail::ends_with(#name, "_ptds"), \
+                   VT_UNPAREN args);                                                                  \
+    return real_ args;                                                                                \
   }
 #define VT_GEN_driver_TRACE VT_GEN_DRIVER_FORWARD
 #define VT_GEN_driver_PASS VT_GEN_DRIVER_FORWARD

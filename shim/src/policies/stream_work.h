@@ -37,21 +37,26 @@ namespace vramtrace::shim {
 
 namespace stream_work_detail {
 /// 0 while only the legacy stream has work; 1 after the switch, until its events completed;
-/// 2 afterwards (nothing left to do at any submission).
+/// 2 afterwards; 3 while a synchronisation's return to 0 is being decided (return_to_single).
 extern std::atomic<int> g_state;
-/// The slow path of note_stream_work: the switch, and the GPU-side wait while its events are
-/// pending. `s` is the handle to make wait (CU_STREAM_PER_THREAD for a per-thread stream).
+/// Submissions on another stream in progress (between their report and the driver's return).
+extern std::atomic<int> g_inflight;
+/// Work went on another stream since the last synchronisation began (side_work_before_sync).
+extern std::atomic<bool> g_side_work;
+/// Whether `s` (neither 0 nor a per-thread handle) names the legacy default stream. Cached.
+bool legacy_handle(CUstream s) noexcept;
+/// The slow path: the switch, and the GPU-side wait while its events are pending. `s` is the
+/// handle to make wait (CU_STREAM_PER_THREAD for a per-thread stream).
 void on_other_stream(Hook by, CUstream s) noexcept;
 
-inline void note_arg(Hook by, bool per_thread, CUstream s) noexcept {
+/// The stream of an argument if it is not the legacy stream (CU_STREAM_PER_THREAD for this
+/// thread's default stream), else null.
+inline CUstream other_stream(bool per_thread, CUstream s) noexcept {
   StreamId key = stream_key(s, per_thread);
-  if (key.value != 0) on_other_stream(by, is_per_thread_key(key) ? CU_STREAM_PER_THREAD : s);
+  if (key.value == 0) return nullptr;
+  if (is_per_thread_key(key)) return CU_STREAM_PER_THREAD;
+  return legacy_handle(s) ? nullptr : s;
 }
-inline void note_arg(Hook by, bool per_thread, const CUlaunchConfig* config) noexcept {
-  if (config) note_arg(by, per_thread, config->hStream);
-}
-template <class T>
-inline void note_arg(Hook, bool, T) noexcept {}
 
 constexpr bool ends_with(const char* s, const char* suffix) noexcept {
   std::size_t n = 0, m = 0;
@@ -70,32 +75,68 @@ constexpr bool per_thread_name(const char* name) noexcept {
   return stream_work_detail::ends_with(name, "_ptsz") || stream_work_detail::ends_with(name, "_ptds");
 }
 
-/// Reports the stream of work about to be submitted by hook `by` (its arguments `a`, scanned by
-/// type for a CUstream or a CUlaunchConfig). Call before forwarding the call. `synchronous_pt`:
-/// a _ptds call, whose work goes on the per-thread default stream without a stream argument.
-/// Thread-safe; after the switch has settled, one relaxed load.
-template <class... A>
-inline void note_stream_work(Hook by, bool per_thread, bool synchronous_pt, A... a) noexcept {
-  if (stream_work_detail::g_state.load(std::memory_order_acquire) == 2) return;
-  if (synchronous_pt) {
-    stream_work_detail::on_other_stream(by, CU_STREAM_PER_THREAD);
-    return;
+/// RAII around one work submission (a SUBMIT hook's call of the real function): the constructor
+/// reports the work's stream before the call (arguments scanned by type for a CUstream or a
+/// CUlaunchConfig; `synchronous_pt` for a _ptds call, whose work goes on the per-thread default
+/// stream without a stream argument), the destructor after the driver returned. Work on the
+/// legacy stream costs a key computation; work on another stream two atomic updates and, until
+/// the switch has settled, the slow path. Thread-safe.
+class SubmitScope {
+ public:
+  template <class... A>
+  SubmitScope(Hook by, bool per_thread, bool synchronous_pt, A... a) noexcept {
+    if (synchronous_pt)
+      report(by, CU_STREAM_PER_THREAD);
+    else
+      (visit(by, per_thread, a), ...);
   }
-  (stream_work_detail::note_arg(by, per_thread, a), ...);
-}
+  /// A multi-device cooperative launch: each device's stream.
+  SubmitScope(Hook by, bool per_thread, bool, CUDA_LAUNCH_PARAMS* list, unsigned int n, unsigned int) noexcept {
+    for (unsigned int i = 0; list && i < n; ++i) visit(by, per_thread, list[i].hStream);
+  }
+  ~SubmitScope() {
+    if (!other_) return;
+    // Note [return to one stream] (stream_work.cpp): the work is marked before it stops counting
+    // as in progress.
+    stream_work_detail::g_side_work.store(true, std::memory_order_seq_cst);
+    stream_work_detail::g_inflight.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  SubmitScope(const SubmitScope&) = delete;
+  SubmitScope& operator=(const SubmitScope&) = delete;
 
-/// A multi-device cooperative launch: each device's stream.
-inline void note_stream_work(Hook by, bool per_thread, bool, CUDA_LAUNCH_PARAMS* list, unsigned int n,
-                             unsigned int) noexcept {
-  if (stream_work_detail::g_state.load(std::memory_order_acquire) == 2 || !list) return;
-  for (unsigned int i = 0; i < n; ++i) stream_work_detail::note_arg(by, per_thread, list[i].hStream);
-}
+ private:
+  void report(Hook by, CUstream s) noexcept {
+    if (!s) return;
+    if (!other_) {
+      other_ = true;
+      stream_work_detail::g_inflight.fetch_add(1, std::memory_order_seq_cst);
+    }
+    if (stream_work_detail::g_state.load(std::memory_order_seq_cst) != 2) stream_work_detail::on_other_stream(by, s);
+  }
+  void visit(Hook by, bool per_thread, CUstream s) noexcept {
+    report(by, stream_work_detail::other_stream(per_thread, s));
+  }
+  void visit(Hook by, bool per_thread, const CUlaunchConfig* config) noexcept {
+    if (config) visit(by, per_thread, config->hStream);
+  }
+  template <class T>
+  void visit(Hook, bool, T) noexcept {}
+  bool other_ = false;
+};
 
 /// An allocation or free on a per-thread default stream (the memory's users will be work there):
-/// the same switch as note_stream_work.
+/// the same switch as a submission there.
 void note_per_thread_stream(Hook by) noexcept;
 
-/// Whether the process has switched to the multi-stream rule. One relaxed load.
+/// Whether the process is under the multi-stream rule. One relaxed load.
 bool other_stream_used() noexcept;
+
+/// Around a synchronisation of a whole context `ctx` (the shim's lazy sync or the program's
+/// cuCtxSynchronize): call side_work_before_sync before it, and side_work_after_sync after it
+/// succeeded. When the process has one context and no work went on another stream in between,
+/// everything submitted before has finished, and the process is back under the single-stream
+/// rule (Note [return to one stream] in stream_work.cpp). Thread-safe.
+void side_work_before_sync() noexcept;
+void side_work_after_sync(CUcontext ctx) noexcept;
 
 }  // namespace vramtrace::shim
