@@ -224,6 +224,50 @@ class Chaining(TorchLevelTest):
         self.assert_written(res, "exit")
 
 
+def python2():
+    """A Python 2 interpreter to run, or None: VRAMTRACE_TEST_PYTHON2, else pyenv's 2.7."""
+    candidates = [os.environ.get("VRAMTRACE_TEST_PYTHON2", "")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/2.7*/bin/python2.7")))
+    candidates += ["/usr/bin/python2.7", "/usr/bin/python2"]
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+class OldPython(TorchLevelTest):
+    """A Python 2 program under `vramtrace run` (its sitecustomize must parse and stay silent)."""
+
+    def run_py2(self, interpreter, traced, extra_path=()):
+        self.runs += 1
+        workdir = os.path.join(self.tmp, "py2-%d-%s" % (self.runs, "traced" if traced else "plain"))
+        os.makedirs(workdir)
+        prog = os.path.join(workdir, "prog.py")
+        with open(prog, "w") as f:
+            f.write("import sys\nprint('python %d' % sys.version_info[0])\n"
+                    "import __builtin__\nprint('other ran: %s' % getattr(__builtin__, 'OTHER_SITE_RAN', False))\n")
+        env = {"VRAMTRACE_TORCH_OUT": os.path.join(workdir, "out.%p.pickle")} if traced else {}
+        return subprocess.run([interpreter, prog], cwd=workdir, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              env=self.child_env(traced, env, extra_path))
+
+    def test_python2_runs_unchanged_and_chains(self):
+        interpreter = python2()
+        if interpreter is None:
+            self.skipTest("no Python 2 interpreter here")
+        other = os.path.join(self.tmp, "other-site")
+        os.makedirs(other)
+        with open(os.path.join(other, "sitecustomize.py"), "w") as f:
+            f.write("import __builtin__\n__builtin__.OTHER_SITE_RAN = True\n")
+        for extra in ((), (other,)):
+            plain = self.run_py2(interpreter, False, extra)
+            traced = self.run_py2(interpreter, True, extra)
+            self.assertEqual(plain.returncode, 0, plain.stderr)
+            self.assertEqual((traced.returncode, traced.stdout, traced.stderr), (0, plain.stdout, plain.stderr))
+            self.assertIn("python 2", traced.stdout)
+            self.assertIn("other ran: %s" % bool(extra), traced.stdout)
+            self.assertEqual(traced.stderr, "")
+
+
 class RecordingStart(TorchLevelTest):
     def test_recording_starts_at_the_first_lazy_init_and_not_before(self):
         res = self.run_both(ALLOCATE)

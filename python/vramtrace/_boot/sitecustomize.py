@@ -11,7 +11,8 @@ at start-up as `sitecustomize` (the injection ddtrace-run and austin use). It th
   distribution's own sitecustomize still runs.
 
 Never raises into the program: a failure of vramtrace's part is one stderr line starting with
-"vramtrace: " and the program goes on.
+"vramtrace: " and the program goes on. Under Python 2, which no PyTorch with CUDA supports, there
+is no tensor level to record: only the chaining runs, silently (this file must parse there too).
 """
 import os
 import sys
@@ -59,7 +60,10 @@ def _chain(here):
         try:
             import sitecustomize  # noqa: F401 - the next one, run for its side effects
         except ImportError as exc:
-            if exc.name != "sitecustomize":
+            missing = getattr(exc, "name", None)
+            if missing is None:  # Python 2: only the message names the missing module
+                missing = str(exc).rsplit(" ", 1)[-1].strip("'\"")
+            if missing != "sitecustomize":
                 raise
     except Exception as err:  # noqa: BLE001 - site.py's own handling of a failing sitecustomize
         if sys.flags.verbose:
@@ -76,7 +80,7 @@ def _chain(here):
 
 def _boot():
     here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
-    if os.environ.get("VRAMTRACE_TORCH_OUT"):
+    if os.environ.get("VRAMTRACE_TORCH_OUT") and sys.version_info[0] >= 3:
         try:
             _load_torch_level(here).install()
         except Exception as exc:  # noqa: BLE001
