@@ -19,7 +19,7 @@ import sys
 # Families that put device work on a stream (by the name cuda.h declares). Host callbacks, event
 # records, stream waits and capture calls do not touch device memory and are not listed.
 FAMILIES = re.compile(
-    r"^cu(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|LaunchCooperativeKernelMultiDevice|"
+    r"^cu(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|LaunchCooperativeKernelMultiDevice|LaunchGridAsync|"
     r"GraphLaunch|Memcpy\w*|Memset\w*|MemPrefetchAsync|MemPrefetchBatchAsync|MemDiscardBatchAsync|"
     r"MemDiscardAndPrefetchBatchAsync|MemBatchDecompressAsync|StreamBatchMemOp|StreamWaitValue(32|64)|"
     r"StreamWriteValue(32|64))(_v2|_v3)?(_ptsz|_ptds)?$"

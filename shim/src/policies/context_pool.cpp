@@ -72,10 +72,10 @@ void ContextPool::end_sync(std::uint64_t epoch) noexcept {
 void ContextPool::sync_for_reuse() noexcept {
   std::uint64_t e = begin_sync();
   bump(g_counters.lazy_syncs);
-  side_work_before_sync();
+  const SyncToken token = side_work_before_sync();
   const bool ok = backend.synchronize_context();
   end_sync(e);
-  if (ok) side_work_after_sync(ctx);
+  if (ok) side_work_after_sync(ctx, token);
 }
 
 void ContextPool::mark_exported(DevicePtr addr) noexcept {
@@ -146,7 +146,16 @@ ContextPool* PoolRegistry::current() noexcept {
   if (d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
   if (t_last.ctx == ctx && t_last.pool && !t_last.pool->dropped.load(std::memory_order_acquire)) return t_last.pool;
   ContextPool* p = find(ctx);
-  if (!p) p = create(ctx);
+  if (!p) {
+    p = create(ctx);
+    // Several contexts: their legacy streams are not one stream (Note [work on another stream]).
+    int live = 0;
+    for (auto& slot : slots_) {
+      ContextPool* q = slot.load(std::memory_order_acquire);
+      live += q && !q->dropped.load(std::memory_order_acquire);
+    }
+    if (p && live > 1) note_several_contexts(Hook::none);
+  }
   if (p) t_last = {ctx, p};
   return p;
 }
@@ -316,6 +325,7 @@ int PoolRegistry::drop_if(Pred pred) noexcept {
     log_line(LogLevel::info, "cuda:{}: cache of context {} dropped: the context was reset, released or destroyed",
              p->device, fmt::ptr(p->ctx));
   }
+  if (n > 0) forget_stream_handles();  // the context's stream handles may be reused
   return n;
 }
 

@@ -70,12 +70,12 @@ extern "C" CUresult cuCtxSynchronize() {
   ContextPool* pool = nullptr;
   if (d->cuCtxGetCurrent && d->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) pool = pools().find(ctx);
   std::uint64_t epoch = pool ? pool->begin_sync() : 0;
-  side_work_before_sync();
+  const SyncToken token = side_work_before_sync();
   CUresult r = real();
   if (r == CUDA_SUCCESS) {
     bump(g_counters.program_syncs);
     if (pool) pool->end_sync(epoch);
-    side_work_after_sync(ctx);  // Note [return to one stream]
+    side_work_after_sync(ctx, token);  // Note [return to one stream]
   }
   return r;
 }
@@ -87,12 +87,12 @@ extern "C" CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   if (!enabled() || EntryScope::internal()) return real(ctx);
   ContextPool* pool = pools().find(ctx);
   std::uint64_t epoch = pool ? pool->begin_sync() : 0;
-  side_work_before_sync();
+  const SyncToken token = side_work_before_sync();
   CUresult r = real(ctx);
   if (r == CUDA_SUCCESS) {
     bump(g_counters.program_syncs);
     if (pool) pool->end_sync(epoch);
-    side_work_after_sync(ctx);  // Note [return to one stream]
+    side_work_after_sync(ctx, token);  // Note [return to one stream]
   }
   return r;
 }

@@ -146,6 +146,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   }
   DevicePtr p = 0;
   call_stack();  // Note [stack capture]: before the allocator's lock; its events get it
+  note_cached_allocation();
   Status st = pool->allocator.allocate(bytes, key, &p, e.entry());
   if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes, s);
   if (st != Status::ok) return to_cuda(st, *pool);
@@ -231,7 +232,8 @@ constinit thread_local bool t_fast_path_oom = false;
 /// the runtime fast path), stream-ordered on the legacy stream, with the lazy sync of
 /// Note [lazy sync before reuse] when reuse_needs_sync().
 Status cached_alloc(ContextPool& pool, size_t bytes, std::uint16_t entry, DevicePtr* p) noexcept {
-  call_stack();  // Note [stack capture]: before the allocator's lock; its events get it
+  call_stack();              // Note [stack capture]: before the allocator's lock; its events get it
+  note_cached_allocation();  // Note [work on another stream]: before the decision below
   Status st = pool.allocator.allocate(bytes, StreamId{0}, p, entry);
   if (st != Status::ok) return st;
   if (reuse_needs_sync() && pool.overlaps_unsynced(*p, bytes)) pool.sync_for_reuse();

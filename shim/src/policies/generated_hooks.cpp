@@ -47,7 +47,7 @@ using namespace vramtrace::shim;
     if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                                    \
     if (EntryScope::internal()) return real_ args;                                                    \
     SubmitScope s_(Hook::name, per_thread_name(#name), stream_work_detail::ends_with(#name, "_ptds"), \
-                   VT_UNPAREN args);                                                                  \
+                   stream_work_detail::contains(#name, "Peer"), VT_UNPAREN args);                     \
     return real_ args;                                                                                \
   }
 #define VT_GEN_driver_TRACE VT_GEN_DRIVER_FORWARD

@@ -1,4 +1,4 @@
-// Note [work on another stream] (stream_work.h).
+// Note [work on another stream] (stream_work.h) and Note [return to one stream] (below).
 #include "policies/stream_work.h"
 
 #include <execinfo.h>
@@ -16,24 +16,37 @@
 namespace vramtrace::shim {
 namespace stream_work_detail {
 
-std::atomic<int> g_state{0};
+std::atomic<std::uint64_t> g_word{0};
 std::atomic<int> g_inflight{0};
-std::atomic<bool> g_side_work{false};
+std::atomic<std::uint64_t> g_side_done{0};
 
 namespace {
 std::atomic<bool> g_other{false};  // the multi-stream rule is on (reuse_needs_sync)
 std::mutex g_mu;                   // the switch and the return to one stream
-// Events recorded on each pool context's legacy stream at the switch; written under g_mu before
-// g_state becomes 1 (release), read without the lock in state 1.
-// Atomic: a submission still waiting on the events of an earlier switch may read a slot while a
-// later switch writes it (either event is a correct one to wait for).
-std::atomic<CUevent> g_events[PoolRegistry::kMaxPools] = {};
-std::atomic<int> g_event_count{0};
 
-// Handles that turned out to name the legacy stream (below) or another stream, so that their
-// later calls skip the driver query. Slots are claimed once and never cleared; a handle of
-// another stream stays one when the driver reuses its value for a new stream.
-constexpr int kCached = 8;
+// Cached allocations, ever (counted before each decides whether to synchronise), and how many of
+// them a finished synchronisation covers (counted before it began). The switch needs its events
+// only when the first is ahead: a block handed out since may have been reused in the legacy
+// stream's order alone. The switch reads the count after it marked every pool unsynchronised,
+// so an allocation it does not count sees that mark and synchronises.
+std::atomic<std::uint64_t> g_reuses{0};
+std::atomic<std::uint64_t> g_reuses_synced{0};
+
+// One event per context, recorded on its legacy stream at each switch (made once, recorded
+// again at the next switch: an event records its latest submission, and a wait takes the one of
+// its call). `armed` says which belong to the current switch. Slots are written under g_mu and
+// read without it; a reader that meets a slot of a later switch waits for later work, which is
+// also correct.
+struct Slot {
+  std::atomic<CUcontext> ctx{nullptr};
+  std::atomic<CUevent> event{nullptr};
+  std::atomic<bool> armed{false};
+};
+Slot g_slots[PoolRegistry::kMaxPools];
+
+// Handles that turned out to name the legacy stream or another stream, so that their later calls
+// skip the driver query. Cleared when a context goes (its handles may be reused).
+constexpr int kCached = 64;
 std::atomic<CUstream> g_aliases[kCached] = {};
 std::atomic<CUstream> g_others[kCached] = {};
 
@@ -45,9 +58,8 @@ void remember(std::atomic<CUstream> (&slots)[kCached], CUstream s) noexcept {
 }
 
 // Whether `s` is the legacy default stream under another handle than 0 or CU_STREAM_LEGACY: the
-// runtime passes some driver calls its own handle of the legacy stream (on the H200, PyTorch's
-// cudaMemsetAsync on its default stream reached cuMemsetD8Async that way). Compared by the
-// driver's stream id (cuStreamGetId, CUDA 12.0), which names the stream behind any handle.
+// runtime passes some driver calls its own handle of the legacy stream. Compared by the driver's
+// stream id (cuStreamGetId, CUDA 12.0), which names the stream behind any handle.
 bool legacy_alias(const DriverTable* d, CUstream s) noexcept {
   for (auto& a : g_aliases)
     if (a.load(std::memory_order_relaxed) == s) return true;
@@ -67,43 +79,90 @@ bool capturing(const DriverTable* d, CUstream s) noexcept {
          st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// Records one event on the legacy stream of each live pool's context (each made current in turn,
-// then the caller's restored). Under g_mu.
-void record_switch_events(const DriverTable* d) noexcept {
+// Records each live pool context's event on its legacy stream (each context made current in
+// turn, then the caller's restored). Under g_mu. Returns how many were armed.
+int record_switch_events(const DriverTable* d) noexcept {
   const CudaDriverApi& api = d->api;
-  if (!api.cuEventCreate || !api.cuEventRecord || !d->cuCtxGetCurrent || !d->cuCtxSetCurrent) return;
+  for (Slot& slot : g_slots) slot.armed.store(false, std::memory_order_relaxed);
+  if (!api.cuEventCreate || !api.cuEventRecord || !d->cuCtxGetCurrent || !d->cuCtxSetCurrent) return 0;
   CUcontext mine = nullptr;
-  if (d->cuCtxGetCurrent(&mine) != CUDA_SUCCESS) return;
+  if (d->cuCtxGetCurrent(&mine) != CUDA_SUCCESS) return 0;
+  int armed = 0;
   for (ContextPool* p : pools().all()) {
-    const int n = g_event_count.load(std::memory_order_relaxed);
-    if (p->dropped.load(std::memory_order_acquire) || n == PoolRegistry::kMaxPools) continue;
-    if (p->ctx != mine && d->cuCtxSetCurrent(p->ctx) != CUDA_SUCCESS) continue;
-    CUevent e = nullptr;
-    if (api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
-      if (api.cuEventRecord(e, CU_STREAM_LEGACY) == CUDA_SUCCESS) {
-        g_events[n].store(e, std::memory_order_relaxed);
-        g_event_count.store(n + 1, std::memory_order_relaxed);
-      } else if (api.cuEventDestroy_v2)
-        api.cuEventDestroy_v2(e);
+    if (p->dropped.load(std::memory_order_acquire)) continue;
+    Slot* slot = nullptr;
+    for (Slot& s : g_slots)
+      if (s.ctx.load(std::memory_order_relaxed) == p->ctx) slot = &s;
+    for (Slot& s : g_slots)
+      if (!slot && !s.ctx.load(std::memory_order_relaxed)) slot = &s;
+    if (!slot || (p->ctx != mine && d->cuCtxSetCurrent(p->ctx) != CUDA_SUCCESS)) continue;
+    CUevent e =
+        slot->ctx.load(std::memory_order_relaxed) == p->ctx ? slot->event.load(std::memory_order_relaxed) : nullptr;
+    bool ok = e && api.cuEventRecord(e, CU_STREAM_LEGACY) == CUDA_SUCCESS;
+    if (!ok) {  // first switch in this context, or its old event died with a reset
+      e = nullptr;
+      ok = api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+           api.cuEventRecord(e, CU_STREAM_LEGACY) == CUDA_SUCCESS;
+      if (ok) {
+        slot->ctx.store(p->ctx, std::memory_order_relaxed);
+        slot->event.store(e, std::memory_order_relaxed);
+      }
+    }
+    if (ok) {
+      slot->armed.store(true, std::memory_order_relaxed);
+      ++armed;
     }
     if (p->ctx != mine) d->cuCtxSetCurrent(mine);
   }
+  return armed;
+}
+
+// Under g_mu, in state 0: the switch to the multi-stream rule (`by`, `s`: what switched, for the
+// log). Returns the new word.
+std::uint64_t switch_locked(const DriverTable* d, Hook by, CUstream s, std::uint64_t word) noexcept {
+  g_other.store(true, std::memory_order_seq_cst);
+  bump(g_counters.other_streams_seen);
+  for (ContextPool* p : pools().all()) p->mark_all_unsynced();
+  if (log_enabled(LogLevel::debug))
+    log_line(LogLevel::debug, "work on a stream other than the legacy default stream, first by {} (stream {})",
+             hook_name(static_cast<std::uint16_t>(by)), static_cast<const void*>(s));
+  if (log_enabled(LogLevel::trace)) {  // where the program put it: the native frames, to stderr
+    void* frames[48];
+    backtrace_symbols_fd(frames, backtrace(frames, 48), 2);
+  }
+  int armed = 0;
+  // Only lazy_sync hands blocks out without a synchronisation on the legacy stream's order, and
+  // the events are needed only if it did so since the last synchronisation.
+  const bool reused = g_reuses.load(std::memory_order_seq_cst) != g_reuses_synced.load(std::memory_order_seq_cst);
+  if (config().settings.reuse == ReusePolicy::lazy_sync && reused) {
+    if (capture_active())
+      bump(g_counters.unguarded_switches);  // a legacy-stream record would invalidate that capture
+    else if (d->api.cuEventQuery)
+      armed = record_switch_events(d);
+  }
+  const std::uint64_t next = ((word >> 2) + 1) << 2 | (armed > 0 ? 1 : 2);
+  g_word.store(next, std::memory_order_seq_cst);
+  return next;
 }
 
 // While the switch's events are pending: make `s` wait for them on the GPU; once all have
-// completed, nothing is left to do at any submission (state 2). An event whose context is gone
-// answers an error, not CUDA_ERROR_NOT_READY: its work is gone with it.
-void wait_for_switch(const DriverTable* d, CUstream s) noexcept {
+// completed, nothing is left to do at any submission (state 2, if no later switch came). While a
+// capture is active anywhere, an event query could invalidate it: only wait. Only success, or a
+// context that is gone with its work, counts as completed.
+void wait_for_switch(const DriverTable* d, CUstream s, std::uint64_t word) noexcept {
+  const bool query = !capture_active();
   bool pending = false;
-  const int n = g_event_count.load(std::memory_order_relaxed);
-  for (int i = 0; i < n; ++i) {
-    CUevent e = g_events[i].load(std::memory_order_relaxed);
-    if (d->api.cuEventQuery(e) != CUDA_ERROR_NOT_READY) continue;
+  for (Slot& slot : g_slots) {
+    if (!slot.armed.load(std::memory_order_relaxed)) continue;
+    CUevent e = slot.event.load(std::memory_order_relaxed);
+    if (query) {
+      const CUresult r = d->api.cuEventQuery(e);
+      if (r == CUDA_SUCCESS || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_CONTEXT) continue;
+    }
     pending = true;
     if (d->cuStreamWaitEvent && d->cuStreamWaitEvent(s, e, 0) == CUDA_SUCCESS) bump(g_counters.other_stream_waits);
   }
-  int one = 1;
-  if (!pending) g_state.compare_exchange_strong(one, 2, std::memory_order_acq_rel);
+  if (!pending) g_word.compare_exchange_strong(word, (word & ~std::uint64_t{3}) | 2, std::memory_order_seq_cst);
 }
 }  // namespace
 
@@ -112,42 +171,37 @@ void on_other_stream(Hook by, CUstream s) noexcept {
   const DriverTable* d = driver();
   if (!d) return;
   InternalScope internal;
-  if (capturing(d, s)) return;  // captured work runs at its graph's launch, a submission itself
-  int state = g_state.load(std::memory_order_acquire);
-  if (state == 0 || state == 3) {
+  if (s != CU_STREAM_LEGACY && capturing(d, s)) return;  // captured work runs at its graph's launch
+  std::uint64_t word = g_word.load(std::memory_order_seq_cst);
+  if (state_of(word) == 0 || state_of(word) == 3) {
     std::lock_guard<std::mutex> lock(g_mu);  // a return to one stream in progress ends first
-    state = g_state.load(std::memory_order_acquire);
-    if (state == 0) {
-      g_event_count.store(0, std::memory_order_relaxed);
-      g_other.store(true, std::memory_order_seq_cst);
-      bump(g_counters.other_streams_seen);
-      for (ContextPool* p : pools().all()) p->mark_all_unsynced();
-      if (log_enabled(LogLevel::debug))
-        log_line(LogLevel::debug, "work on a stream other than the legacy default stream, first by {} (stream {})",
-                 hook_name(static_cast<std::uint16_t>(by)), static_cast<const void*>(s));
-      if (log_enabled(LogLevel::trace)) {  // where the program put it: the native frames, to stderr
-        void* frames[48];
-        backtrace_symbols_fd(frames, backtrace(frames, 48), 2);
-      }
-      // Only lazy_sync reused blocks without a synchronisation on the legacy stream's order.
-      if (config().settings.reuse == ReusePolicy::lazy_sync) {
-        if (capture_active())
-          bump(g_counters.unguarded_switches);
-        else if (d->api.cuEventQuery)
-          record_switch_events(d);
-      }
-      state = g_event_count.load(std::memory_order_relaxed) > 0 ? 1 : 2;
-      g_state.store(state, std::memory_order_release);
-    }
+    word = g_word.load(std::memory_order_seq_cst);
+    if (state_of(word) == 0) word = switch_locked(d, by, s, word);
   }
-  if (state == 1) wait_for_switch(d, s);
+  if (state_of(word) == 1) wait_for_switch(d, s, word);
 }
 
 }  // namespace stream_work_detail
 
+using namespace stream_work_detail;
+
 void note_per_thread_stream(Hook by) noexcept {
-  if (stream_work_detail::g_state.load(std::memory_order_acquire) == 2) return;
-  stream_work_detail::on_other_stream(by, CU_STREAM_PER_THREAD);
+  if (state_of(g_word.load(std::memory_order_seq_cst)) == 2) return;
+  // Counted as work on another stream in progress, so that a return to one stream cannot pass it.
+  g_inflight.fetch_add(1, std::memory_order_seq_cst);
+  on_other_stream(by, CU_STREAM_PER_THREAD);
+  g_side_done.fetch_add(1, std::memory_order_seq_cst);
+  g_inflight.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void note_several_contexts(Hook by) noexcept {
+  if (EntryScope::internal()) return;
+  const DriverTable* d = driver();
+  if (!d) return;
+  InternalScope internal;
+  std::lock_guard<std::mutex> lock(g_mu);
+  const std::uint64_t word = g_word.load(std::memory_order_seq_cst);
+  if (state_of(word) == 0) switch_locked(d, by, nullptr, word);
 }
 
 bool stream_work_detail::legacy_handle(CUstream s) noexcept {
@@ -155,34 +209,48 @@ bool stream_work_detail::legacy_handle(CUstream s) noexcept {
   return d && legacy_alias(d, s);
 }
 
-bool other_stream_used() noexcept { return stream_work_detail::g_other.load(std::memory_order_relaxed); }
+bool other_stream_used() noexcept { return g_other.load(std::memory_order_relaxed); }
+
+void note_cached_allocation() noexcept { g_reuses.fetch_add(1, std::memory_order_seq_cst); }
+
+void forget_stream_handles() noexcept {
+  for (auto& a : g_aliases) a.store(nullptr, std::memory_order_relaxed);
+  for (auto& a : g_others) a.store(nullptr, std::memory_order_relaxed);
+}
 
 // Note [return to one stream]: the switch need not last. Libraries put work on streams of their
 // own now and then -- on the H200, cuDNN's handle creation (PyTorch's first attention call) sets
 // memory on a stream of its own, once -- and a synchronisation of the whole context finishes all
-// of it. If no work went on another stream from the moment a synchronisation began until it
-// returned, every block's earlier users have finished or are ordered on the legacy stream, and
-// the single-stream rule holds again: back to state 0, with no range remembered; the next work on
-// another stream switches again, events and GPU-side waits included. Only with one context:
-// another context's streams are not finished by this one's synchronisation.
+// of it. If no work on another stream was in progress or done from the moment a synchronisation
+// began until it returned, every block's earlier users have finished or are ordered on the
+// legacy stream, and the single-stream rule holds again: back to state 0, with no range
+// remembered; the next work on another stream switches again, events and GPU-side waits included.
+// Only with one context: another context's streams are not finished by this one's
+// synchronisation.
 //
 // The decision races with submissions on other streams that saw state 2 and go on without the
-// lock. Each such submission counts itself in g_inflight (seq_cst) before it reads g_state, and
-// sets g_side_work before it stops counting. The return sets g_state to 3, then reads g_inflight,
-// then g_side_work (all seq_cst): either it sees the submission (in progress, or done and marked)
-// and stays switched, or the submission reads 3 and takes the slow path, which waits for g_mu and
-// then switches again. A submission that finished before the synchronisation began was covered by it.
-void side_work_before_sync() noexcept {
-  if (stream_work_detail::g_state.load(std::memory_order_acquire) != 0)
-    stream_work_detail::g_side_work.store(false, std::memory_order_seq_cst);
+// lock. Each such submission counts itself in g_inflight (seq_cst) before it reads the state, and
+// counts itself in g_side_done before it stops counting as in progress. The return sets state 3,
+// then reads g_inflight, then g_side_done (all seq_cst): either it sees the submission (in
+// progress, or done since the synchronisation began) and stays switched, or the submission reads
+// state 3 and takes the slow path, which waits for g_mu and then switches again. A counter, not a
+// flag, so that overlapping synchronisations of several threads cannot clear each other's view.
+// A submission that finished before the synchronisation began was covered by it.
+SyncToken side_work_before_sync() noexcept {
+  return {g_side_done.load(std::memory_order_seq_cst), g_reuses.load(std::memory_order_seq_cst)};
 }
 
-void side_work_after_sync(CUcontext ctx) noexcept {
-  using namespace stream_work_detail;
-  if (g_state.load(std::memory_order_acquire) == 0 || config().settings.reuse != ReusePolicy::lazy_sync) return;
+void side_work_after_sync(CUcontext ctx, SyncToken before) noexcept {
+  // The reuses handed out before the synchronisation began are covered by it.
+  std::uint64_t synced = g_reuses_synced.load(std::memory_order_relaxed);
+  while (synced < before.reuses &&
+         !g_reuses_synced.compare_exchange_weak(synced, before.reuses, std::memory_order_seq_cst)) {
+  }
+  if (state_of(g_word.load(std::memory_order_seq_cst)) == 0 || config().settings.reuse != ReusePolicy::lazy_sync)
+    return;
   std::lock_guard<std::mutex> lock(g_mu);
-  const int state = g_state.load(std::memory_order_acquire);
-  if (state == 0 || g_side_work.load(std::memory_order_seq_cst)) return;
+  const std::uint64_t word = g_word.load(std::memory_order_seq_cst);
+  if (state_of(word) == 0 || g_side_done.load(std::memory_order_seq_cst) != before.side_done) return;
   int live = 0;
   bool mine = false;
   for (ContextPool* p : pools().all()) {
@@ -191,14 +259,17 @@ void side_work_after_sync(CUcontext ctx) noexcept {
     mine = mine || p->ctx == ctx;
   }
   if (live > 1 || (live == 1 && !mine)) return;
-  g_state.store(3, std::memory_order_seq_cst);
-  if (g_inflight.load(std::memory_order_seq_cst) != 0 || g_side_work.load(std::memory_order_seq_cst)) {
-    g_state.store(state, std::memory_order_seq_cst);
+  const std::uint64_t base = word & ~std::uint64_t{3};
+  g_word.store(base | 3, std::memory_order_seq_cst);
+  if (g_inflight.load(std::memory_order_seq_cst) != 0 ||
+      g_side_done.load(std::memory_order_seq_cst) != before.side_done) {
+    g_word.store(word, std::memory_order_seq_cst);
     return;
   }
   g_other.store(false, std::memory_order_seq_cst);
+  for (Slot& slot : g_slots) slot.armed.store(false, std::memory_order_relaxed);
   bump(g_counters.returns_to_one_stream);
-  g_state.store(0, std::memory_order_release);
+  g_word.store(base, std::memory_order_seq_cst);
 }
 
 }  // namespace vramtrace::shim

@@ -2,28 +2,32 @@
 // reuse (Note [single stream needs no sync], context_pool.h).
 //
 // Note [work on another stream]: the single-stream rule holds while all device work is ordered on
-// the legacy default stream. What breaks it is work on another stream, not the stream's creation:
-// PyTorch creates 32 pool streams at start-up and a single-GPU training may never put work on one.
-// So every driver call that puts device work on a stream (kernel and graph launches, copies, sets,
-// stream memory operations, batch decompression: the SUBMIT hooks of hooks.def, generated from
-// cuda.h by scripts/gen_submit_hooks.py) reports its stream before it is forwarded. The first one
-// that is not the legacy stream -- a created stream, or a per-thread default stream (_ptsz, _ptds,
-// CU_STREAM_PER_THREAD) -- switches the process to the multi-stream rule (Note [lazy sync before
-// reuse]) for good, and everything freed so far becomes unsynchronised (mark_all_unsynced).
+// the legacy default stream of one context. What breaks it is work on another stream, not the
+// stream's creation: PyTorch creates 32 pool streams at start-up and a single-GPU training may
+// never put work on one. So every driver call that puts device work on a stream (kernel and graph
+// launches, copies, sets, stream memory operations, batch decompression: the SUBMIT hooks of
+// hooks.def, generated from cuda.h by scripts/gen_submit_hooks.py) reports its stream before it is
+// forwarded. The first that is not the legacy stream -- a created stream, a per-thread default
+// stream (_ptsz, _ptds, CU_STREAM_PER_THREAD), and also a copy between devices, a launch that may
+// overlap its predecessor (programmatic dependent launch), or a second live context, whose
+// legacy stream is another stream -- switches the process to the multi-stream rule (Note [lazy
+// sync before reuse]), and everything freed so far becomes unsynchronised (mark_all_unsynced).
 //
-// Blocks handed out before the switch were reused without a synchronisation, which was safe only
-// in the order of the legacy stream: their earlier users may still run there, and a later user on
-// the new stream (non-blocking streams do not wait for legacy work) could race them. So at the
-// switch an event is recorded on the legacy stream of every pool's context, and until those
-// events have completed (polled with cuEventQuery, never waited on by the host) each submission on
-// a non-legacy stream first makes its stream wait for them on the GPU (cuStreamWaitEvent). Once
-// they complete -- usually within milliseconds -- the check is one relaxed load per call. Work
-// captured into a graph does not run when it is submitted, so a capturing stream neither switches
-// nor waits; its graph's launch is a submission like any other. If another thread is capturing at
-// the switch, no event can be recorded on a legacy stream (that would invalidate its capture):
-// the switch then happens without the events (counted as shim.unguarded_switches).
-// Calls this list does not know (added to the driver after CUDA 13.0) are not seen: re-run the
-// generator for a new toolkit.
+// Blocks handed out since the last synchronisation were reused in the legacy stream's order
+// alone: their earlier users may still run there, and a later user on the new stream
+// (non-blocking streams do not wait for legacy work) could race them. So if the cache served any
+// allocation since the last synchronisation, the switch records an event on the legacy stream of
+// every pool's context, and until those complete (polled with cuEventQuery, never waited on by the
+// host) each submission on a non-legacy stream first makes its stream wait for them on the GPU
+// (cuStreamWaitEvent). Once they complete the check is one load per call. Work captured into a
+// graph does not run when it is submitted, so a capturing stream neither switches nor waits (its
+// graph's launch is a submission); while any capture is active, events are waited for but not
+// queried (a query could invalidate a global-mode capture). If another thread is capturing at the
+// switch, no event can be recorded on a legacy stream: the switch then happens without them
+// (shim.unguarded_switches). One hazard stays: a program whose legacy-stream kernel waits for
+// work that it then puts on another stream (a persistent kernel polling a flag set from there)
+// would wait for ever behind the event; reuse:device_sync has no events. Calls this list does not
+// know (added to the driver after CUDA 13.0) are not seen: re-run the generator for a new toolkit.
 #pragma once
 
 #include <atomic>
@@ -36,13 +40,16 @@
 namespace vramtrace::shim {
 
 namespace stream_work_detail {
-/// 0 while only the legacy stream has work; 1 after the switch, until its events completed;
-/// 2 afterwards; 3 while a synchronisation's return to 0 is being decided (return_to_single).
-extern std::atomic<int> g_state;
+/// The state (low 2 bits) and the number of switches so far (above them), in one word so that a
+/// late update for an earlier switch cannot change a later one's state. States: 0 while only the
+/// legacy stream has work; 1 after a switch, until its events completed; 2 afterwards; 3 while a
+/// synchronisation's return to 0 is being decided (side_work_after_sync).
+extern std::atomic<std::uint64_t> g_word;
+inline int state_of(std::uint64_t word) noexcept { return static_cast<int>(word & 3); }
 /// Submissions on another stream in progress (between their report and the driver's return).
 extern std::atomic<int> g_inflight;
-/// Work went on another stream since the last synchronisation began (side_work_before_sync).
-extern std::atomic<bool> g_side_work;
+/// Submissions on another stream that have returned, ever (Note [return to one stream]).
+extern std::atomic<std::uint64_t> g_side_done;
 /// Whether `s` (neither 0 nor a per-thread handle) names the legacy default stream. Cached.
 bool legacy_handle(CUstream s) noexcept;
 /// The slow path: the switch, and the GPU-side wait while its events are pending. `s` is the
@@ -58,6 +65,18 @@ inline CUstream other_stream(bool per_thread, CUstream s) noexcept {
   return legacy_handle(s) ? nullptr : s;
 }
 
+/// Whether a launch's attributes let it overlap the kernel before it on its stream
+/// (programmatic dependent launch): then stream order no longer orders it after earlier users.
+inline bool overlaps_predecessor(const CUlaunchConfig& config) noexcept {
+  for (unsigned int i = 0; config.attrs && i < config.numAttrs; ++i) {
+    const CUlaunchAttribute& a = config.attrs[i];
+    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION && a.value.programmaticStreamSerializationAllowed)
+      return true;
+    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) return true;
+  }
+  return false;
+}
+
 constexpr bool ends_with(const char* s, const char* suffix) noexcept {
   std::size_t n = 0, m = 0;
   while (s[n]) ++n;
@@ -66,6 +85,14 @@ constexpr bool ends_with(const char* s, const char* suffix) noexcept {
   for (std::size_t i = 0; i < m; ++i)
     if (s[n - m + i] != suffix[i]) return false;
   return true;
+}
+constexpr bool contains(const char* s, const char* part) noexcept {
+  for (std::size_t i = 0; s[i]; ++i) {
+    std::size_t j = 0;
+    while (part[j] && s[i + j] == part[j]) ++j;
+    if (!part[j]) return true;
+  }
+  return false;
 }
 }  // namespace stream_work_detail
 
@@ -78,27 +105,28 @@ constexpr bool per_thread_name(const char* name) noexcept {
 /// RAII around one work submission (a SUBMIT hook's call of the real function): the constructor
 /// reports the work's stream before the call (arguments scanned by type for a CUstream or a
 /// CUlaunchConfig; `synchronous_pt` for a _ptds call, whose work goes on the per-thread default
-/// stream without a stream argument), the destructor after the driver returned. Work on the
-/// legacy stream costs a key computation; work on another stream two atomic updates and, until
+/// stream without a stream argument; `peer` for a copy between devices, which reaches another
+/// context's memory whatever its stream), the destructor after the driver returned. Work on the
+/// legacy stream costs a key computation; work on another stream three atomic updates and, until
 /// the switch has settled, the slow path. Thread-safe.
 class SubmitScope {
  public:
   template <class... A>
-  SubmitScope(Hook by, bool per_thread, bool synchronous_pt, A... a) noexcept {
-    if (synchronous_pt)
-      report(by, CU_STREAM_PER_THREAD);
-    else
-      (visit(by, per_thread, a), ...);
+  SubmitScope(Hook by, bool per_thread, bool synchronous_pt, bool peer, A... a) noexcept {
+    if (synchronous_pt) report(by, CU_STREAM_PER_THREAD);
+    (visit(by, per_thread, a), ...);
+    if (peer && !other_) report(by, CU_STREAM_LEGACY);
   }
   /// A multi-device cooperative launch: each device's stream.
-  SubmitScope(Hook by, bool per_thread, bool, CUDA_LAUNCH_PARAMS* list, unsigned int n, unsigned int) noexcept {
+  SubmitScope(Hook by, bool per_thread, bool, bool, CUDA_LAUNCH_PARAMS* list, unsigned int n, unsigned int) noexcept {
     for (unsigned int i = 0; list && i < n; ++i) visit(by, per_thread, list[i].hStream);
+    if (n > 1 && !other_) report(by, CU_STREAM_LEGACY);  // several devices' memory
   }
   ~SubmitScope() {
     if (!other_) return;
-    // Note [return to one stream] (stream_work.cpp): the work is marked before it stops counting
-    // as in progress.
-    stream_work_detail::g_side_work.store(true, std::memory_order_seq_cst);
+    // Note [return to one stream] (stream_work.cpp): counted as done before it stops counting as
+    // in progress.
+    stream_work_detail::g_side_done.fetch_add(1, std::memory_order_seq_cst);
     stream_work_detail::g_inflight.fetch_sub(1, std::memory_order_seq_cst);
   }
   SubmitScope(const SubmitScope&) = delete;
@@ -111,13 +139,17 @@ class SubmitScope {
       other_ = true;
       stream_work_detail::g_inflight.fetch_add(1, std::memory_order_seq_cst);
     }
-    if (stream_work_detail::g_state.load(std::memory_order_seq_cst) != 2) stream_work_detail::on_other_stream(by, s);
+    if (stream_work_detail::state_of(stream_work_detail::g_word.load(std::memory_order_seq_cst)) != 2)
+      stream_work_detail::on_other_stream(by, s);
   }
   void visit(Hook by, bool per_thread, CUstream s) noexcept {
     report(by, stream_work_detail::other_stream(per_thread, s));
   }
   void visit(Hook by, bool per_thread, const CUlaunchConfig* config) noexcept {
-    if (config) visit(by, per_thread, config->hStream);
+    if (!config) return;
+    CUstream s = stream_work_detail::other_stream(per_thread, config->hStream);
+    if (!s && stream_work_detail::overlaps_predecessor(*config)) s = CU_STREAM_LEGACY;
+    report(by, s);
   }
   template <class T>
   void visit(Hook, bool, T) noexcept {}
@@ -128,15 +160,32 @@ class SubmitScope {
 /// the same switch as a submission there.
 void note_per_thread_stream(Hook by) noexcept;
 
+/// A second live context (a pool was created while another lives): the legacy streams of several
+/// contexts are not one stream, so the multi-stream rule applies.
+void note_several_contexts(Hook by) noexcept;
+
 /// Whether the process is under the multi-stream rule. One relaxed load.
 bool other_stream_used() noexcept;
 
+/// A cached allocation is about to be served (call before it decides whether to synchronise):
+/// a switch after it must make other streams wait for the legacy stream, unless a finished
+/// synchronisation began after it. One atomic increment. Thread-safe.
+void note_cached_allocation() noexcept;
+
 /// Around a synchronisation of a whole context `ctx` (the shim's lazy sync or the program's
-/// cuCtxSynchronize): call side_work_before_sync before it, and side_work_after_sync after it
-/// succeeded. When the process has one context and no work went on another stream in between,
-/// everything submitted before has finished, and the process is back under the single-stream
-/// rule (Note [return to one stream] in stream_work.cpp). Thread-safe.
-void side_work_before_sync() noexcept;
-void side_work_after_sync(CUcontext ctx) noexcept;
+/// cuCtxSynchronize): side_work_before_sync before it (its result is the token), and
+/// side_work_after_sync after it succeeded. When the process has one context and no work on
+/// another stream was in progress or done in between, everything submitted before has finished,
+/// and the process is back under the single-stream rule (Note [return to one stream] in
+/// stream_work.cpp). Thread-safe.
+struct SyncToken {
+  std::uint64_t side_done = 0;
+  std::uint64_t reuses = 0;
+};
+SyncToken side_work_before_sync() noexcept;
+void side_work_after_sync(CUcontext ctx, SyncToken before) noexcept;
+
+/// Forgets cached stream handles (a context was reset or destroyed: its handles may be reused).
+void forget_stream_handles() noexcept;
 
 }  // namespace vramtrace::shim

@@ -29,6 +29,22 @@ void Tracer<Hook::cuStreamBeginCapture_v2_ptsz>::after(std::uint16_t, CUresult r
                                                        CUstreamCaptureMode) noexcept {
   if (r == CUDA_SUCCESS) capture_begin(stream_key(s, true));
 }
+void Tracer<Hook::cuStreamBeginCapture>::after(std::uint16_t, CUresult r, CUstream s) noexcept {
+  if (r == CUDA_SUCCESS) capture_begin(stream_key(s, false));
+}
+void Tracer<Hook::cuStreamBeginCapture_ptsz>::after(std::uint16_t, CUresult r, CUstream s) noexcept {
+  if (r == CUDA_SUCCESS) capture_begin(stream_key(s, true));
+}
+void Tracer<Hook::cuStreamBeginCaptureToGraph>::after(std::uint16_t, CUresult r, CUstream s, CUgraph,
+                                                      const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                                                      CUstreamCaptureMode) noexcept {
+  if (r == CUDA_SUCCESS) capture_begin(stream_key(s, false));
+}
+void Tracer<Hook::cuStreamBeginCaptureToGraph_ptsz>::after(std::uint16_t, CUresult r, CUstream s, CUgraph,
+                                                           const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                                                           CUstreamCaptureMode) noexcept {
+  if (r == CUDA_SUCCESS) capture_begin(stream_key(s, true));
+}
 void Tracer<Hook::cuStreamEndCapture>::after(std::uint16_t, CUresult, CUstream s, CUgraph*) noexcept {
   capture_end(stream_key(s, false));
 }

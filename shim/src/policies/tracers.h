@@ -69,6 +69,12 @@ VT_BEFORE(cuMemRelease, CUmemGenericAllocationHandle)
 
 VT_TRACER(cuStreamBeginCapture_v2, CUstream, CUstreamCaptureMode)
 VT_TRACER(cuStreamBeginCapture_v2_ptsz, CUstream, CUstreamCaptureMode)
+VT_TRACER(cuStreamBeginCapture, CUstream)
+VT_TRACER(cuStreamBeginCapture_ptsz, CUstream)
+VT_TRACER(cuStreamBeginCaptureToGraph, CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t,
+          CUstreamCaptureMode)
+VT_TRACER(cuStreamBeginCaptureToGraph_ptsz, CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t,
+          CUstreamCaptureMode)
 VT_TRACER(cuStreamEndCapture, CUstream, CUgraph*)
 VT_TRACER(cuStreamEndCapture_ptsz, CUstream, CUgraph*)
 VT_TRACER(cuMemAllocManaged, CUdeviceptr*, size_t, unsigned int)
