@@ -1,6 +1,8 @@
 #include "render/parquet_export.h"
 
+#include <algorithm>
 #include <charconv>
+#include <climits>
 #include <filesystem>
 #include <iterator>
 #include <optional>
@@ -17,7 +19,10 @@
 namespace vramtrace {
 namespace {
 
-// The tables' columns. job and rank come first in every table: PARTITION_BY moves them from the
+// The tables' columns. events and segments keep the trace's fields as the format defines them
+// (addresses, sizes and streams unsigned 64-bit: UBIGINT); the figures of sites, summaries and
+// ooms are BIGINT, so that differences between ranks and jobs may be negative. job and rank come
+// first in every table: PARTITION_BY moves them from the
 // files into the folder names (job=.../rank=...), where Hive-partitioned readers find them.
 constexpr const char* kSchema = R"sql(
 CREATE TABLE events (job VARCHAR, rank BIGINT, pid BIGINT, device INTEGER, seq UBIGINT, t_ns BIGINT,
@@ -26,15 +31,15 @@ CREATE TABLE events (job VARCHAR, rank BIGINT, pid BIGINT, device INTEGER, seq U
 CREATE TABLE segments (job VARCHAR, rank BIGINT, pid BIGINT, device INTEGER, seq UBIGINT, t_ns BIGINT,
   action VARCHAR, address UBIGINT, bytes UBIGINT, stream UBIGINT, kind UTINYINT, site VARCHAR);
 CREATE TABLE sites (job VARCHAR, rank BIGINT, pid BIGINT, device INTEGER, state VARCHAR, seq UBIGINT,
-  t_ns BIGINT, site VARCHAR, bytes UBIGINT, blocks UBIGINT);
+  t_ns BIGINT, site VARCHAR, bytes BIGINT, blocks BIGINT);
 CREATE TABLE summaries (job VARCHAR, rank BIGINT, pid BIGINT, host VARCHAR, local_rank VARCHAR, trace VARCHAR,
-  format VARCHAR, device INTEGER, device_total_bytes UBIGINT, events UBIGINT, first_t_ns BIGINT,
+  format VARCHAR, device INTEGER, device_total_bytes BIGINT, events BIGINT, first_t_ns BIGINT,
   last_t_ns BIGINT, peak_allocated_bytes BIGINT, peak_allocated_t_ns BIGINT, peak_reserved_bytes BIGINT,
   peak_active_bytes BIGINT, peak_requested_bytes BIGINT, allocated_end_bytes BIGINT, reserved_end_bytes BIGINT,
-  num_allocs BIGINT, num_ooms UBIGINT, num_alloc_retries UBIGINT, incomplete BOOLEAN, lost_events UBIGINT);
+  num_allocs BIGINT, num_ooms BIGINT, num_alloc_retries BIGINT, incomplete BOOLEAN, lost_events BIGINT);
 CREATE TABLE ooms (job VARCHAR, rank BIGINT, pid BIGINT, device INTEGER, seq UBIGINT, t_ns BIGINT,
-  request_bytes UBIGINT, diagnosis VARCHAR, headline VARCHAR, allocated_bytes UBIGINT, reserved_bytes UBIGINT,
-  device_free_bytes UBIGINT, device_total_bytes UBIGINT, largest_free_block_bytes UBIGINT, attempts UINTEGER,
+  request_bytes BIGINT, diagnosis VARCHAR, headline VARCHAR, allocated_bytes BIGINT, reserved_bytes BIGINT,
+  device_free_bytes BIGINT, device_total_bytes BIGINT, largest_free_block_bytes BIGINT, attempts INTEGER,
   site VARCHAR);
 )sql";
 
@@ -59,10 +64,13 @@ std::string quoted(const std::string& s) {
   return out + "'";
 }
 
+// Figures in BIGINT columns: bytes and counts of one trace, far below 2^63.
+std::int64_t figure(std::uint64_t v) { return static_cast<std::int64_t>(std::min<std::uint64_t>(v, INT64_MAX)); }
+
 template <class T>
-void opt_u64(DuckDb::Appender& a, const std::optional<T>& v) {
+void opt_i64(DuckDb::Appender& a, const std::optional<T>& v) {
   if (v)
-    a.u64(static_cast<std::uint64_t>(*v));
+    a.i64(figure(static_cast<std::uint64_t>(*v)));
   else
     a.null();
 }
@@ -86,7 +94,8 @@ void add_sites(DuckDb::Appender& a, const std::string& job, const std::optional<
                std::uint64_t& rows) {
   auto row = [&](std::string_view site, std::uint64_t bytes, std::uint64_t blocks) {
     key(a, job, rank, pid);
-    a.i32(device).text(state).u64(at.event_index).i64(at.time_ns).text_or_null(site).u64(bytes).u64(blocks);
+    a.i32(device).text(state).u64(at.event_index).i64(at.time_ns).text_or_null(site).i64(figure(bytes));
+    a.i64(figure(blocks));
     a.end_row();
     ++rows;
   };
@@ -192,17 +201,17 @@ void ParquetJobWriter::add_trace(const std::string& path, TraceReader& reader) {
     key(sum, job_, rank, pid);
     sum.text(h.host).text(h.local_rank).text(path).text(h.format).i32(d.device);
     if (const std::uint64_t total = m.header.total_bytes_of(d.device); total != 0)
-      sum.u64(total);
+      sum.i64(figure(total));
     else
       sum.null();
     const auto& st = d.stats;
-    sum.u64(d.events).i64(d.first_time_ns).i64(d.last_time_ns);
+    sum.i64(figure(d.events)).i64(d.first_time_ns).i64(d.last_time_ns);
     sum.i64(st.allocated_bytes[kStatAll].peak).i64(d.at_peak.time_ns).i64(st.reserved_bytes[kStatAll].peak);
     sum.i64(st.active_bytes[kStatAll].peak).i64(st.requested_bytes[kStatAll].peak);
     sum.i64(st.allocated_bytes[kStatAll].current).i64(st.reserved_bytes[kStatAll].current);
-    sum.i64(st.allocation[kStatAll].allocated).u64(d.oom_count.ooms);
-    opt_u64(sum, d.oom_count.retries);
-    sum.boolean(m.incomplete).u64(m.lost_events);
+    sum.i64(st.allocation[kStatAll].allocated).i64(figure(d.oom_count.ooms));
+    opt_i64(sum, d.oom_count.retries);
+    sum.boolean(m.incomplete).i64(figure(m.lost_events));
     sum.end_row();
     ++counts_.summaries;
   }
@@ -221,14 +230,14 @@ void ParquetJobWriter::add_trace(const std::string& path, TraceReader& reader) {
     } else {
       oo.u64(c.event_index).i64(first + c.time_ns);
     }
-    opt_u64(oo, c.figures.request);
+    opt_i64(oo, c.figures.request);
     oo.text(diagnosis_code_name(c.diagnosis.code)).text(c.diagnosis.headline);
-    opt_u64(oo, c.figures.allocated);
-    opt_u64(oo, c.figures.reserved);
-    opt_u64(oo, c.figures.device_free);
-    opt_u64(oo, c.figures.device_total);
-    opt_u64(oo, c.figures.largest_free_block);
-    oo.u32(c.attempts);
+    opt_i64(oo, c.figures.allocated);
+    opt_i64(oo, c.figures.reserved);
+    opt_i64(oo, c.figures.device_free);
+    opt_i64(oo, c.figures.device_total);
+    opt_i64(oo, c.figures.largest_free_block);
+    oo.i32(static_cast<std::int32_t>(std::min<std::uint32_t>(c.attempts, INT32_MAX)));
     oo.text_or_null(m.stacks ? stack_site_label(*m.stacks, c.request_stack) : std::string());
     oo.end_row();
     ++counts_.ooms;
