@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of vramtrace from Debian's packages.
-# Idempotent: prints nothing and installs nothing when everything is already present.
+# Idempotent: prints nothing and installs nothing when everything is already present. Also puts
+# DuckDB's libduckdb.so (npm's package, sha512 pinned) where `vramtrace export --format parquet`
+# finds it.
 # Usage: scripts/setup-deps.sh [--with-browser]   (--with-browser adds chromium for the HTML report test)
 set -euo pipefail
 
@@ -15,6 +17,41 @@ pkgs+=(libdw-dev)      # elfutils' static libdw: source lines of native frames (
 if [[ "${1:-}" == "--with-browser" || "${VRAMTRACE_WITH_BROWSER:-0}" == "1" ]]; then
   pkgs+=(chromium)
 fi
+
+# DuckDB's C API library for `vramtrace export --format parquet` (loaded at run time, never linked:
+# docs/export.md), from npm's package of DuckDB's Node bindings, which carries libduckdb.so. The
+# package's sha512 (npm's "integrity") is pinned; the library goes to the folder the command looks
+# in by default. Without npm it says so and goes on: only that export and its tests need it.
+duckdb_version=1.5.6
+duckdb_package=@duckdb/node-bindings-linux-x64@1.5.6-r.1
+duckdb_sha512=IXcrZJE6kEqM0Z4wwdVnGBHX/frOS33VPNAwDXQ/Q+Fs84b058Qe94chrCCIcNJlG8Y3UHIUU4eBeCQxW5mN1Q==
+duckdb_dir="${XDG_CACHE_HOME:-$HOME/.cache}/vramtrace/duckdb/$duckdb_version"
+install_duckdb() {
+  [[ -f "$duckdb_dir/libduckdb.so" ]] && return 0
+  if ! command -v npm >/dev/null || ! command -v openssl >/dev/null; then
+    echo "setup-deps: no npm (or openssl): DuckDB's libduckdb.so not installed; vramtrace export --format parquet" \
+         "and its tests need it (docs/export.md)" >&2
+    return 0
+  fi
+  echo "setup-deps: fetching $duckdb_package (libduckdb.so, about 24 MB) into $duckdb_dir" >&2
+  local tmp
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$duckdb_package" >/dev/null)
+  local tgz=("$tmp"/*.tgz)
+  local got
+  got=$(openssl dgst -sha512 -binary "${tgz[0]}" | openssl base64 -A)
+  if [[ "$got" != "$duckdb_sha512" ]]; then
+    echo "setup-deps: $duckdb_package has sha512 $got, not the pinned $duckdb_sha512: not installed" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  tar -xzf "${tgz[0]}" -C "$tmp" package/libduckdb.so
+  mkdir -p "$duckdb_dir"
+  mv "$tmp/package/libduckdb.so" "$duckdb_dir/libduckdb.so.tmp.$$"
+  mv "$duckdb_dir/libduckdb.so.tmp.$$" "$duckdb_dir/libduckdb.so"
+  rm -rf "$tmp"
+}
+install_duckdb
 
 missing=()
 for p in "${pkgs[@]}"; do
