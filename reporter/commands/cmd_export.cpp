@@ -183,7 +183,8 @@ class ExportFolder {
     if (ec) throw std::runtime_error(fmt::format("cannot create the folder {}: {}", dir.string(), ec.message()));
     for (int n = 0; n < 100 && temp_.empty(); ++n) {
       const fs::path p = dir / fmt::format(".{}.tmp-{}-{}", name.string(), ::getpid(), n);
-      if (::mkdir(p.c_str(), 0777) == 0) temp_ = p.string();
+      if (::mkdir(p.c_str(), 0777) == 0)
+        temp_ = p.string();
       else if (errno != EEXIST)
         throw std::runtime_error(fmt::format("cannot create a folder beside {}: {}", out, std::strerror(errno)));
     }
@@ -221,8 +222,7 @@ class ExportFolder {
   std::string temp_;
 };
 
-void export_parquet(const std::vector<std::string>& paths, const std::string& out, const std::string& job,
-                    bool force) {
+void export_parquet(const std::vector<std::string>& paths, const std::string& out, const std::string& job, bool force) {
   DuckDb db(duckdb_library_path());
   ExportFolder folder(out);
   ParquetJobWriter writer(db, folder.path(), job);

@@ -26,28 +26,28 @@ using handle = void*;
 }  // namespace
 
 // One list of the functions used, resolved together: a library that lacks one is refused whole.
-#define VT_DUCKDB_FUNCTIONS(X)                                                            \
-  X(duckdb_library_version, const char*, ())                                              \
-  X(duckdb_open, duckdb_state, (const char*, handle*))                                    \
-  X(duckdb_close, void, (handle*))                                                        \
-  X(duckdb_connect, duckdb_state, (handle, handle*))                                      \
-  X(duckdb_disconnect, void, (handle*))                                                   \
-  X(duckdb_query, duckdb_state, (handle, const char*, duckdb_result*))                    \
-  X(duckdb_result_error, const char*, (duckdb_result*))                                   \
-  X(duckdb_destroy_result, void, (duckdb_result*))                                        \
-  X(duckdb_appender_create, duckdb_state, (handle, const char*, const char*, handle*))    \
-  X(duckdb_appender_error, const char*, (handle))                                         \
-  X(duckdb_appender_flush, duckdb_state, (handle))                                        \
-  X(duckdb_appender_close, duckdb_state, (handle))                                        \
-  X(duckdb_appender_destroy, duckdb_state, (handle*))                                     \
-  X(duckdb_appender_end_row, duckdb_state, (handle))                                      \
-  X(duckdb_append_bool, duckdb_state, (handle, bool))                                     \
-  X(duckdb_append_int32, duckdb_state, (handle, std::int32_t))                            \
-  X(duckdb_append_int64, duckdb_state, (handle, std::int64_t))                            \
-  X(duckdb_append_uint8, duckdb_state, (handle, std::uint8_t))                            \
-  X(duckdb_append_uint32, duckdb_state, (handle, std::uint32_t))                          \
-  X(duckdb_append_uint64, duckdb_state, (handle, std::uint64_t))                          \
-  X(duckdb_append_varchar_length, duckdb_state, (handle, const char*, idx_t))             \
+#define VT_DUCKDB_FUNCTIONS(X)                                                         \
+  X(duckdb_library_version, const char*, ())                                           \
+  X(duckdb_open, duckdb_state, (const char*, handle*))                                 \
+  X(duckdb_close, void, (handle*))                                                     \
+  X(duckdb_connect, duckdb_state, (handle, handle*))                                   \
+  X(duckdb_disconnect, void, (handle*))                                                \
+  X(duckdb_query, duckdb_state, (handle, const char*, duckdb_result*))                 \
+  X(duckdb_result_error, const char*, (duckdb_result*))                                \
+  X(duckdb_destroy_result, void, (duckdb_result*))                                     \
+  X(duckdb_appender_create, duckdb_state, (handle, const char*, const char*, handle*)) \
+  X(duckdb_appender_error, const char*, (handle))                                      \
+  X(duckdb_appender_flush, duckdb_state, (handle))                                     \
+  X(duckdb_appender_close, duckdb_state, (handle))                                     \
+  X(duckdb_appender_destroy, duckdb_state, (handle*))                                  \
+  X(duckdb_appender_end_row, duckdb_state, (handle))                                   \
+  X(duckdb_append_bool, duckdb_state, (handle, bool))                                  \
+  X(duckdb_append_int32, duckdb_state, (handle, std::int32_t))                         \
+  X(duckdb_append_int64, duckdb_state, (handle, std::int64_t))                         \
+  X(duckdb_append_uint8, duckdb_state, (handle, std::uint8_t))                         \
+  X(duckdb_append_uint32, duckdb_state, (handle, std::uint32_t))                       \
+  X(duckdb_append_uint64, duckdb_state, (handle, std::uint64_t))                       \
+  X(duckdb_append_varchar_length, duckdb_state, (handle, const char*, idx_t))          \
   X(duckdb_append_null, duckdb_state, (handle))
 
 struct DuckDbApi {
@@ -84,10 +84,10 @@ const DuckDbApi& load_api(const std::string& path) {
     throw DuckDbUnavailable(how_to_get_it(path, e ? e : "dlopen failed"));
   }
   DuckDbApi found;
-#define VT_RESOLVE(name, ret, args)                                                                        \
-  found.name = reinterpret_cast<ret(*) args>(::dlsym(lib, #name));                                        \
-  if (!found.name) {                                                                                      \
-    ::dlclose(lib);                                                                                       \
+#define VT_RESOLVE(name, ret, args)                                                                           \
+  found.name = reinterpret_cast<ret(*) args>(::dlsym(lib, #name));                                            \
+  if (!found.name) {                                                                                          \
+    ::dlclose(lib);                                                                                           \
     throw DuckDbUnavailable(how_to_get_it(path, "it has no function " #name ": not a DuckDB C API library")); \
   }
   VT_DUCKDB_FUNCTIONS(VT_RESOLVE)
@@ -138,8 +138,7 @@ void DuckDb::execute(const std::string& sql) {
     error = e ? e : "unknown error";
   }
   api_->duckdb_destroy_result(&result);
-  if (state != 0)
-    throw DuckDbError(fmt::format("DuckDB: {} (in: {})", error, sql.substr(0, 200)));
+  if (state != 0) throw DuckDbError(fmt::format("DuckDB: {} (in: {})", error, sql.substr(0, 200)));
 }
 
 DuckDb::Appender::Appender(DuckDb& db, const std::string& table) : api_(*db.api_), table_(table) {

@@ -89,9 +89,8 @@ bool is_segment_action(Action a) {
          a == Action::segment_unmap;
 }
 
-void add_sites(DuckDb::Appender& a, const std::string& job, const std::optional<std::int64_t>& rank,
-               std::int64_t pid, std::int32_t device, const char* state, const StateAt& at, const SitesAt& s,
-               std::uint64_t& rows) {
+void add_sites(DuckDb::Appender& a, const std::string& job, const std::optional<std::int64_t>& rank, std::int64_t pid,
+               std::int32_t device, const char* state, const StateAt& at, const SitesAt& s, std::uint64_t& rows) {
   auto row = [&](std::string_view site, std::uint64_t bytes, std::uint64_t blocks) {
     key(a, job, rank, pid);
     a.i32(device).text(state).u64(at.event_index).i64(at.time_ns).text_or_null(site).i64(figure(bytes));
@@ -145,7 +144,8 @@ void ParquetJobWriter::add_trace(const std::string& path, TraceReader& reader) {
     TraceRecord r;
     std::uint64_t seq = 0;
     while (reader.next(r)) {
-      const std::string_view mark = r.action == Action::mark ? std::string_view(reader.mark_name()) : std::string_view{};
+      const std::string_view mark =
+          r.action == Action::mark ? std::string_view(reader.mark_name()) : std::string_view{};
       builder.add(r, mark);
       tick_read_progress(reader);
       const std::string& s = r.stack_id != 0 ? site(r.stack_id) : none;

@@ -37,6 +37,10 @@ SITES = {"weights": "train/model.py:12 in build", "activations": "train/model.py
 T0 = 1796020000000000000
 
 
+def cache_entry(p):
+    return p.get("cache_entry") or CACHE_ENTRY[p["variant"]]
+
+
 def rank_kind(rank, p):
     if rank in p["capacity_oom_ranks"]:
         return "capacity"
@@ -54,7 +58,7 @@ def activations_of(kind):
 def truth(p):
     """Per rank: peak reserved and allocated bytes, bytes per site at the peak, the OOM if any."""
     out = {}
-    cache = CACHE_ENTRY[p["variant"]]
+    cache = cache_entry(p)
     for rank in range(p["ranks"]):
         kind = rank_kind(rank, p)
         act = activations_of(kind)
@@ -81,7 +85,7 @@ def truth(p):
 
 def body_lines(kind, p):
     """The events of one rank after its header, and the counts for its trailer."""
-    cache = CACHE_ENTRY[p["variant"]]
+    cache = cache_entry(p)
     act = activations_of(kind)
     lines = []
     counts = {}
@@ -137,7 +141,7 @@ def header_line(rank, p):
 
 
 def trailer_line(counts, t, kind, p):
-    peak = WEIGHTS + activations_of(kind) + p["steps"] * CACHE_ENTRY[p["variant"]]
+    peak = WEIGHTS + activations_of(kind) + p["steps"] * cache_entry(p)
     ooms = 1 if kind in ("capacity", "outside") else 0
     return json.dumps({"a": "trailer", "t": t, "events": sum(counts.values()), "dropped": 0, "counts": counts,
                        "devices": [{"device": 0, "stats": {"reserved_bytes.all.peak": peak,
@@ -172,8 +176,8 @@ def write_job(out_dir, p, compress_as="none"):
 
 
 def params(ranks=256, variant="a", steps=20, imbalanced_rank=77, capacity_oom_ranks=(17, 101),
-           outside_oom_ranks=(202,)):
-    return {"ranks": ranks, "variant": variant, "steps": steps, "imbalanced_rank": imbalanced_rank,
+           outside_oom_ranks=(202,), cache_entry_bytes=None):
+    return {"cache_entry": cache_entry_bytes, "ranks": ranks, "variant": variant, "steps": steps, "imbalanced_rank": imbalanced_rank,
             "capacity_oom_ranks": set(capacity_oom_ranks), "outside_oom_ranks": set(outside_oom_ranks)}
 
 
@@ -184,9 +188,13 @@ def main():
     ap.add_argument("--variant", choices=["a", "b"], default="a", help="job a or b: b's cache entries are 4x a's")
     ap.add_argument("--steps", type=int, default=20, help="7 events each")
     ap.add_argument("--compress", choices=["none", "zst", "gz"], default="none")
+    ap.add_argument("--cache-entry-bytes", type=int, help="instead of the variant's (for long runs)")
+    ap.add_argument("--no-truth", action="store_true", help="print nothing (truth() reads every body again)")
     args = ap.parse_args()
-    p = params(args.ranks, args.variant, args.steps)
+    p = params(args.ranks, args.variant, args.steps, cache_entry_bytes=args.cache_entry_bytes)
     write_job(args.out_dir, p, args.compress)
+    if args.no_truth:
+        return
     json.dump({str(k): v for k, v in truth(p).items()}, sys.stdout)
     print()
 
