@@ -67,15 +67,8 @@ fi
 
 export VRAMTRACE_SYSROOT=$root VRAMTRACE_SIMDJSON_SOURCE=$simdjson_src
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$src}
-  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
-  # Debug-info builds (-g) hash the working directory by default, so a clone elsewhere would miss
-  # every entry: the debug information's compilation directory may be another checkout's.
-  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
-fi
+# shellcheck source=scripts/ccache-env.sh
+source "$src/scripts/ccache-env.sh" "$src"
 # --fresh: the cache holds the root's paths (link flags, found libraries); a root made again
 # elsewhere must not be mixed with them. Unchanged compile lines rebuild nothing.
 cmake --preset portable --fresh "${launcher[@]}" >/dev/null

@@ -18,17 +18,8 @@ cd "$(dirname "$0")/.."
 scripts/setup-deps.sh --with-browser
 
 jobs=$(nproc)
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  # Paths under the checkout are hashed relative to it; the command's precompiled header needs
-  # the two sloppiness settings that ccache documents for precompiled headers.
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
-  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
-  # Debug-info builds (-g) hash the working directory by default, so a clone elsewhere would miss
-  # every entry: the debug information's compilation directory may be another checkout's.
-  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
-fi
+# shellcheck source=scripts/ccache-env.sh
+source scripts/ccache-env.sh "$PWD"
 phase_start=$SECONDS
 phase() {
   echo "== $* (at $((SECONDS - phase_start)) s)"

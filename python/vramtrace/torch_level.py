@@ -78,6 +78,10 @@ _PREFIX = "vramtrace: "
 _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
+# Reasons of _missing_api for a torch that cannot use a GPU at all: nothing is written for it.
+_NO_GPU_REASONS = ("no torch.cuda", "built without CUDA")
+
+
 def _say(message):
     """Prints one line to stderr; never raises (stderr may be closed or None)."""
     try:
@@ -351,6 +355,8 @@ class _Recorder:
         _say("PyTorch %s: tensor-level recording unavailable (%s); the trace has device level only"
              % (self.version, reason))
         os.register_at_fork(after_in_child=self._after_fork_in_child)
+        if reason in _NO_GPU_REASONS:
+            return  # no device memory to speak of: the line above is all, no file
         atexit.register(self._at_exit)  # the sidecar says why; no pickle
 
     def _wrap_lazy_init(self, torch):
@@ -424,6 +430,10 @@ class _Recorder:
                 self._attach_oom_observer()
         self._install_exit_hooks()
         self._devices(with_mem_info=False)  # warms device_count's caches: exit imports nothing
+        # The sidecar alone, now: a process killed before any write (SIGKILL, a crash) leaves it,
+        # so the reports can say the tensor level was on and all of it is missing. Each later
+        # write replaces it.
+        self._write("started", final=False, with_snapshot=False)
 
     def _enable_history(self, record):
         """Turns the history on with whichever signature this torch has; returns "new" or "legacy".
@@ -649,8 +659,9 @@ class _Recorder:
     def write(self, reason, final):
         return self._write(reason, final)
 
-    def _write(self, reason, final):
-        """Writes the snapshot (when recording) and the sidecar; True if all was written."""
+    def _write(self, reason, final, with_snapshot=True):
+        """Writes the snapshot (when recording and with_snapshot) and the sidecar; True if all was
+        written. Without the snapshot the sidecar still names the pickle the later writes make."""
         if not self._active():
             return False
         import time
@@ -664,7 +675,7 @@ class _Recorder:
             snapshot = None
             snapshot_error = None
             self._snapshot_s = None
-            if self.mode == "recording":
+            if self.mode == "recording" and with_snapshot:
                 try:
                     t0 = time.perf_counter()
                     with _inductor_lookup_hidden(self.torch):
@@ -679,17 +690,22 @@ class _Recorder:
                 protocol = min(PICKLE_PROTOCOL, pickle.HIGHEST_PROTOCOL)
                 if not self._atomic_write(path, lambda f: pickle.dump(snapshot, f, protocol=protocol)):
                     return False  # no sidecar beside a pickle that is not this one
-            sidecar = self._sidecar(snapshot, reason, final, path if snapshot is not None else None,
-                                    snapshot_error)
+            if not with_snapshot and path not in self._owned and os.path.lexists(path):
+                return False  # another's pickle: the later writes say so, once
+            named = snapshot is not None or (not with_snapshot and self.mode == "recording")
+            sidecar = self._sidecar(snapshot, reason, final, path if named else None, snapshot_error,
+                                    with_devices=with_snapshot)
             import json
 
             text = json.dumps(sidecar, indent=1, default=_json_default).encode("utf-8")
-            return self._atomic_write(sidecar_path(path), lambda f: f.write(text))
+            # The start's write is quiet: where it fails the later writes fail too, and say so.
+            return self._atomic_write(sidecar_path(path), lambda f: f.write(text), quiet=not with_snapshot)
 
-    def _atomic_write(self, path, write_to):
+    def _atomic_write(self, path, write_to, quiet=False):
         if path not in self._owned and os.path.lexists(path):
-            self._tell("%s exists and is not this process's: not overwritten (give "
-                       "VRAMTRACE_TORCH_OUT a %%p or %%t)" % path)
+            if not quiet:
+                self._tell("%s exists and is not this process's: not overwritten (give "
+                           "VRAMTRACE_TORCH_OUT a %%p or %%t)" % path)
             return False
         self._tmp_counter += 1
         tmp = "%s.tmp-%d-%d" % (path, os.getpid(), self._tmp_counter)
@@ -710,7 +726,8 @@ class _Recorder:
                 os.unlink(tmp)
             except OSError:
                 pass
-            self._tell("could not write %s (%s)" % (path, _describe(exc)))
+            if not quiet:
+                self._tell("could not write %s (%s)" % (path, _describe(exc)))
             return False
 
     def _tell(self, message):
@@ -775,7 +792,7 @@ class _Recorder:
             "devices": per_device,
         }
 
-    def _sidecar(self, snapshot, reason, final, snapshot_path, snapshot_error):
+    def _sidecar(self, snapshot, reason, final, snapshot_path, snapshot_error, with_devices=True):
         import time
 
         torch = self.torch
@@ -796,7 +813,7 @@ class _Recorder:
         if snapshot is not None and isinstance(snapshot.get("allocator_settings"), dict):
             allocator["snapshot_settings"] = snapshot["allocator_settings"]
         devices = None
-        if self.mode in ("recording", "no_history"):
+        if with_devices and self.mode in ("recording", "no_history"):
             devices = self._devices(with_mem_info=final)
         return {
             "format": SIDECAR_FORMAT,

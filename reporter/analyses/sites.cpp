@@ -137,10 +137,21 @@ FrameKind module_kind(std::string_view module) noexcept {
   return FrameKind::user;
 }
 
+bool is_static_cuda_runtime(std::string_view name) noexcept {
+  // nvcc links libcudart_static.a into the program by default, so its frames lie in the program's
+  // own module. Its internal functions are local symbols named "libcudart_static_<hash>" or
+  // "__cudart<n>"; its API functions keep the runtime's names, "cuda" and a capital letter
+  // (cudaMalloc, cudaMallocAsync, and the header's template cudaMalloc<T>).
+  if (starts_with(name, "libcudart_static_") || starts_with(name, "__cudart")) return true;
+  return name.size() > 4 && starts_with(name, "cuda") && name[4] >= 'A' && name[4] <= 'Z';
+}
+
 FrameKind frame_kind(const Frame& f) noexcept {
   // Only native frames have a module; once symbolized their file is a source file of any
   // language, which says nothing of whose code it is.
-  return f.module.empty() ? frame_kind(f.filename) : module_kind(f.module);
+  if (f.module.empty()) return frame_kind(f.filename);
+  const FrameKind k = module_kind(f.module);
+  return k == FrameKind::user && is_static_cuda_runtime(f.name) ? FrameKind::native : k;
 }
 
 namespace {

@@ -33,8 +33,15 @@ enum class FrameKind : std::uint8_t {
 /// Files are matched by their name and by whole directory components, as frame_kind.
 FrameKind module_kind(std::string_view module) noexcept;
 
+/// Whether a native function name is the CUDA runtime linked statically into a program (nvcc's
+/// default): "libcudart_static_<hash>" and "__cudart<n>" (its internal symbols) or a runtime API
+/// name, "cuda" followed by a capital letter. A program's own function named so (cudaCheck) is
+/// then taken for the runtime, and the site is its caller.
+bool is_static_cuda_runtime(std::string_view name) noexcept;
+
 /// The kind of a frame: by its module for a native frame of a vramtrace trace (module_kind, named
-/// or not), by its file name otherwise (frame_kind of the name).
+/// or not; a frame of the program's own module in the statically linked CUDA runtime,
+/// is_static_cuda_runtime, is `native`), by its file name otherwise (frame_kind of the name).
 FrameKind frame_kind(const Frame& f) noexcept;
 
 /// The kind of a frame from its file name alone. Paths may be absolute or relative, as PyTorch

@@ -29,7 +29,8 @@ void register_report(CLI::App& app) {
          "traces", opts->traces,
          "Trace files, globs, or directories (all traces in them); several traces add the process x device view")
       ->required();
-  cmd->add_option("-o,--output", opts->output, "Output HTML file (default report.html); an existing one is kept");
+  cmd->add_option("-o,--output", opts->output,
+                  "Output HTML file (default report.html; - for standard output); an existing one is kept");
   cmd->add_flag("--force", opts->force, "Overwrite the output file if it exists");
   cmd->add_option("--title", opts->title, "Page title");
   add_level_option(cmd, opts->level);
@@ -49,6 +50,11 @@ void register_report(CLI::App& app) {
       ReportOptions ro;
       ro.title = opts->title;
       std::string page = render_report_html(models, ro);
+      if (opts->output == "-") {  // standard output, as for check and export; main() checks the write
+        std::fwrite(page.data(), 1, page.size(), stdout);
+        set_exit_code(0);
+        return;
+      }
       // Every step checked, the close too (a full disk may show only when the buffer is
       // flushed), with the system's reason.
       errno = 0;

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <set>
+
+#include <fmt/format.h>
 
 #include "readers/open_trace.h"
 #include "readers/sidecar.h"
@@ -75,6 +78,26 @@ std::vector<std::string> files_beside(const std::string& path, Pick pick) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+/// Whether the directory of `stem` (a path without its extension) holds "<stem's name>.<digits>"
+/// + `suffix`, compressed (.gz, .zst) or not: the per-process name `vramtrace run` gives its
+/// companions when the trace's name has no %p. Stops at the first; false if the directory cannot
+/// be read.
+bool pid_named_beside(const std::string& stem, const std::string& suffix) {
+  const fs::path stem_path(stem);
+  const std::string prefix = stem_path.filename().string() + ".";
+  const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = without_compression(it->path().filename().string());
+    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        !ends_with(name, suffix))
+      continue;
+    const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (middle.find_first_not_of("0123456789") == std::string::npos) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -170,18 +193,8 @@ std::string tensor_level_companion(const std::string& trace) {
   };
   std::string plain = existing(stem + ".torch.pickle");
   const bool has_plain = !plain.empty();
-  bool has_pid_named = false;  // stem.<digits>.torch.pickle[.gz|.zst]
-  const fs::path stem_path(stem);
-  const std::string prefix = stem_path.filename().string() + ".", suffix = ".torch.pickle";
-  const fs::path dir = stem_path.has_parent_path() ? stem_path.parent_path() : fs::path(".");
-  for (fs::directory_iterator it(dir, ec), end; !has_pid_named && !ec && it != end; it.increment(ec)) {
-    const std::string name = without_compression(it->path().filename().string());
-    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-        !ends_with(name, suffix))
-      continue;
-    const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    has_pid_named = middle.find_first_not_of("0123456789") == std::string::npos;
-  }
+  const std::string suffix = ".torch.pickle";
+  const bool has_pid_named = pid_named_beside(stem, suffix);  // stem.<digits>.torch.pickle[.gz|.zst]
   // Failing those names (a %t of another second), the snapshots of the directory whose sidecars
   // name their process; the trace is opened only when there is one.
   auto with_sidecars = [&] {
@@ -246,6 +259,61 @@ std::string device_level_companion(const std::string& snapshot) {
   return found;
 }
 
+std::string tensor_level_gap(const std::string& trace, const std::string& companion) {
+  if (trace == "-") return {};
+  auto seconds_into = [](const TraceProcess& proc, std::int64_t at_ns) {
+    return proc.start_ns > 0 && at_ns >= proc.start_ns
+               ? fmt::format(" at {:.3f} s into the trace", static_cast<double>(at_ns - proc.start_ns) / 1e9)
+               : std::string();
+  };
+  if (!companion.empty()) {
+    const SidecarRead read = read_sidecar(companion);
+    if (!read.sidecar || read.sidecar->final) return {};
+    const TorchSidecar& s = *read.sidecar;
+    const TraceProcess proc = trace_process(trace);
+    const std::string rest =
+        proc.end_ns > 0
+            ? fmt::format("the trace goes on to {:.3f} s", static_cast<double>(proc.end_ns - proc.start_ns) / 1e9)
+            : std::string("the trace has no trailer either (the process was killed, crashed or is still running)");
+    return fmt::format(
+        "{}: PyTorch's tensor level ends at its last write (\"{}\"{}), not at the process's end: no exit write "
+        "came after it, and {}. Figures after that write are the device level's only (--level device)",
+        companion, s.reason, seconds_into(proc, s.written_at_ns), rest);
+  }
+  std::string stem = without_compression(trace);
+  if (!ends_with(stem, ".jsonl")) return {};
+  stem.resize(stem.size() - 6);
+  // The sidecar is written when recording starts (`reason` "started", naming the pickle to come),
+  // then replaced at each write: alone, it says the tensor level was on and none of it was written.
+  std::error_code ec;
+  std::string snapshot = stem + ".torch.pickle";
+  std::optional<TraceProcess> opened;  // the header is read only where a sidecar may be this trace's
+  if (!fs::is_regular_file(snapshot + ".json", ec)) {
+    // Names without %p: "<stem>.<pid>.torch.pickle.json". The header is opened only when such a
+    // file is there, so a trace without PyTorch is opened once, by the command that reads it.
+    if (!pid_named_beside(stem, ".torch.pickle.json")) return {};
+    opened = trace_process(trace);
+    if (opened->pid == 0) return {};
+    snapshot = stem + "." + std::to_string(opened->pid) + ".torch.pickle";
+    if (!fs::is_regular_file(snapshot + ".json", ec)) return {};
+  }
+  const SidecarRead read = read_sidecar(snapshot);
+  if (!read.sidecar) return {};
+  const TorchSidecar& s = *read.sidecar;
+  const TraceProcess proc = opened ? *opened : trace_process(trace);
+  if (!same_process(proc.pid, proc.host, proc.start_ns, proc.end_ns, s.pid, s.host, s.written_at_ns)) return {};
+  if (s.reason == "started")
+    return fmt::format(
+        "{}: PyTorch's tensor level was being recorded (its sidecar {} was written when recording started{}) but "
+        "no snapshot was ever written: the process ended without its exit write (SIGKILL, a crash or os.exec*), so "
+        "all of the tensor level is missing. Read at the device level: PyTorch's segments, not its tensors",
+        trace, s.path, seconds_into(proc, s.written_at_ns));
+  return fmt::format(
+      "{}: the sidecar {} names the snapshot {}, which is not there (moved or deleted?); read at the "
+      "device level",
+      trace, s.path, snapshot);
+}
+
 std::vector<std::string> choose_trace_level(const std::vector<std::string>& paths, TraceLevel level,
                                             std::vector<std::string>& notes) {
   std::vector<std::string> companion(paths.size());
@@ -281,9 +349,11 @@ std::vector<std::string> choose_trace_level(const std::vector<std::string>& path
       notes.push_back(p + ": tensor level from " + companion[i] +
                       " (PyTorch's own allocator history), with this trace's device level for the memory ledger; "
                       "--level device for the shim's trace alone");
+      if (std::string gap = tensor_level_gap(p, companion[i]); !gap.empty()) notes.push_back(std::move(gap));
       add(companion[i]);
       continue;
     }
+    if (std::string gap = tensor_level_gap(p, {}); !gap.empty()) notes.push_back(std::move(gap));
     if (level == TraceLevel::tensors && ends_with(p, ".jsonl"))
       notes.push_back(p + ": no tensor level beside it; read as it is");
     if (p != "-" && ends_with(without_compression(p), ".torch.pickle"))

@@ -73,6 +73,16 @@ std::string device_level_companion(const std::string& snapshot);
 bool same_process(std::int64_t pid, const std::string& host, std::int64_t start_ns, std::int64_t end_ns,
                   std::int64_t sidecar_pid, const std::string& sidecar_host, std::int64_t written_ns);
 
+/// What is missing of the tensor level of the shim trace `trace`, as one note for the reports, or
+/// "" when nothing is known to be missing. With `companion` (its snapshot, tensor_level_companion)
+/// whose sidecar is not the exit write (`final` false: an OOM's or a manual write, then no exit
+/// write, as after SIGKILL): the tensor level ends at that write, and the note gives its time into
+/// the trace. Without one: a sidecar beside the trace (`<stem>.torch.pickle.json`, or with the
+/// trace's pid) of the same process whose `reason` is "started" means recording was on and nothing
+/// was written, so all of the tensor level is missing. Reads the trace's header and the sidecar;
+/// never throws for a missing or damaged file (no note then). Not thread-safe (reads files).
+std::string tensor_level_gap(const std::string& trace, const std::string& companion);
+
 /// Applies `level` to expanded trace paths: each vramtrace trace with a companion snapshot is
 /// replaced by it (automatic, tensors) or keeps it out of the list (device); a companion that is
 /// also listed is read once. One line per decision is appended to `notes` ("<trace>: tensor

@@ -6,7 +6,7 @@ Each round runs every variant once, in an order rotated from round to round, so 
 thermal drift spread over all variants; a variant's figure is the median over rounds of each
 run's median step time, and its ratio is that over the native figure of the same model.
 
-Variants (torch_train.py, GPT-2 124M and Llama-style 1.1B training steps):
+Variants (torch_train.py: GPT-2 124M, Llama-style 1.1B and BERT-base with variable lengths, training steps):
   native          PyTorch's own caching allocator, no shim
   front           the shim in front of PyTorch's allocator (target <= 1.01x native)
   tensor          tensor mode: PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the shim, reuse:lazy_sync
@@ -130,7 +130,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", type=float, default=540.0)
     ap.add_argument("--build")
-    ap.add_argument("--models", default="gpt2,llama")
+    ap.add_argument("--models", default="gpt2,llama,bert")
     ap.add_argument("--variants", help="comma-separated subset of the variants (default: all)")
     ap.add_argument("--gpt2-steps", type=int, default=12, help="timed GPT-2 steps per run")
     args = ap.parse_args()
@@ -141,7 +141,8 @@ def main():
     trace_dir = os.path.join(out, "traces")
     os.makedirs(trace_dir, exist_ok=True)
     script = os.path.join(gc.GPU_DIR, "torch_train.py")
-    plans = {"gpt2": ["--steps", str(args.gpt2_steps), "--warmup", "3"], "llama": ["--steps", "6", "--warmup", "2"]}
+    plans = {"gpt2": ["--steps", str(args.gpt2_steps), "--warmup", "3"], "llama": ["--steps", "6", "--warmup", "2"],
+             "bert": ["--steps", "12", "--warmup", "3"]}
     runs = {}  # (model, variant) -> list of run dicts
     for rnd in range(args.rounds):
         for model in args.models.split(","):

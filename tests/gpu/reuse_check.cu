@@ -5,7 +5,15 @@
 // while it is read. The new owner writes on the legacy stream ("legacy") or on a second
 // non-blocking stream ("side"). Prints "wrong N of T" per writer.
 //
-// Usage: reuse_check [TRIALS]  (default 20)
+// `reuse_check switch`: one trial of the first work on another stream, in a process that so far
+// put work only on the legacy stream (the shim's lazy_sync reuses at once there): a slow reader on
+// the legacy stream, the free, the reallocation, then the new owner's write as the first work on
+// a non-blocking stream created at start-up and left idle until then (PyTorch's pool streams). A
+// non-blocking stream does not wait for legacy work, so only the shim's switch (Note [work on
+// another stream]) keeps the reader's data. Prints "switch wrong 0|1 (same address 0|1)"; run it
+// in a fresh process per trial.
+//
+// Usage: reuse_check [TRIALS]  (default 20) | reuse_check switch
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -33,7 +41,29 @@ __global__ void slow_sum(const unsigned* p, size_t n, long long cycles, unsigned
   atomicAdd(out, s);
 }
 
+static int switch_trial() {
+  cudaStream_t idle;
+  CK(cudaStreamCreateWithFlags(&idle, cudaStreamNonBlocking));
+  const size_t words = (8u << 20) / 4;
+  unsigned long long* sum = nullptr;
+  CK(cudaMallocManaged(&sum, sizeof *sum));
+  unsigned* a = nullptr;
+  CK(cudaMalloc(&a, words * 4));
+  fill<<<128, 256>>>(a, words, 1);
+  CK(cudaDeviceSynchronize());
+  *sum = 0;
+  slow_sum<<<1, 256>>>(a, words, 100000000ll, sum);  // ~50 ms, on the legacy stream
+  CK(cudaFree(a));
+  unsigned* b = nullptr;
+  CK(cudaMalloc(&b, words * 4));
+  fill<<<128, 256, 0, idle>>>(b, words, 2);  // the first work on another stream
+  CK(cudaDeviceSynchronize());
+  std::printf("switch wrong %d (same address %d)\n", *sum != words ? 1 : 0, b == a ? 1 : 0);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && argv[1][0] == 's') return switch_trial();
   const int trials = argc > 1 ? std::atoi(argv[1]) : 20;
   cudaStream_t reader, writer;
   CK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));

@@ -64,6 +64,19 @@ if [[ -x $RC ]]; then
       fi
     done
   done
+  # The first work on another stream, after blocks were reused at once on the legacy stream: one
+  # fresh process per trial (the switch happens once per process).
+  for label in native lazy_sync device_sync; do
+    wrong=0 same=0 ran=0
+    for ((t = 0; t < TRIALS; t++)); do
+      if [[ $label == native ]]; then out=$("$RC" switch 2>&1); else out=$(LD_PRELOAD="$SHIM" VRAMTRACE_CONF=reuse:$label "$RC" switch 2>&1); fi
+      echo "$out" >>"$OUT/switch.$label.txt"
+      [[ $out =~ switch\ wrong\ ([01])\ \(same\ address\ ([01])\) ]] || continue
+      ran=$((ran + 1)) wrong=$((wrong + BASH_REMATCH[1])) same=$((same + BASH_REMATCH[2]))
+    done
+    row "$(verdict test "$ran:$wrong" = "$TRIALS:0")" \
+      "CUDA first work on a second stream after a reuse on the legacy stream, $label: wrong $wrong of $ran (same address $same)"
+  done
 else
   row FAIL "no $RC (scripts/gpu-check.sh carry builds it)"
 fi

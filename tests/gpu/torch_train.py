@@ -4,11 +4,14 @@ Prints one line `RESULT {json}` with the loss of every step (float.hex, for bit-
 comparison with and without the shim), step times, and PyTorch's own allocator statistics.
 Models are built from configs (no download): gpt2-small (4 layers, eager attention, deterministic
 algorithms: the correctness rows), gpt2 (124M, batch 8 x 1024, bf16 autocast, AdamW: as in
-docs/h200.md), llama (1.1B, seq 2048, batch 4, gradient checkpointing).
+docs/h200.md), llama (1.1B, seq 2048, batch 4, gradient checkpointing), bert (BERT-base masked
+LM, batch 16, a sequence length drawn from 64..512 for every step with seed 0: variable shapes, so
+the allocator sees new sizes from step to step).
 """
 import argparse
 import json
 import os
+import random
 import statistics
 import time
 
@@ -27,6 +30,12 @@ def eager(cfg):
 
 def build(name):
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    if name == "bert":
+        from transformers import BertConfig, BertForMaskedLM
+
+        cfg = BertConfig()  # base: 12 layers, 768 hidden
+        return BertForMaskedLM(cfg), 16, None, cfg.vocab_size
 
     if name == "gpt2-small":
         cfg = GPT2Config(n_layer=4, n_head=8, n_embd=512, n_positions=512, vocab_size=8192)
@@ -62,9 +71,11 @@ def main():
     model = model.cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=False, foreach=True)
     gen = torch.Generator(device="cuda").manual_seed(1)
+    lengths = random.Random(0)
     losses, times = [], []
     for step in range(args.warmup + args.steps):
-        ids = torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
+        n = seq if seq is not None else lengths.randint(64, 512)
+        ids = torch.randint(0, vocab, (batch, n), device="cuda", generator=gen)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not deterministic):

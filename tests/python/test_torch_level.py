@@ -424,7 +424,26 @@ os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(10)
 """, env={"VRAMTRACE_TORCH_SIGNALS": "0"})
         self.assertEqual(res.rc, -signal.SIGTERM)
-        self.assertEqual(res.pickles() + res.sidecars(), [])
+        # Killed with no write: only the sidecar of the start, naming the pickle that never came.
+        self.assertEqual(res.pickles(), [])
+        side = res.sidecar()
+        self.assertEqual((side["reason"], side["final"], side["devices"]), ("started", False, None))
+        self.assertEqual(side["snapshot"] + ".json", os.path.basename(res.sidecars()[0]))
+
+    def test_the_start_is_recorded_before_any_write(self):
+        # The sidecar exists from CUDA initialisation on, before the program allocates; SIGKILL
+        # then leaves it, and nothing else.
+        res = self.run_program("""
+import os, signal, sys, torch
+torch.cuda._lazy_init()
+print(sorted(os.listdir(".")))
+sys.stdout.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+""")
+        self.assertEqual(res.rc, -signal.SIGKILL)
+        self.assertEqual(res.pickles(), [])
+        self.assertIn(os.path.basename(res.sidecars()[0]), res.stdout)
+        self.assertEqual(res.sidecar()["reason"], "started")
 
     def test_exit_write_happens_once(self):
         # atexit wrote; an os._exit called from a later atexit handler does not write again.
@@ -657,11 +676,13 @@ except AssertionError as e:
 """, env={"FAKE_TORCH_FLAVOUR": "cpu"})
         self.assertIn("program saw: Torch not compiled with CUDA enabled", res.stdout)
         self.assert_one_unavailable_line(res, "built without CUDA")
+        self.assertEqual(res.pickles() + res.sidecars(), [])  # no GPU memory: no file to explain
 
     def test_no_torch_cuda(self):
         res = self.run_both("import torch\nprint(hasattr(torch, 'cuda'))\n",
                             env={"FAKE_TORCH_FLAVOUR": "nocuda"})
         self.assert_one_unavailable_line(res, "no torch.cuda")
+        self.assertEqual(res.pickles() + res.sidecars(), [])
 
     def test_cuda_malloc_async_backend(self):
         res = self.run_both(ALLOCATE, env={"FAKE_TORCH_BACKEND": "cudaMallocAsync",

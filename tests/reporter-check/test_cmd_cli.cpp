@@ -208,6 +208,11 @@ TEST_CASE("report and check -o keep an existing file unless --force", "[cli]") {
   const Result dflt = vt("report " + kGpt2, "cd " + cwd.string() + " &&");
   CHECK(dflt.rc == 2);
   CHECK(slurp(cwd / "report.html") == "mine");
+  // "-" is standard output, as for check and export: no file named "-".
+  const Result to_stdout = vt("report " + kGpt2 + " -o -", "cd " + cwd.string() + " &&");
+  CHECK(to_stdout.rc == 0);
+  CHECK(to_stdout.out.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK_FALSE(fs::exists(cwd / "-"));
 
   const fs::path xml = dir() / "twice.xml";
   REQUIRE(vt("check " + kGpt2 + " --max-ooms 0 --format junit -o " + xml.string()).rc == 0);

@@ -430,6 +430,15 @@ TEST_CASE("output lost to a full disk is an error, not a success", "[cmd][output
     CHECK(r.rc == 2);
     CHECK(has(r.out, "cannot write the output: "));
   }
+  // A reader that stops early (`| head`) with SIGPIPE ignored, as in shells and launchers that
+  // ignore it: no message, the command's own status (check's failure stays a failure).
+  const std::string big = std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/gpt2_train.torchtrace.jsonl.gz";
+  // The reader (`true`) has gone before the command has read its trace: every write meets EPIPE.
+  auto into_head = [](const std::string& cmd) {  // the command's stderr and status; its stdout to a closed pipe
+    return sh("exec 3>&1; trap '' PIPE; (" + cmd + " 2>&3; echo rc=$? >&3) | true");
+  };
+  CHECK(into_head(kVt + " summary --json " + big).out == "rc=0\n");
+  CHECK(into_head(kVt + " check --max-ooms 0 --format json " + big + " " + plain).out == "rc=1\n");
   // Files given with -o: the reason is said.
   const Result report = sh(kVt + " report --force -o /dev/full " + plain + " 2>&1");
   CHECK(report.rc == 2);

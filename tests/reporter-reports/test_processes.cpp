@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "analyses/oom_report.h"
 #include "analyses/processes.h"
@@ -459,5 +460,65 @@ TEST_CASE("trace level: a trace is opened once, looking for its snapshot and rea
   CHECK(tensor_level_companion((dir / "t.7.jsonl").string()).empty());
   CHECK(tensor_level_companion((dir / "t.x.jsonl").string()).empty());
   CHECK(tensor_level_companion((dir / "lone.jsonl").string()).empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("trace level: what is missing of the tensor level of a killed run is said", "[processes][paths]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("vt-level-gap-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path data = fs::path(VRAMTRACE_TEST_DATA_DIR) / "ledger";
+  nlohmann::json base;
+  std::ifstream(data / "run.4242.torch.pickle.json") >> base;  // pid 4242 on gpu-node-7
+  auto run = [&](const std::string& trace, const std::string& sidecar, const std::string& reason, bool final,
+                 std::int64_t pid = 4242) {
+    fs::copy_file(data / "run.4242.jsonl", dir / trace);
+    nlohmann::json j = base;
+    j["reason"] = reason;
+    j["final"] = final;
+    j["pid"] = pid;
+    j["snapshot"] = sidecar.substr(0, sidecar.size() - 5);
+    std::ofstream(dir / sidecar) << j.dump();
+  };
+  auto notes_of = [&](const std::string& trace) {
+    std::vector<std::string> notes;
+    const auto read = choose_trace_level({(dir / trace).string()}, TraceLevel::automatic, notes);
+    CHECK(read.size() == 1);
+    return notes;
+  };
+  // Killed before any write: the sidecar of the start alone, with %p in the name or without.
+  base["written_at"] = 1796134320.1;
+  run("k.jsonl", "k.4242.torch.pickle.json", "started", false);
+  auto notes = notes_of("k.jsonl");
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("k.jsonl: PyTorch's tensor level was being recorded") &&
+                           Catch::Contains("all of the tensor level is missing") &&
+                           Catch::Contains("at 0.100 s into the trace"));
+  run("p.jsonl", "p.torch.pickle.json", "started", false);
+  CHECK(notes_of("p.jsonl").size() == 1);
+  // Another process's sidecar, or none: nothing is said.
+  run("q.jsonl", "q.torch.pickle.json", "started", false, 999);
+  CHECK(notes_of("q.jsonl").empty());
+  fs::copy_file(data / "run.4242.jsonl", dir / "none.jsonl");
+  CHECK(notes_of("none.jsonl").empty());
+  // A sidecar whose pickle is gone.
+  run("g.jsonl", "g.torch.pickle.json", "exit", true);
+  notes = notes_of("g.jsonl");
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("which is not there"));
+  // An OOM's write, then no exit write: the tensor level ends at that write.
+  base["written_at"] = 1796134321.5;
+  run("o.jsonl", "o.4242.torch.pickle.json", "oom", false);
+  fs::copy_file(data / "run.4242.torch.pickle", dir / "o.4242.torch.pickle");
+  notes = notes_of("o.jsonl");
+  REQUIRE(notes.size() == 2);
+  CHECK_THAT(notes[0], Catch::Contains("tensor level from"));
+  CHECK_THAT(notes[1], Catch::Contains("ends at its last write (\"oom\" at 1.500 s into the trace)") &&
+                           Catch::Contains("the trace goes on to 2.000 s"));
+  // The exit write: nothing is missing.
+  run("e.jsonl", "e.4242.torch.pickle.json", "exit", true);
+  fs::copy_file(data / "run.4242.torch.pickle", dir / "e.4242.torch.pickle");
+  CHECK(notes_of("e.jsonl").size() == 1);
   fs::remove_all(dir);
 }

@@ -297,6 +297,43 @@ std::vector<std::string> expected_lines(const StackTable& table, std::uint32_t i
   return out;
 }
 
+/// The bytes of standard base64 text (RFC 4648; the DevTools protocol's binary fields). Padding
+/// and characters outside the alphabet end the data.
+std::string from_base64(const std::string& text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+  };
+  std::string out;
+  unsigned acc = 0;
+  int bits = 0;
+  for (char c : text) {
+    const int v = value(c);
+    if (v < 0) break;
+    acc = (acc << 6) | static_cast<unsigned>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+/// Saves what the page shows now as VRAMTRACE_BROWSER_ARTIFACTS/<name>.png (the build's
+/// test-artifacts/report/, which CI keeps) and checks that it is not blank.
+void screenshot(Browser& b, const std::string& name) {
+  const std::string png = from_base64(b.call("Page.captureScreenshot", {{"format", "png"}})["data"].get<std::string>());
+  REQUIRE(png.size() > 1000);
+  CHECK(png_variety(png) > 0.005);
+  const fs::path dir = VRAMTRACE_BROWSER_ARTIFACTS;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::ofstream(dir / (name + ".png"), std::ios::binary) << png;
+}
+
 std::vector<std::string> shown_lines(const nlohmann::json& box) {
   std::vector<std::string> out;
   for (const auto& l : box["lines"]) out.push_back(l["text"].get<std::string>());
@@ -333,6 +370,7 @@ TEST_CASE("browser: a site's call stack shows on hover, keyboard focus and click
   INFO(box.dump(1));
   REQUIRE(box["shown"].get<bool>());
   CHECK_THAT(box["head"].get<std::string>(), Catch::StartsWith(top.label + ": "));
+  screenshot(b, "site-stack-on-hover");
   const std::vector<std::string> want = expected_lines(table, top.stack);
   CHECK(shown_lines(box) == want);
   std::size_t marked = 0;
@@ -506,6 +544,7 @@ TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and 
   auto shown = b.eval("JSON.parse(document.getElementById('vt-probe').textContent).marks[0]");
   CHECK(shown["oom"] == 1);
   CHECK(shown["peak"] == true);
+  screenshot(b, "oom-and-peak-marked");
 
   // The longest idle stretch: zoomed into its middle half, every series is still drawn, flat at
   // the last values before it, and the tooltip's values are exactly those.
@@ -521,6 +560,7 @@ TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and 
       "return {len:len,last:tl.alast[best],v:v,drawn:drawn,blue:blue,cols:w-110};})()");
   INFO(gap.dump(1));
   REQUIRE(gap.is_object());
+  screenshot(b, "idle-stretch-zoomed");
   CHECK(gap["len"].get<double>() > 1.0);  // a stretch of more than a millisecond without an event
   CHECK(gap["v"]["gap"] == true);
   CHECK(gap["v"]["allocated"]["min"] == gap["last"]);
@@ -547,11 +587,17 @@ TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and 
   INFO(at.dump());
   b.move_mouse(at["x"].get<double>(), at["y"].get<double>());
   auto tip = b.eval(
-      "(function(){var t=document.querySelector('.plot .tip');return {shown:t.style.display,text:t.textContent};})()");
+      "(function(){var t=document.querySelector('.plot .tip'),r=t.getBoundingClientRect(),"
+      "p=t.parentNode.getBoundingClientRect();return {shown:t.style.display,text:t.textContent,"
+      "left:r.left,right:r.right,box_left:p.left,box_right:p.right};})()");
   INFO(tip.dump());
   CHECK(tip["shown"] == "block");
+  // The OOM sits near the right end: its text is moved to the cursor's left, not cut off.
+  CHECK(tip["right"].get<double>() <= tip["box_right"].get<double>() + 1);
+  CHECK(tip["left"].get<double>() >= tip["box_left"].get<double>() - 1);
   CHECK_THAT(tip["text"].get<std::string>(), Catch::StartsWith("OOM at "));
   CHECK_THAT(tip["text"].get<std::string>(), Catch::Contains("Diagnosis: capacity"));
+  screenshot(b, "oom-hover");
   b.click(at["x"].get<double>(), at["y"].get<double>());
   auto top = b.eval("document.getElementById('" + at["anchor"].get<std::string>() + "').getBoundingClientRect().top");
   CHECK(std::abs(top.get<double>()) < 40);
@@ -653,6 +699,58 @@ TEST_CASE("browser: colours stay apart under colour-vision deficiency, segment m
   CHECK(scrolled["rows_height"].get<double>() > 420);  // the test needs a map taller than its window
   CHECK(scrolled["top"].get<double>() > 0);
   CHECK(scrolled["drawn"].get<int>() > 1000);
+  screenshot(b, "segment-map-scrolled");
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+TEST_CASE("browser: 2 M marks over 8 ranks give a bounded page that loads and draws", "[browser][bounded]") {
+  skip_without_chromium();
+  // Eight ranks, each on its own device (LOCAL_RANK), each with 250,000 marks (a step mark per
+  // microbatch of a long job) between allocations: 2,000,000 marks in all.
+  constexpr int kRanks = 8, kMarks = 250'000;
+  constexpr std::uint64_t MiB = 1ull << 20;
+  std::vector<TraceModel> models;
+  for (int r = 0; r < kRanks; ++r) {
+    testing::RecordList l;
+    l.add(Action::segment_alloc, 0x20000000, 64 * MiB, 0, r);
+    for (int i = 0; i < kMarks; ++i) {
+      if (i % 1000 == 0) l.add(Action::alloc, 0x20000000, (1 + i / 1000 % 8) * MiB, 0, r);
+      l.add(Action::mark, 0, 0, 0, r);
+      if (i % 1000 == 999) l.add(Action::free_completed, 0x20000000, (1 + i / 1000 % 8) * MiB, 0, r);
+    }
+    TraceHeader h;
+    h.pid = 100 + r;
+    h.host = "node";
+    h.rank = std::to_string(r);
+    h.local_rank = std::to_string(r);
+    testing::VectorReader reader(l.records, h);
+    models.push_back(build_trace_model(reader));
+  }
+  fs::path dir = fs::temp_directory_path() / ("vt-report-bounded-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "report.html";
+  const std::string page = render_report_html(models);
+  INFO("page bytes " << page.size());
+  CHECK(page.size() < 2'000'000);  // docs/reports.md: about 2 MB whatever the number of marks and ranks
+  std::ofstream(html, std::ios::binary) << page;
+  Browser b(html, dir / "browser.err");
+  wait_for_page(b);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  // Each rank's device has its own chart, with its marks thinned to the page's bound.
+  const auto per = b.eval(
+      "(function(){var out=[];vtPage.data.traces.forEach(function(t){t.devices.forEach(function(d){"
+      "var m=0;(d.markers||[]).forEach(function(x){if(x.kind==='mark')m++;});out.push([d.device,m]);});});"
+      "return out;})()");
+  INFO(per.dump());
+  REQUIRE(per.size() == kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    CHECK(per[r][0].get<int>() == r);
+    CHECK(per[r][1].get<int>() > 0);
+    CHECK(per[r][1].get<int>() <= 2000);
+  }
+  screenshot(b, "bounded-8-ranks-2M-marks");
+  CHECK(b.eval("window.__vtErrors||[]") == nlohmann::json::array());
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

@@ -212,6 +212,23 @@ TEST_CASE("sites: the user's line of native stacks, Python frames preferred", "[
   s = site_frames(symbolized);
   CHECK(label(symbolized, s.user) == "/home/me/src/solver.rs:88 in solver::run");
   CHECK(label(symbolized, s.via) == "cudaMalloc");
+  // nvcc's default links the CUDA runtime into the program: its frames lie in the program's own
+  // module, and only their names say they are the runtime's.
+  Frame internal = native(app, "solver+0x9000"), api = native(app, "solver+0x8000"),
+        user_main = native(app, "solver+0x100");
+  internal.name = "libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c";
+  api.name = "cudaMalloc";
+  user_main.name = "main";
+  Frame hidden = native(app, "solver+0x9100");
+  hidden.name = "__cudart1234";
+  std::vector<Frame> static_rt = {internal, hidden, api, user_main, native(libc, "__libc_start_call_main")};
+  s = site_frames(static_rt);
+  CHECK(label(static_rt, s.user) == "main");
+  CHECK(label(static_rt, s.via) == "cudaMalloc");
+  CHECK(is_static_cuda_runtime("cudaMallocAsync"));
+  CHECK_FALSE(is_static_cuda_runtime("cuda"));
+  CHECK_FALSE(is_static_cuda_runtime("cudaify"));  // not the runtime's naming
+  CHECK_FALSE(is_static_cuda_runtime("main"));
   // A return address in no known module reads as its address.
   Frame lost;
   lost.name = "0x7f0012345678";

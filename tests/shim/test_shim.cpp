@@ -187,6 +187,8 @@ static void check_runtime_road(const char* program, bool shared_cudart) {
     CHECK(get(s, "shim.runtime_fast_allocs") == 0);
   }
   CHECK(get(s, "shim.other_streams_seen") == 1);
+  // the work on the legacy stream (by the runtime's own handle) and on the early stream, seen at the driver level
+  CHECK(get(s, "calls.cuMemsetD8Async") == get(r.program, "cudaMemsetAsync"));
   CHECK(get(s, "calls.cuGetProcAddress_v2") > 0);
   CHECK(get(s, "shim.resolver_substitutions") > 0);
   CHECK(get(s, "shim.resolver_unmapped") == 0);
@@ -228,10 +230,42 @@ TEST_CASE("lazy_sync: no synchronisation while the program has used only the leg
     CHECK(get(r.stats(), "shim.other_streams_seen") == 1);
     CHECK(get(r.stats(), "shim.cached_allocs") > 0);
   }
+  // A stream that is created but given no work changes nothing (PyTorch creates its pool streams
+  // at start-up): the first reuse still needs no synchronisation (Note [work on another stream]).
+  for (const char* program : {"road_runtime_shared", "road_runtime_static"}) {
+    INFO(program);
+    Run r = run({road(program)}, true, {"ROAD_EXPECT=lazy", "ROAD_EARLY_STREAM=idle"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(get(r.stats(), "shim.other_streams_seen") == 1);  // the per-thread streams later on
+    CHECK(get(r.stats(), "calls.cuMemsetD8Async") == 1);    // on the legacy stream, by the runtime's handle
+  }
   // reuse:device_sync keeps the synchronisation from the start.
   Run d = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=reuse:device_sync", "ROAD_EXPECT=device"});
   REQUIRE(d.exit_code == 0);
   CHECK(get(d.stats(), "shim.lazy_syncs") >= 1);
+}
+
+TEST_CASE("lazy_sync: at the switch to another stream, its work waits on the GPU for the legacy stream") {
+  // Blocks reused before the switch were safe only in the legacy stream's order; while the
+  // event recorded there at the switch is pending, work on any other stream waits for it on the
+  // GPU (cuStreamWaitEvent), never on the host (Note [work on another stream]).
+  Run pending = run({road("road_runtime_shared")}, true, {"ROAD_EXPECT=lazy", "FAKECUDA_EVENTS_PENDING=100000"});
+  REQUIRE(pending.exit_code == 0);
+  const Stats& s = pending.stats();
+  CHECK(get(s, "shim.other_streams_seen") == 1);
+  CHECK(get(s, "shim.other_stream_waits") >= 1);
+  CHECK(get(s, "shim.other_stream_waits") == get(pending.program, "fake.cuStreamWaitEvent"));
+  CHECK(get(s, "shim.unguarded_switches") == 0);
+  // Once the event has completed, nothing more is waited for.
+  Run done = run({road("road_runtime_shared")}, true, {"ROAD_EXPECT=lazy"});
+  REQUIRE(done.exit_code == 0);
+  CHECK(get(done.stats(), "shim.other_streams_seen") == 1);
+  CHECK(get(done.stats(), "shim.other_stream_waits") == 0);
+  // Other policies never reused without a synchronisation or make no promise: no events.
+  Run device = run({road("road_runtime_shared")}, true,
+                   {"VRAMTRACE_CONF=reuse:device_sync", "ROAD_EXPECT=device", "FAKECUDA_EVENTS_PENDING=100000"});
+  REQUIRE(device.exit_code == 0);
+  CHECK(get(device.stats(), "shim.other_stream_waits") == 0);
 }
 
 TEST_CASE("reuse policies: stream_ordered never synchronises, none forwards everything") {

@@ -7,6 +7,12 @@ var DATA=JSON.parse(document.getElementById('vt-data').textContent);
 var COLORS={reserved:'#E69F00',active:'#009E73',allocated:'#0072B2',requested:'#CC79A7',cap:'#D55E00',
  pending:'#CC79A7',waste:'#D55E00',free:'#ffffff',many:'#c9ced8'};
 var SERIES=[['reserved','r'],['active','c'],['allocated','a']];
+// Shows `tip` with `text` beside the cursor (x, y: pixels in the tip's container, W its width) and
+// keeps it inside the container: to the cursor's right where it fits, else to its left, else at
+// the left edge. Measured at the left edge after the text is set (the CSS wraps lines at 520 px),
+// so a long diagnosis is not cut by the window.
+function placeTip(tip,text,x,y,W){tip.textContent=text;tip.style.left='0px';tip.style.display='block';var w=tip.offsetWidth,l=x+14;
+ if(l+w>W)l=x-14-w;tip.style.left=Math.max(0,l)+'px';tip.style.top=(y+10)+'px';}
 function el(tag,attrs,text){var e=document.createElement(tag);if(attrs)for(var k in attrs)e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=String(text);return e;}
 function fmtB(b){if(b===null||b===undefined)return 'n/a';var n=Math.abs(b),s=b<0?'-':'';
  if(n<=1024)return s+n+' bytes';if(n<=1048576)return s+(n/1024).toFixed(2)+' KiB';if(n<=1073741824)return s+(n/1048576).toFixed(2)+' MiB';return s+(n/1073741824).toFixed(2)+' GiB';}

@@ -24,7 +24,7 @@ function Stacked(dt,host,P){
  cv.addEventListener('mousemove',function(e){var x=e.offsetX;if(x<ml||x>W-mr||!n){tip.style.display='none';return;}var t=tmin+(x-ml)/(W-ml-mr)*(tmax-tmin);
   var lo=0,hi=n-1;while(lo<hi){var mid=(lo+hi)>>1;if(dt.t[mid]<t)lo=mid+1;else hi=mid;}var lines=[(lo>0?fmtT(dt.t[lo-1])+' .. ':'t = ')+fmtT(dt.t[lo])+' ('+key+', max over the interval)'],sum=0;
   dt.bands.slice().reverse().forEach(function(b){lines.push(b.label+': '+fmtB(b[key][lo]));sum+=b[key][lo];});lines.push('all: '+fmtB(sum));
-  tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(x+14,W-260)+'px';tip.style.top=(e.offsetY+10)+'px';});
+  placeTip(tip,lines.join('\n'),x,e.offsetY,W);});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  var lg=el('div',{'class':'legend sub'});dt.bands.forEach(function(b){var s=el('span');s.appendChild(el('i',{'class':'sw',style:'background:'+PCOL[b.process%PCOL.length]}));s.appendChild(document.createTextNode(b.label));lg.appendChild(s);});host.appendChild(lg);
  draw();

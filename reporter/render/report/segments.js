@@ -27,7 +27,7 @@ function Segments(state,host){
   var w=(W-lw-10)*s.size/maxs,o=(e.offsetX-lw)/w*s.size,hit=null;s.blocks.forEach(function(b){if(o>=b[0]&&o<b[0]+b[1])hit=b;});
   var st=['allocated','pending free (another stream)','free (cached)','many small blocks'];
   var lines=['segment '+s.addr+'  '+fmtB(s.size)];if(hit){lines.push('block +'+hit[0]+'  '+fmtB(hit[1])+'  '+st[hit[2]]);if(hit[2]<2)lines.push('requested '+fmtB(hit[3])+', rounding '+fmtB(hit[1]-hit[3]));}
-  tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(e.offsetX+14,W-260)+'px';tip.style.top=(e.offsetY+off+10)+'px';});
+  placeTip(tip,lines.join('\n'),e.offsetX,e.offsetY+off,W);});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  draw();
  var lg=el('div',{'class':'legend sub'});[[COLORS.allocated,'allocated'],[COLORS.waste,'rounding waste'],[COLORS.pending,'pending free'],[COLORS.free,'free in the cache'],[COLORS.many,'many blocks']].forEach(function(p){

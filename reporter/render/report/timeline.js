@@ -86,12 +86,12 @@ function Timeline(dev,host){
  cv.addEventListener('mousedown',function(e){drag=[e.offsetX,e.offsetX];});
  cv.addEventListener('mousemove',function(e){var x=e.offsetX;if(drag){drag[1]=x;draw(drag);}
   if(x<ml||x>W-mr){tip.style.display='none';return;}var hit=markAt(x,e.offsetY);
-  if(hit){tip.textContent=hit.text;tip.style.display='block';tip.style.left=Math.min(x+14,W-330)+'px';tip.style.top=(e.offsetY+10)+'px';cv.style.cursor=hit.oom?'pointer':'';return;}
+  if(hit){placeTip(tip,hit.text,x,e.offsetY,W);cv.style.cursor=hit.oom?'pointer':'';return;}
   cv.style.cursor='';var t=T(x),v=valuesAt(dev,t);if(!v){tip.style.display='none';return;}
   var lines=['t = '+fmtT(t)];SERIES.concat([['requested','q']]).slice().reverse().forEach(function(s){var q=v[s[0]];
    lines.push(s[0]+': '+(q.min===q.max?fmtB(q.max):fmtB(q.min)+' .. '+fmtB(q.max)));});
   if(v.t_end>v.t_begin)lines.push((v.gap?'(no event from ':'(range ')+fmtT(v.t_begin)+' .. '+fmtT(v.t_end)+')');
-  tip.textContent=lines.join('\n');tip.style.display='block';tip.style.left=Math.min(x+14,W-230)+'px';tip.style.top=(e.offsetY+10)+'px';});
+  placeTip(tip,lines.join('\n'),x,e.offsetY,W);});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  window.addEventListener('mouseup',function(){if(!drag)return;var a=Math.min(drag[0],drag[1]),b=Math.max(drag[0],drag[1]);drag=null;
   if(b-a>4){var t0=Math.max(0,T(a)),t1=Math.min(tmax,T(b));if(t1-t0>minSpan)view=[t0,t1];}else{var hit=markAt(a,lastY);if(hit&&hit.oom&&hit.oom.anchor){

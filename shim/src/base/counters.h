@@ -15,7 +15,9 @@ namespace vramtrace::shim {
   X(double_frees)           /* frees of a pointer inside our cache that is not a live block */            \
   X(capture_passthrough)    /* allocations forwarded because a stream capture was active */               \
   X(lazy_syncs)             /* device synchronisations done by the lazy_sync policy */                    \
-  X(other_streams_seen)     /* 1 once a stream other than the legacy default stream was used */           \
+  X(other_streams_seen)     /* 1 once work went on a stream other than the legacy default stream */       \
+  X(other_stream_waits)     /* GPU-side waits for the legacy stream's work at that switch */              \
+  X(unguarded_switches)     /* switches made while another stream was capturing (no events) */            \
   X(runtime_fast_allocs)    /* cudaMalloc served without entering cudart (Note [runtime fast path]) */    \
   X(runtime_fast_frees)     /* cudaFree served without entering cudart */                                 \
   X(program_syncs)          /* device synchronisations the program did itself (cuCtxSynchronize) */       \

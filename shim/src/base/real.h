@@ -33,6 +33,8 @@ struct DriverTable {
   CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned int*, int*) = nullptr;
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int) = nullptr;
+  CUresult (*cuStreamGetId)(CUstream, unsigned long long*) = nullptr;
   CUresult (*cuDriverGetVersion)(int*) = nullptr;
   CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
   CUresult (*cuDeviceTotalMem_v2)(size_t*, CUdevice) = nullptr;

@@ -10,6 +10,7 @@
 #include "base/real.h"
 #include "base/sink.h"
 #include "policies/memory_cap.h"
+#include "policies/stream_work.h"
 
 namespace vramtrace::shim {
 
@@ -112,20 +113,9 @@ void ContextPool::forget_buffer_id(DevicePtr block) noexcept {
   buffer_ids_.erase(block);
 }
 
-namespace {
-std::atomic<bool> g_other_stream{false};
-}  // namespace
-
 bool reuse_needs_sync() noexcept {
   const ReusePolicy r = config().settings.reuse;
-  return r == ReusePolicy::device_sync ||
-         (r == ReusePolicy::lazy_sync && g_other_stream.load(std::memory_order_relaxed));
-}
-
-void note_other_stream() noexcept {
-  if (g_other_stream.load(std::memory_order_relaxed) || g_other_stream.exchange(true)) return;
-  bump(g_counters.other_streams_seen);
-  for (ContextPool* p : pools().all()) p->mark_all_unsynced();
+  return r == ReusePolicy::device_sync || (r == ReusePolicy::lazy_sync && other_stream_used());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -49,13 +49,12 @@ class ContextPool {
   // that last used a freed block was submitted before the free (program order, then our lock),
   // and whatever uses the block next is submitted after the allocation, on the same stream. The
   // reuse is then stream-ordered and needs no synchronisation, exactly as PyTorch's own cache
-  // reuses a block on its stream at once. The first sign of another stream -- cuStreamCreate or
-  // cuStreamCreateWithPriority succeeding (cudart's stream calls reach them), a per-thread
-  // default stream in a _ptsz launch or allocation -- ends that for the whole process
-  // (note_other_stream): every block freed so far becomes unsynchronised in every pool
+  // reuses a block on its stream at once. The first work on another stream -- a created stream or
+  // a per-thread default stream, in any launch, copy, set or stream memory operation (Note [work
+  // on another stream], stream_work.h), or an allocation on a per-thread default stream -- ends
+  // that for the whole process: every block freed so far becomes unsynchronised in every pool
   // (mark_all_unsynced), so the next reuse synchronises once, and from then on frees are
-  // remembered as below. Not seen: work a driver-API program puts on CU_STREAM_PER_THREAD through
-  // a legacy (non-_ptsz) launch from several threads; reuse:device_sync covers that case.
+  // remembered as below. A stream that is created but given no work changes nothing.
 
   /// Remembers [addr, addr + bytes) as freed in the current epoch.
   void note_freed(DevicePtr addr, std::uint64_t bytes) noexcept;
@@ -178,9 +177,5 @@ void measure_driver_share(int device) noexcept;
 /// or reuse:lazy_sync once the process has used a stream other than the legacy default stream
 /// (Note [single stream needs no sync]). Cheap: one relaxed load on the allocation path.
 bool reuse_needs_sync() noexcept;
-
-/// The process used a stream other than the legacy default stream (first call: every pool's
-/// freed blocks become unsynchronised). Thread-safe; cheap after the first call.
-void note_other_stream() noexcept;
 
 }  // namespace vramtrace::shim

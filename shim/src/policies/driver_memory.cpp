@@ -14,6 +14,7 @@
 #include "policies/context_pool.h"
 #include "policies/memory_cap.h"
 #include "policies/passthrough.h"
+#include "policies/stream_work.h"
 
 using namespace vramtrace;
 using namespace vramtrace::shim;
@@ -124,7 +125,7 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   Fn real = real_driver<Fn>(hook);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   StreamId key = stream_key(s, per_thread);
-  if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
+  if (is_per_thread_key(key)) note_per_thread_stream(hook);  // Note [work on another stream]
   ContextPool* pool = nullptr;
   meet_context_when_forwarding();
   if (!dptr || bytes == 0 || bypass_cache() || g_custom_pool.load(std::memory_order_relaxed) ||
@@ -154,6 +155,24 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   return CUDA_SUCCESS;
 }
 
+/// The free of `p`, memory the cache does not hold, by the driver's own call `real_free` (a
+/// callable returning its CUresult), recorded before it happens (Note [a free is recorded before
+/// it happens], passthrough.h; `stream` the trace's stream key, 0 for cuMemFree_v2). Memory the
+/// shim never saw allocated is counted as an unknown free and still given to the driver, whose
+/// answer is returned. Thread-safe as the pass-through table is.
+template <class RealFree>
+CUresult forwarded_free(CUdeviceptr p, std::uint16_t entry, std::uint64_t stream, RealFree real_free) noexcept {
+  const bool pass = passthrough_free_begin(p, entry, stream);
+  const CUresult r = real_free();
+  if (!pass) {
+    bump(g_counters.unknown_frees);
+    log_decision(Decision::free_unknown, entry);
+  } else {
+    passthrough_free_end(p, r == CUDA_SUCCESS, entry, stream);
+  }
+  return r;
+}
+
 CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexcept {
   EntryScope e(hook);
   using Fn = CUresult (*)(CUdeviceptr, CUstream);
@@ -161,7 +180,7 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (EntryScope::internal() || !enabled()) return real(p, s);
   StreamId key = stream_key(s, per_thread);
-  if (is_per_thread_key(key)) note_other_stream();  // Note [single stream needs no sync]
+  if (is_per_thread_key(key)) note_per_thread_stream(hook);  // Note [work on another stream]
   Owner o = pools().owner_of(p);
   if (o.pool && o.live) {
     bump(g_counters.cached_frees);
@@ -189,16 +208,7 @@ CUresult free_async(Hook hook, bool per_thread, CUdeviceptr p, CUstream s) noexc
     log_decision(Decision::free_double, e.entry());
     return CUDA_ERROR_INVALID_VALUE;
   }
-  // Note [a free is recorded before it happens] (passthrough.h).
-  const bool pass = passthrough_free_begin(p, e.entry(), key.value);
-  CUresult r = real(p, s);
-  if (!pass) {
-    bump(g_counters.unknown_frees);
-    log_decision(Decision::free_unknown, e.entry());
-  } else {
-    passthrough_free_end(p, r == CUDA_SUCCESS, e.entry(), key.value);
-  }
-  return r;
+  return forwarded_free(p, e.entry(), key.value, [&] { return real(p, s); });
 }
 
 }  // namespace
@@ -303,16 +313,7 @@ extern "C" CUresult cuMemFree_v2(CUdeviceptr p) {
     log_decision(Decision::free_double, e.entry());
     return CUDA_ERROR_INVALID_VALUE;
   }
-  // Note [a free is recorded before it happens] (passthrough.h).
-  const bool pass = passthrough_free_begin(p, e.entry());
-  CUresult r = real(p);
-  if (!pass) {
-    bump(g_counters.unknown_frees);
-    log_decision(Decision::free_unknown, e.entry());
-  } else {
-    passthrough_free_end(p, r == CUDA_SUCCESS, e.entry());
-  }
-  return r;
+  return forwarded_free(p, e.entry(), 0, [&] { return real(p); });
 }
 
 extern "C" CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream s) {

@@ -4,6 +4,7 @@
 #include "base/config.h"
 #include "base/entry.h"
 #include "base/real.h"
+#include "policies/stream_work.h"
 #include "policies/tracers.h"
 
 using namespace vramtrace::shim;
@@ -35,6 +36,17 @@ using namespace vramtrace::shim;
     ret r_ = real_ args;                                                                                     \
     if (traced_) Tracer<Hook::name>::after(e_.entry(), r_, VT_UNPAREN args);                                 \
     return r_;                                                                                               \
+  }
+// Work submission: the stream is reported before the work reaches the driver (Note [work on
+// another stream] in policies/stream_work.h), so that nothing the work uses is reused too early.
+#define VT_GEN_driver_SUBMIT(name, ret, params, args)                                                   \
+  extern "C" ret name params {                                                                          \
+    EntryScope e_(Hook::name);                                                                          \
+    auto real_ = real_driver<ret(*) params>(Hook::name);                                                \
+    if (!real_) return CUDA_ERROR_NOT_INITIALIZED;                                                      \
+    note_stream_work(Hook::name, per_thread_name(#name), stream_work_detail::ends_with(#name, "_ptds"), \
+                     VT_UNPAREN args);                                                                  \
+    return real_ args;                                                                                  \
   }
 #define VT_GEN_driver_TRACE VT_GEN_DRIVER_FORWARD
 #define VT_GEN_driver_PASS VT_GEN_DRIVER_FORWARD

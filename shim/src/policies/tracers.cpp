@@ -36,32 +36,6 @@ void Tracer<Hook::cuStreamEndCapture_ptsz>::after(std::uint16_t, CUresult, CUstr
   capture_end(stream_key(s, true));
 }
 
-// Note [single stream needs no sync] (context_pool.h): the first stream other than the legacy
-// default stream ends the lazy_sync policy's sync-free reuse.
-void Tracer<Hook::cuStreamCreate>::after(std::uint16_t, CUresult r, CUstream*, unsigned int) noexcept {
-  if (r == CUDA_SUCCESS) note_other_stream();
-}
-void Tracer<Hook::cuStreamCreateWithPriority>::after(std::uint16_t, CUresult r, CUstream*, unsigned int, int) noexcept {
-  if (r == CUDA_SUCCESS) note_other_stream();
-}
-void Tracer<Hook::cuLaunchKernel_ptsz>::after(std::uint16_t, CUresult, CUfunction, unsigned int, unsigned int,
-                                              unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
-                                              CUstream, void**, void**) noexcept {
-  note_other_stream();
-}
-void Tracer<Hook::cuLaunchKernelEx_ptsz>::after(std::uint16_t, CUresult, const CUlaunchConfig*, CUfunction, void**,
-                                                void**) noexcept {
-  note_other_stream();
-}
-void Tracer<Hook::cuLaunchCooperativeKernel_ptsz>::after(std::uint16_t, CUresult, CUfunction, unsigned int,
-                                                         unsigned int, unsigned int, unsigned int, unsigned int,
-                                                         unsigned int, unsigned int, CUstream, void**) noexcept {
-  note_other_stream();
-}
-void Tracer<Hook::cuGraphLaunch_ptsz>::after(std::uint16_t, CUresult, CUgraphExec, CUstream) noexcept {
-  note_other_stream();
-}
-
 void Tracer<Hook::cuMemAllocManaged>::after(std::uint16_t entry, CUresult r, CUdeviceptr* p, size_t bytes,
                                             unsigned int) noexcept {
   if (r == CUDA_SUCCESS && p) passthrough_alloc(*p, bytes, MemoryKind::managed, entry);

@@ -25,6 +25,8 @@
 //   FAKECUDA_FREE_RETURN_US   a successful cuMemFree_v2/cuMemFreeAsync sleeps this many
 //                         microseconds after the memory is free, outside the driver lock (the real
 //                         cuMemFree synchronises first): another thread can meanwhile allocate it
+//   FAKECUDA_EVENTS_PENDING  the first N cuEventQuery calls answer CUDA_ERROR_NOT_READY (work
+//                         still running on the GPU), later ones CUDA_SUCCESS
 //   FAKECUDA_CONTEXT_MB   device memory each live context takes (default 0): counted as used from
 //                         its creation (cuCtxCreate_v2, a primary context's first retain) to its
 //                         destruction, as the driver's own allocations are, never through an
@@ -109,6 +111,7 @@ struct State {
   bool reuse_addresses = false;  // FAKECUDA_REUSE_ADDRESSES
   long free_return_us = 0;       // FAKECUDA_FREE_RETURN_US
   size_t context_bytes = 0;      // FAKECUDA_CONTEXT_MB
+  long events_pending = 0;       // FAKECUDA_EVENTS_PENDING
   bool initialized = false;
   bool finished = false;  // destructor ran
   unsigned long long next_handle = 0x1000;
@@ -126,6 +129,7 @@ State& st() {
     if (const char* v = getenv("FAKECUDA_REUSE_ADDRESSES")) s->reuse_addresses = atoi(v) == 1;
     if (const char* v = getenv("FAKECUDA_FREE_RETURN_US")) s->free_return_us = atol(v);
     if (const char* v = getenv("FAKECUDA_CONTEXT_MB")) s->context_bytes = strtoull(v, nullptr, 10) << 20;
+    if (const char* v = getenv("FAKECUDA_EVENTS_PENDING")) s->events_pending = atol(v);
     for (int d = 0; d < kMaxDevices; ++d) {
       s->primary[d].device = d;
       s->primary[d].primary = true;
@@ -500,6 +504,21 @@ FAKE_EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   memcpy(dst, h, n);
   return CUDA_SUCCESS;
 }
+static CUresult fake_memset(CUdeviceptr dst, unsigned char v, size_t n) {
+  if (n == 0) return CUDA_SUCCESS;
+  char* h = host_of(dst, n);
+  if (!h) return CUDA_ERROR_INVALID_VALUE;
+  memset(h, v, n);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream) {
+  COUNT();
+  return fake_memset(dst, v, n);
+}
+FAKE_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream) {
+  COUNT();
+  return fake_memset(dst, v, n);
+}
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
   COUNT();
   auto& a = st().allocs;
@@ -568,22 +587,18 @@ FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t b, CUstream s) 
   COUNT();
   return alloc_async(p, b, s);
 }
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) {
-  CUresult r;
-  {
-    COUNT();
-    r = do_free(p, true);
-  }
-  return slow_return(r);
-}
-FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) {
-  CUresult r;
-  {
-    COUNT();
-    r = do_free(p, true);
-  }
-  return slow_return(r);
-}
+// The two stream-ordered frees: counted under their own names (COUNT uses __func__), the free
+// itself under the lock, the return delay outside it.
+#define FAKE_FREE_ASYNC_BODY(p) \
+  CUresult r;                   \
+  {                             \
+    COUNT();                    \
+    r = do_free(p, true);       \
+  }                             \
+  return slow_return(r)
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { FAKE_FREE_ASYNC_BODY(p); }
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream) { FAKE_FREE_ASYNC_BODY(p); }
+#undef FAKE_FREE_ASYNC_BODY
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t b, CUmemoryPool pool, CUstream s) {
   COUNT();
   return alloc_async(p, b, s);
@@ -751,7 +766,26 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
 }
 FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
   COUNT();
+  if (st().events_pending > 0) {
+    --st().events_pending;
+    return CUDA_ERROR_NOT_READY;
+  }
   return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
+// The runtime may name the legacy stream by a handle of its own (the real cudart does for some
+// calls); the fake runtime passes this one for stream 0 in cudaMemsetAsync, and the stream id
+// says what it is.
+constexpr std::uintptr_t kLegacyAlias = 0x7000;
+FAKE_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long* id) {
+  COUNT();
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  const auto v = reinterpret_cast<std::uintptr_t>(s);
+  *id = v == 0 || s == CU_STREAM_LEGACY || v == kLegacyAlias ? 1 : s == CU_STREAM_PER_THREAD ? 2 : v;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+  COUNT();
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
   COUNT();
@@ -830,6 +864,9 @@ const ProcEntry kProcs[] = {
     {"cuStreamBeginCapture", 10010, "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz"},
     {"cuStreamEndCapture", 10000, "cuStreamEndCapture", "cuStreamEndCapture_ptsz"},
     {"cuStreamIsCapturing", 10000, "cuStreamIsCapturing", nullptr},
+    {"cuMemsetD8Async", 3020, "cuMemsetD8Async", "cuMemsetD8Async_ptsz"},
+    {"cuStreamWaitEvent", 3020, "cuStreamWaitEvent", nullptr},
+    {"cuStreamGetId", 12000, "cuStreamGetId", "cuStreamGetId_ptsz"},
     {"cuEventCreate", 2000, "cuEventCreate", nullptr},
     {"cuEventRecord", 2000, "cuEventRecord", nullptr},
     {"cuEventQuery", 2000, "cuEventQuery", nullptr},
@@ -862,6 +899,10 @@ const struct {
     {"cuDeviceSetMemPool", reinterpret_cast<void*>(&cuDeviceSetMemPool)},
     {"cuDriverGetVersion", reinterpret_cast<void*>(&cuDriverGetVersion)},
     {"cuEventCreate", reinterpret_cast<void*>(&cuEventCreate)},
+    {"cuMemsetD8Async", reinterpret_cast<void*>(&cuMemsetD8Async)},
+    {"cuMemsetD8Async_ptsz", reinterpret_cast<void*>(&cuMemsetD8Async_ptsz)},
+    {"cuStreamWaitEvent", reinterpret_cast<void*>(&cuStreamWaitEvent)},
+    {"cuStreamGetId", reinterpret_cast<void*>(&cuStreamGetId)},
     {"cuEventDestroy_v2", reinterpret_cast<void*>(&cuEventDestroy_v2)},
     {"cuEventQuery", reinterpret_cast<void*>(&cuEventQuery)},
     {"cuEventRecord", reinterpret_cast<void*>(&cuEventRecord)},

@@ -8,9 +8,11 @@
 // equals the runtime's for every code used here.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
+
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <cstdint>
 
 #include <cstdio>
 #include <cstdlib>
@@ -241,6 +243,13 @@ RT_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcp
   if (kind == cudaMemcpyHostToDevice) return ret(g.cuMemcpyHtoD_v2(reinterpret_cast<CUdeviceptr>(dst), src, n));
   if (kind == cudaMemcpyDeviceToHost) return ret(g.cuMemcpyDtoH_v2(dst, reinterpret_cast<CUdeviceptr>(src), n));
   return cudaErrorInvalidMemcpyDirection;
+}
+RT_EXPORT cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
+  READY();
+  // Stream 0 goes down as the runtime's own handle of the legacy stream, as the real cudart's
+  // cudaMemsetAsync does (fake_cuda.cpp, kLegacyAlias).
+  CUstream stream = s ? cu(s) : reinterpret_cast<CUstream>(std::uintptr_t{0x7000});
+  return ret(g.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p), static_cast<unsigned char>(value), n, stream));
 }
 RT_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* h, void* p) {
   READY();

@@ -41,16 +41,27 @@ static void write_read(void* d, size_t n, unsigned char seed) {
 
 int main() {
   // ROAD_EXPECT (set by the harness): lazy (default policy), device (reuse:device_sync), ordered,
-  // none, off (no caching). ROAD_EARLY_STREAM=1: create a stream before the first allocation.
+  // none, off (no caching). ROAD_EARLY_STREAM=1: create a stream before the first allocation and
+  // put work on it; ROAD_EARLY_STREAM=idle: create it and leave it idle (PyTorch's pool streams).
   const char* expect_env = std::getenv("ROAD_EXPECT");
   const std::string expect = expect_env ? expect_env : (under_shim() ? "lazy" : "off");
   const bool shim = expect == "lazy" || expect == "device" || expect == "ordered";  // blocks come from our cache
   const char* early_env = std::getenv("ROAD_EARLY_STREAM");
   const bool early_stream = early_env && std::string(early_env) == "1";
+  const bool idle_stream = early_env && std::string(early_env) == "idle";
   cudaStream_t early = nullptr;
-  if (early_stream) CHECK_EQ(cudaStreamCreate(&early), cudaSuccess);
+  if (early_stream || idle_stream) CHECK_EQ(cudaStreamCreate(&early), cudaSuccess);
+  // Work on the stream (zero bytes: work as far as the shim can tell). Work on the legacy stream,
+  // which the runtime names by a handle of its own here, is not work on another stream.
+  CHECK_EQ(cudaMemsetAsync(nullptr, 0, 0, nullptr), cudaSuccess);
+  tally.add("cudaMemsetAsync");
+  if (early_stream) {
+    CHECK_EQ(cudaMemsetAsync(nullptr, 0, 0, early), cudaSuccess);
+    tally.add("cudaMemsetAsync");
+  }
   // One lazy synchronisation before the reuse below: always under reuse:device_sync; under
-  // lazy_sync only once the program has a second stream (Note [single stream needs no sync]).
+  // lazy_sync only once the program has put work on a second stream (Note [work on another
+  // stream]): a stream that was only created changes nothing.
   const long expected_syncs = expect == "device" || (expect == "lazy" && early_stream) ? 1 : 0;
   // The fake driver's contexts may take memory of their own (FAKECUDA_CONTEXT_MB): used, never free.
   const char* context_env = std::getenv("FAKECUDA_CONTEXT_MB");
@@ -196,6 +207,7 @@ int main() {
   CHECK(again != ipc);
   CHECK_EQ(dfree(again), cudaSuccess);
 
+  tally.add("fake.cuStreamWaitEvent", fake_calls("cuStreamWaitEvent"));
   tally.print();
   return 0;
 }
