@@ -36,7 +36,14 @@ install_duckdb() {
   echo "setup-deps: fetching $duckdb_package (libduckdb.so, about 24 MB) into $duckdb_dir" >&2
   local tmp
   tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent "$duckdb_package" >/dev/null)
+  # A failed download (no network, the registry down) is reported and the rest still installed:
+  # only the parquet export and its tests need the library, and they say it is missing.
+  if ! (cd "$tmp" && npm pack --silent "$duckdb_package" >/dev/null); then
+    echo "setup-deps: could not fetch $duckdb_package from npm's registry: libduckdb.so not installed;" \
+         "vramtrace export --format parquet and its tests need it (docs/export.md)" >&2
+    rm -rf "$tmp"
+    return 0
+  fi
   local tgz=("$tmp"/*.tgz)
   local got
   got=$(openssl dgst -sha512 -binary "${tgz[0]}" | openssl base64 -A)
@@ -45,13 +52,19 @@ install_duckdb() {
     rm -rf "$tmp"
     return 1
   fi
-  tar -xzf "${tgz[0]}" -C "$tmp" package/libduckdb.so
-  mkdir -p "$duckdb_dir"
-  mv "$tmp/package/libduckdb.so" "$duckdb_dir/libduckdb.so.tmp.$$"
-  mv "$duckdb_dir/libduckdb.so.tmp.$$" "$duckdb_dir/libduckdb.so"
+  # Called in a `||` list, where set -e does not apply: each step's failure is checked.
+  if ! tar -xzf "${tgz[0]}" -C "$tmp" package/libduckdb.so || ! mkdir -p "$duckdb_dir" ||
+     ! mv "$tmp/package/libduckdb.so" "$duckdb_dir/libduckdb.so.tmp.$$" ||
+     ! mv "$duckdb_dir/libduckdb.so.tmp.$$" "$duckdb_dir/libduckdb.so"; then
+    echo "setup-deps: could not unpack libduckdb.so from $duckdb_package into $duckdb_dir" >&2
+    rm -rf "$tmp" "$duckdb_dir/libduckdb.so.tmp.$$"
+    return 1
+  fi
   rm -rf "$tmp"
 }
-install_duckdb
+# A pinned package with another sha512 fails the script, but only after the system packages.
+duckdb_status=0
+install_duckdb || duckdb_status=$?
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -59,7 +72,7 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
-((${#missing[@]} == 0)) && exit 0
+((${#missing[@]} == 0)) && exit "$duckdb_status"
 
 echo "setup-deps: installing ${missing[*]}" >&2
 SUDO=""
@@ -67,3 +80,4 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+exit "$duckdb_status"
