@@ -177,8 +177,9 @@ def write_job(out_dir, p, compress_as="none"):
 
 def params(ranks=256, variant="a", steps=20, imbalanced_rank=77, capacity_oom_ranks=(17, 101),
            outside_oom_ranks=(202,), cache_entry_bytes=None):
-    return {"cache_entry": cache_entry_bytes, "ranks": ranks, "variant": variant, "steps": steps, "imbalanced_rank": imbalanced_rank,
-            "capacity_oom_ranks": set(capacity_oom_ranks), "outside_oom_ranks": set(outside_oom_ranks)}
+    return {"cache_entry": cache_entry_bytes, "ranks": ranks, "variant": variant, "steps": steps,
+            "imbalanced_rank": imbalanced_rank, "capacity_oom_ranks": set(capacity_oom_ranks),
+            "outside_oom_ranks": set(outside_oom_ranks)}
 
 
 def main():
