@@ -149,12 +149,7 @@ ContextPool* PoolRegistry::current() noexcept {
   if (!p) {
     p = create(ctx);
     // Several contexts: their legacy streams are not one stream (Note [work on another stream]).
-    int live = 0;
-    for (auto& slot : slots_) {
-      ContextPool* q = slot.load(std::memory_order_acquire);
-      live += q && !q->dropped.load(std::memory_order_acquire);
-    }
-    if (p && live > 1) note_several_contexts(Hook::none);
+    if (p && live() > 1) note_several_contexts(Hook::none);
   }
   if (p) t_last = {ctx, p};
   return p;
@@ -335,6 +330,18 @@ int PoolRegistry::drop_context(CUcontext ctx) noexcept {
 
 int PoolRegistry::drop_primary(int device) noexcept {
   return drop_if([device](const ContextPool& p) { return p.primary && p.device == device; });
+}
+
+int PoolRegistry::live(CUcontext ctx, bool* has) noexcept {
+  int n = 0;
+  if (has) *has = false;
+  for (auto& slot : slots_) {
+    ContextPool* p = slot.load(std::memory_order_acquire);
+    if (!p || p->dropped.load(std::memory_order_acquire)) continue;
+    ++n;
+    if (has && p->ctx == ctx) *has = true;
+  }
+  return n;
 }
 
 std::vector<ContextPool*> PoolRegistry::all() noexcept {

@@ -138,6 +138,9 @@ class PoolRegistry {
   int drop_primary(int device) noexcept;
   /// Every live pool, for stats.
   std::vector<ContextPool*> all() noexcept;
+  /// How many pools are live (not dropped), and in `has` whether `ctx` owns one of them.
+  /// Lock-free.
+  int live(CUcontext ctx = nullptr, bool* has = nullptr) noexcept;
   /// Process exit or fork child: abandon every backend; in the child also forget the pools.
   void abandon_all(bool forget) noexcept;
 

@@ -251,13 +251,8 @@ void side_work_after_sync(CUcontext ctx, SyncToken before) noexcept {
   std::lock_guard<std::mutex> lock(g_mu);
   const std::uint64_t word = g_word.load(std::memory_order_seq_cst);
   if (state_of(word) == 0 || g_side_done.load(std::memory_order_seq_cst) != before.side_done) return;
-  int live = 0;
   bool mine = false;
-  for (ContextPool* p : pools().all()) {
-    if (p->dropped.load(std::memory_order_acquire)) continue;
-    ++live;
-    mine = mine || p->ctx == ctx;
-  }
+  const int live = pools().live(ctx, &mine);
   if (live > 1 || (live == 1 && !mine)) return;
   const std::uint64_t base = word & ~std::uint64_t{3};
   g_word.store(base | 3, std::memory_order_seq_cst);
