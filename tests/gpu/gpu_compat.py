@@ -279,7 +279,10 @@ def bench_rows(R):
     """GPT-2 124M and Llama-style 1.1B training steps, side by side in one run:
     shim in front of PyTorch's default allocator (target <= 1.01x native), shim in tensor mode
     (PYTORCH_NO_CUDA_MEMORY_CACHING=1, target <= 1.03x) under each reuse policy, and the shim's
-    peak reserved in tensor mode against PyTorch's native peak reserved."""
+    peak reserved in tensor mode against the shim's peak in front of PyTorch's allocator (both count
+    every device allocation of the process, PyTorch's and the libraries' own; PyTorch's own counter
+    leaves the libraries out). The losses are not compared here: these models use autocast and
+    fused attention and differ between two native runs; bit-identity is the rows above."""
     py = sys.executable
     script = os.path.join(GPU_DIR, "torch_train.py")
     nocache = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
@@ -293,6 +296,7 @@ def bench_rows(R):
         nres = native["result"] or {}
         base = nres.get("step_ms_median")
         native_peak = nres.get("peak_reserved")
+        front_peak = None
         row(row=f"bench {model}: native PyTorch allocator, no shim", plain=fmt_rc(native),
             timing=f"step {base:.1f} ms" if base else "n/a", notes=f"peak reserved {gb(native_peak)}")
         variants = [("shim in front of PyTorch's allocator", True, {}, 1.01),
@@ -308,16 +312,17 @@ def bench_rows(R):
             res = r["result"] or {}
             ms = res.get("step_ms_median")
             ratio = ms / base if ms and base else None
-            same = res.get("losses") is not None and res.get("losses") == nres.get("losses")
-            notes = [f"losses {'identical' if same else 'differ'}"]
+            notes = []
             verdict = ""
             if shim:
                 peak = r["stats"].get("allocator.reserved_bytes.all.peak")
                 notes.append(f"shim peak reserved {gb(peak)}")
                 notes.append(f"lazy syncs {r['stats'].get('shim.lazy_syncs')}, cached allocs {r['stats'].get('shim.cached_allocs')}")
                 ok_time = target is None or (ratio is not None and ratio <= target)
+                if label.startswith("shim in front"):
+                    front_peak = peak
                 ok_peak = "tensor mode" not in label or "none" in label or (
-                    peak is not None and native_peak is not None and peak <= native_peak)
+                    peak is not None and front_peak is not None and peak <= front_peak)
                 if target is not None or "tensor mode" in label:
                     verdict = "PASS" if ok(r) and ok_time and ok_peak else "FAIL"
             row(row=f"bench {model}: {label}", **({"shim": fmt_rc(r)} if shim else {"plain": fmt_rc(r)}),
