@@ -29,8 +29,10 @@ void ContextPool::note_freed(DevicePtr addr, std::uint64_t bytes) noexcept {
     auto [it, inserted] = unsynced_.try_emplace(addr, addr + bytes, epoch_);
     if (!inserted) it->second = {std::max(it->second.first, addr + bytes), epoch_};
   } catch (...) {
-    // Cannot remember it: make the next reuse of anything synchronise (epoch 0 entry).
-    unsynced_.clear();
+    // Cannot remember this range: treat every block as recently freed until the next
+    // synchronisation, so no reuse goes unguarded.
+    all_unsynced_ = true;
+    all_unsynced_epoch_ = epoch_;
   }
 }
 

@@ -123,9 +123,16 @@ std::uint64_t switch_locked(const DriverTable* d, Hook by, CUstream s, std::uint
   g_other.store(true, std::memory_order_seq_cst);
   bump(g_counters.other_streams_seen);
   for (ContextPool* p : pools().all()) p->mark_all_unsynced();
-  if (log_enabled(LogLevel::debug))
-    log_line(LogLevel::debug, "work on a stream other than the legacy default stream, first by {} (stream {})",
-             hook_name(static_cast<std::uint16_t>(by)), static_cast<const void*>(s));
+  // The debug log says each thing once; a program that keeps returning to one stream switches
+  // at every step, so later switches are logged only at trace level (and counted).
+  static bool logged_first = false;  // under g_mu
+  const bool first = !logged_first;
+  logged_first = true;
+  if (log_enabled(first ? LogLevel::debug : LogLevel::trace))
+    log_line(first ? LogLevel::debug : LogLevel::trace,
+             "work on a stream other than the legacy default stream, first by {} (stream {}){}",
+             hook_name(static_cast<std::uint16_t>(by)), static_cast<const void*>(s),
+             first ? "; later switches are counted in shim.other_streams_seen" : "");
   if (log_enabled(LogLevel::trace)) {  // where the program put it: the native frames, to stderr
     void* frames[48];
     backtrace_symbols_fd(frames, backtrace(frames, 48), 2);

@@ -50,6 +50,27 @@ int main() {
   tally.add("cuMemFree_v2");
   CHECK_EQ(cuMemFree_v2(d1), CUDA_SUCCESS);
 
+  // Stream-ordered memory given back with a plain free keeps cudaFree's guarantee: work on
+  // another stream may still use it, so its reuse on the stream it came from synchronises
+  // first (two contexts have switched the process to the multi-stream rule).
+  CUstream s1 = nullptr;
+  CHECK_EQ(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr x = 0, y = 0;
+  tally.add("cuMemAllocAsync", 2);
+  tally.add("cuMemFree_v2");
+  CHECK_EQ(cuMemAllocAsync(&x, 1 << 20, s1), CUDA_SUCCESS);
+  CHECK_EQ(cuMemFree_v2(x), CUDA_SUCCESS);
+  syncs = fake_calls("cuCtxSynchronize");
+  CHECK_EQ(cuMemAllocAsync(&y, 1 << 20, s1), CUDA_SUCCESS);
+  if (shim) {
+    CHECK(y == x);
+    CHECK_EQ(fake_calls("cuCtxSynchronize"), syncs + 1);
+  }
+  tally.add("cuMemFreeAsync");
+  CHECK_EQ(cuMemFreeAsync(y, s1), CUDA_SUCCESS);
+  CHECK_EQ(cuStreamSynchronize(s1), CUDA_SUCCESS);
+  CHECK_EQ(cuStreamDestroy_v2(s1), CUDA_SUCCESS);
+
   // Destroying c0 drops its cache; b dies with it, so freeing b afterwards is the driver's error.
   CHECK_EQ(cuCtxSetCurrent(c0), CUDA_SUCCESS);
   tally.add("cuCtxDestroy_v2");
