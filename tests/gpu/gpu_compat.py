@@ -276,7 +276,8 @@ def gb(x):
 
 
 def bench_rows(R):
-    """GPT-2 124M and Llama-style 1.1B training steps, side by side in one run:
+    """GPT-2 124M and Llama-style 1.1B training steps, one run of each (their step times are
+    shown, not judged: step `bench` judges the targets over interleaved rounds):
     shim in front of PyTorch's default allocator (target <= 1.01x native), shim in tensor mode
     (PYTORCH_NO_CUDA_MEMORY_CACHING=1, target <= 1.03x) under each reuse policy, and the shim's
     peak reserved in tensor mode against the shim's peak in front of PyTorch's allocator (both count
@@ -318,15 +319,16 @@ def bench_rows(R):
                 peak = r["stats"].get("allocator.reserved_bytes.all.peak")
                 notes.append(f"shim peak reserved {gb(peak)}")
                 notes.append(f"lazy syncs {r['stats'].get('shim.lazy_syncs')}, cached allocs {r['stats'].get('shim.cached_allocs')}")
-                ok_time = target is None or (ratio is not None and ratio <= target)
                 if label.startswith("shim in front"):
                     front_peak = peak
                 ok_peak = "tensor mode" not in label or "none" in label or (
                     peak is not None and front_peak is not None and peak <= front_peak)
                 if target is not None or "tensor mode" in label:
-                    verdict = "PASS" if ok(r) and ok_time and ok_peak else "FAIL"
+                    verdict = "SKIP" if r.get("skipped") else "PASS" if ok(r) and ok_peak else "FAIL"
             row(row=f"bench {model}: {label}", **({"shim": fmt_rc(r)} if shim else {"plain": fmt_rc(r)}),
-                timing=(f"step {ms:.1f} ms = {ratio:.3f}x native" + (f" (target <= {target}x)" if target else ""))
+                # One run of each, not interleaved: the step time is shown, not judged (the
+                # targets are judged by step `bench`, interleaved rounds).
+                timing=(f"step {ms:.1f} ms = {ratio:.3f}x native, one run" + (f" (target <= {target}x: step bench)" if target else ""))
                 if ms and ratio else "n/a",
                 notes="; ".join(notes) + why(r), verdict=verdict)
 

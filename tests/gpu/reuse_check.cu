@@ -3,7 +3,10 @@
 // cudaFree synchronises the device, so natively the reader has finished before the free returns;
 // a cache that hands the block out again without that guarantee lets the new owner overwrite it
 // while it is read. The new owner writes on the legacy stream ("legacy") or on a second
-// non-blocking stream ("side"). Prints "wrong N of T" per writer.
+// non-blocking stream ("side"). A third variant ("async") allocates both buffers with
+// cudaMallocAsync on the writer's stream and frees the first with a plain cudaFree (legal for
+// stream-ordered memory), so the next cudaMallocAsync on that stream may find the same block.
+// Prints "wrong N of T" per writer.
 //
 // `reuse_check switch`: one trial of the first work on another stream, in a process that so far
 // put work only on the legacy stream (the shim's lazy_sync reuses at once there): a slow reader on
@@ -71,25 +74,34 @@ int main(int argc, char** argv) {
   const size_t words = (8u << 20) / 4;
   unsigned long long* sum = nullptr;
   CK(cudaMallocManaged(&sum, sizeof *sum));
-  for (int side = 0; side < 2; ++side) {
+  const char* names[] = {"legacy", "side", "async"};
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool async = mode == 2;
+    cudaStream_t ws = mode ? writer : cudaStream_t{};
     int wrong = 0, same_address = 0;
     for (int t = 0; t < trials; ++t) {
       unsigned* a = nullptr;
-      CK(cudaMalloc(&a, words * 4));
-      fill<<<128, 256>>>(a, words, 1);
+      if (async)
+        CK(cudaMallocAsync(reinterpret_cast<void**>(&a), words * 4, ws));
+      else
+        CK(cudaMalloc(&a, words * 4));
+      fill<<<128, 256, 0, ws>>>(a, words, 1);
       CK(cudaDeviceSynchronize());
       *sum = 0;
       slow_sum<<<1, 256, 0, reader>>>(a, words, 100000000ll, sum);  // ~50 ms
       CK(cudaFree(a));
       unsigned* b = nullptr;
-      CK(cudaMalloc(&b, words * 4));
+      if (async)
+        CK(cudaMallocAsync(reinterpret_cast<void**>(&b), words * 4, ws));
+      else
+        CK(cudaMalloc(&b, words * 4));
       same_address += b == a;
-      fill<<<128, 256, 0, side ? writer : cudaStream_t{}>>>(b, words, 2);
+      fill<<<128, 256, 0, ws>>>(b, words, 2);
       CK(cudaDeviceSynchronize());
       if (*sum != words) ++wrong;
       CK(cudaFree(b));
     }
-    std::printf("%s wrong %d of %d (same address %d)\n", side ? "side" : "legacy", wrong, trials, same_address);
+    std::printf("%s wrong %d of %d (same address %d)\n", names[mode], wrong, trials, same_address);
   }
   return 0;
 }

@@ -31,14 +31,14 @@ void ContextPool::note_freed(DevicePtr addr, std::uint64_t bytes) noexcept {
   } catch (...) {
     // Cannot remember this range: treat every block as recently freed until the next
     // synchronisation, so no reuse goes unguarded.
-    all_unsynced_ = true;
-    all_unsynced_epoch_ = epoch_;
+    lost_ = true;
+    lost_epoch_ = epoch_;
   }
 }
 
-bool ContextPool::overlaps_unsynced(DevicePtr addr, std::uint64_t bytes) noexcept {
+bool ContextPool::overlaps_unsynced(DevicePtr addr, std::uint64_t bytes, bool recorded_only) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
-  if (all_unsynced_) return true;
+  if (lost_ || (all_unsynced_ && !recorded_only)) return true;
   if (unsynced_.empty()) return false;
   // The last range starting below addr + bytes is the only one that can overlap: ranges in the
   // set do not overlap each other (a range can only be freed again after it was handed out,
@@ -63,6 +63,7 @@ void ContextPool::mark_all_unsynced() noexcept {
 void ContextPool::end_sync(std::uint64_t epoch) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   if (all_unsynced_ && all_unsynced_epoch_ < epoch) all_unsynced_ = false;
+  if (lost_ && lost_epoch_ < epoch) lost_ = false;
   for (auto it = unsynced_.begin(); it != unsynced_.end();) {
     if (it->second.second < epoch)
       it = unsynced_.erase(it);

@@ -58,8 +58,13 @@ class ContextPool {
 
   /// Remembers [addr, addr + bytes) as freed in the current epoch.
   void note_freed(DevicePtr addr, std::uint64_t bytes) noexcept;
-  /// Whether [addr, addr + bytes) overlaps a range freed since the last synchronisation.
-  bool overlaps_unsynced(DevicePtr addr, std::uint64_t bytes) noexcept;
+  /// Whether [addr, addr + bytes) overlaps a range freed since the last synchronisation. With
+  /// `recorded_only`, the blocks that mark_all_unsynced made count only where their frees were
+  /// recorded: what a stream-ordered allocation asks, since a block given back in stream order
+  /// needs no synchronisation and one given back by a plain free before the switch was used
+  /// only in the legacy stream's order, which the switch's event covers (Note [work on another
+  /// stream]). Thread-safe.
+  bool overlaps_unsynced(DevicePtr addr, std::uint64_t bytes, bool recorded_only = false) noexcept;
   /// Begins a device synchronisation; returns its epoch for end_sync.
   std::uint64_t begin_sync() noexcept;
   /// After a successful synchronisation begun at `epoch`: forgets every range freed before it.
@@ -100,6 +105,8 @@ class ContextPool {
   std::map<DevicePtr, std::pair<DevicePtr, std::uint64_t>> unsynced_;  // start -> (end, epoch)
   bool all_unsynced_ = false;                                          // mark_all_unsynced since the last sync
   std::uint64_t all_unsynced_epoch_ = 0;                               // the epoch it was marked in
+  bool lost_ = false;             // a free could not be recorded (no host memory) since the last sync
+  std::uint64_t lost_epoch_ = 0;  // the epoch it was lost in
   std::set<DevicePtr> exported_;
   std::atomic<bool> any_exported_{false};          // lets take_exported skip the lock when nothing was
   std::map<DevicePtr, std::uint64_t> buffer_ids_;  // block start -> id, made by buffer_id

@@ -150,11 +150,11 @@ CUresult alloc_async(Hook hook, bool per_thread, CUdeviceptr* dptr, size_t bytes
   Status st = pool->allocator.allocate(bytes, key, &p, e.entry());
   if (st == Status::out_of_memory) return oom_fallback(*pool, real, e.entry(), dptr, bytes, s);
   if (st != Status::ok) return to_cuda(st, *pool);
-  // A block given back with a plain cuMemFree_v2 (legal for stream-ordered memory) carries
-  // cudaFree's guarantee, not a stream's: its range is in the recently freed set like any other
-  // plain free, and reusing it on any stream needs the lazy synchronisation
-  // (Note [lazy sync before reuse]).
-  if (reuse_needs_sync() && pool->overlaps_unsynced(p, bytes)) pool->sync_for_reuse();
+  // A block given back with a plain cuMemFree_v2 (legal for stream-ordered memory) while other
+  // streams had work is in the recently freed set like any other plain free, and reusing it on
+  // any stream needs the lazy synchronisation (Note [lazy sync before reuse]); blocks given
+  // back in stream order need none, so only recorded frees count here.
+  if (reuse_needs_sync() && pool->overlaps_unsynced(p, bytes, true)) pool->sync_for_reuse();
   bump(g_counters.cached_allocs);
   log_decision(Decision::served_cache, e.entry());
   *dptr = p;
