@@ -55,7 +55,7 @@ ASAN_OPTIONS=verify_asan_link_order=0 VRAMTRACE_RANDOM_STEPS=300000 ctest --pres
 # a child spinning for over six minutes; about 9 s otherwise); the other two builds run it.
 phase "configure and build (thread sanitizer)"
 configure tsan
-cmake --build --preset tsan -j"$jobs" --target test_allocator test_trace trace_child test_signals
+cmake --build --preset tsan -j"$jobs" --target test_allocator test_trace trace_child test_signals test_parallel_models
 phase "test (thread sanitizer)"
 VRAMTRACE_RANDOM_STEPS=20000 VRAMTRACE_THREAD_OPS=200 ctest --preset tsan -j"$jobs" \
   -E '^(fork and exec give one complete file per process|a fork child without %p in the name gets -<pid> added|allocator:device allocation failures at every point of .*|reliability:a traced program killed at a random moment leaves a trace valid up to the kill)$'

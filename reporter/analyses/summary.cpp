@@ -283,9 +283,14 @@ nlohmann::json oom_count_json(const OomCount& c) {
   return j;
 }
 
-std::string render_summary_text(const std::vector<TraceModel>& models) {
-  std::string out;
-  for (const auto& m : models) {
+SummaryText summary_text_of(const TraceModel& m) {
+  SummaryText parts;
+  std::string out;  // the block being written: one per device, then one per ledger-only device
+  auto next_block = [&] {
+    if (!out.empty()) parts.blocks.push_back(std::move(out));
+    out.clear();
+  };
+  {
     // Empty for traces without stacks: their text stays as it was.
     const std::vector<DeviceSites> sites = trace_sites(m);
     auto sites_of_device = [&](std::int32_t device) -> const DeviceSites* {
@@ -295,7 +300,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
     };
     for (const auto& d : m.devices) {
       const DeviceSites* ds = sites_of_device(d.device);
-      if (!out.empty()) out += "\n";
+      next_block();
       out += fmt::format("Trace {} ({}{}{}), device {}\n", m.header.path, m.header.format,
                          m.header.workload.empty() ? "" : ", ", m.header.workload, d.device);
       if (!m.header.settings.empty()) out += fmt::format("Settings: {}\n", m.header.settings);
@@ -383,7 +388,7 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         bool modelled = false;
         for (const auto& d : m.devices) modelled = modelled || d.device == dl.device;
         if (modelled) continue;
-        if (!out.empty()) out += "\n";
+        next_block();
         out += fmt::format("Trace {} ({}), device {}: PyTorch's history holds nothing on this device\n", m.header.path,
                            m.header.format, dl.device);
         out += ledger_text(*m.ledger, dl, DeviceModel{});
@@ -393,21 +398,39 @@ std::string render_summary_text(const std::vector<TraceModel>& models) {
         }
       }
   }
-  for (const auto& m : models) {
-    if (!m.devices.empty() || (m.ledger && !m.ledger->devices.empty())) continue;
-    if (!out.empty()) out += "\n";
-    out += fmt::format("Trace {}: no events", m.header.path);
-    if (m.incomplete) {
-      out += fmt::format("; the trace ends abruptly ({})", m.incomplete_reason);
-    }
-    out += ".\n";
+  next_block();
+  if (m.devices.empty() && !(m.ledger && !m.ledger->devices.empty())) {
+    std::string e = fmt::format("Trace {}: no events", m.header.path);
+    if (m.incomplete) e += fmt::format("; the trace ends abruptly ({})", m.incomplete_reason);
+    e += ".\n";
     // A snapshot with an empty history still records who holds the blocks of its end state.
     for (const auto& s : trace_sites(m))
-      out += render_sites_text(
+      e += render_sites_text(
           s.at_end, fmt::format("Top allocation sites in the recorded end state (device {}):", s.device), "  ");
+    parts.empty = std::move(e);
   }
+  return parts;
+}
+
+std::string join_summary_text(const std::vector<SummaryText>& traces) {
+  std::string out;
+  auto add = [&out](const std::string& block) {
+    if (!out.empty()) out += "\n";
+    out += block;
+  };
+  for (const auto& t : traces)
+    for (const auto& b : t.blocks) add(b);
+  for (const auto& t : traces)
+    if (!t.empty.empty()) add(t.empty);
   if (out.empty()) out = "No events in the trace(s).\n";
   return out;
+}
+
+std::string render_summary_text(const std::vector<TraceModel>& models) {
+  std::vector<SummaryText> parts;
+  parts.reserve(models.size());
+  for (const auto& m : models) parts.push_back(summary_text_of(m));
+  return join_summary_text(parts);
 }
 
 namespace {
@@ -454,9 +477,8 @@ nlohmann::json trace_identity_json(const TraceModel& m) {
   return t;
 }
 
-nlohmann::json summary_json(const std::vector<TraceModel>& models) {
-  nlohmann::json traces = nlohmann::json::array();
-  for (const auto& m : models) {
+nlohmann::json summary_trace_json(const TraceModel& m) {
+  {
     nlohmann::json t = trace_identity_json(m);
     t["has_segment_events"] = m.has_segment_events;
     t["sites"] = trace_sites_json(m, trace_sites(m));
@@ -523,8 +545,13 @@ nlohmann::json summary_json(const std::vector<TraceModel>& models) {
       devs.push_back(j);
     }
     t["devices"] = devs;
-    traces.push_back(t);
+    return t;
   }
+}
+
+nlohmann::json summary_json(const std::vector<TraceModel>& models) {
+  nlohmann::json traces = nlohmann::json::array();
+  for (const auto& m : models) traces.push_back(summary_trace_json(m));
   return {{"traces", traces}};
 }
 

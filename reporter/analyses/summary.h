@@ -31,8 +31,22 @@ std::string oom_count_text(const OomCount& c);
 nlohmann::json oom_count_json(const OomCount& c);
 
 /// The whole text summary of several traces (one section per trace and device). Ends with a
-/// newline. Deterministic (golden-tested).
+/// newline. Deterministic (golden-tested). Equals join_summary_text of each model's
+/// summary_text_of.
 std::string render_summary_text(const std::vector<TraceModel>& models);
+
+/// One trace's part of the text summary, rendered on its own so that a command can drop the
+/// trace's model before reading the next: `blocks`, one per device (and per device that only
+/// its memory ledger names), each ending with a newline; `empty`, the section of a trace with no
+/// events (printed after every other trace's blocks), or "". Thread-safe for distinct models.
+struct SummaryText {
+  std::vector<std::string> blocks;
+  std::string empty;
+};
+SummaryText summary_text_of(const TraceModel& m);
+/// The text summary of traces given as their parts, in order: blank lines between blocks, the
+/// traces without events last, "No events in the trace(s).\n" when there is nothing. Pure.
+std::string join_summary_text(const std::vector<SummaryText>& traces);
 
 /// JSON: {"traces": [{"path", "format", "workload", "settings", "incomplete", "events", "notes",
 /// "devices": [{"device", "stats": {PyTorch flat names}, "duration_ns", "events", "peak": {...},
@@ -40,6 +54,8 @@ std::string render_summary_text(const std::vector<TraceModel>& models);
 /// "recorded_check": [...]}]}]}; stats.num_ooms and stats.num_alloc_retries are the count's
 /// (num_alloc_retries null when unknown).
 nlohmann::json summary_json(const std::vector<TraceModel>& models);
+/// One element of summary_json's "traces". Thread-safe for distinct models.
+nlohmann::json summary_trace_json(const TraceModel& m);
 
 /// The fields that name a trace in every JSON document we write (summary, report): path,
 /// format, workload, settings, incomplete, events, notes.

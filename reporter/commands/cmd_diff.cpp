@@ -11,6 +11,7 @@
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "commands/progress.h"
+#include "model/parallel_map.h"
 #include "readers/trace_paths.h"
 
 namespace vramtrace::cli {
@@ -25,9 +26,10 @@ struct Side {
 Side load_side(const std::string& arg, const std::string& level) {
   Side s;
   s.paths = traces_to_read({arg}, level, "diff", true);
-  for (const auto& p : s.paths) {
-    s.inputs.push_back(load_check_input(p, 0));
-    const auto& traces = s.inputs.back().traces;
+  // Read several traces at once (model/parallel_map.h); the results come back in path order.
+  s.inputs = parallel_map<CheckInput>(s.paths.size(), [&s](std::size_t i) { return load_check_input(s.paths[i], 0); });
+  for (const auto& in : s.inputs) {
+    const auto& traces = in.traces;
     s.ranks.push_back(traces.empty() ? std::string() : traces.front().rank);
   }
   return s;

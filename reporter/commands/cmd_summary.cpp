@@ -8,6 +8,7 @@
 #include "commands/log.h"
 #include "commands/progress.h"
 #include "model/load_models.h"
+#include "model/parallel_map.h"
 #include "readers/trace_paths.h"
 
 namespace vramtrace::cli {
@@ -29,20 +30,46 @@ void register_summary(CLI::App& app) {
   add_level_option(cmd, opts->level);
   cmd->callback([opts]() {
     try {
-      std::vector<TraceModel> models;
+      // Each trace is read, rendered and reduced to its figures on its own (several at once):
+      // a job's directory never holds more than a few full models.
+      struct Part {
+        TraceModel model;  // after drop_detail: what the process x device view reads
+        SummaryText text;
+        nlohmann::json json;
+      };
+      std::vector<Part> parts;
       {
         const ReadProgressScope progress("summary");
-        models = load_models(traces_to_read(opts->traces, opts->level, "summary"));
+        const std::vector<std::string> paths = traces_to_read(opts->traces, opts->level, "summary");
+        const bool json = opts->json;
+        parts = parallel_map<Part>(paths.size(), [&paths, json](std::size_t i) {
+          Part p;
+          p.model = std::move(load_models({paths[i]}).front());
+          if (json)
+            p.json = summary_trace_json(p.model);
+          else
+            p.text = summary_text_of(p.model);
+          drop_detail(p.model);
+          return p;
+        });
       }
+      std::vector<TraceModel> models;
+      models.reserve(parts.size());
+      for (auto& p : parts) models.push_back(std::move(p.model));
       if (opts->json) {
-        nlohmann::json j = summary_json(models);
+        nlohmann::json traces = nlohmann::json::array();
+        for (auto& p : parts) traces.push_back(std::move(p.json));
+        nlohmann::json j = {{"traces", std::move(traces)}};
         if (models.size() > 1) j["processes"] = process_device_json(process_device_view(models));
         std::fputs(j.dump(2).c_str(), stdout);
         std::fputc('\n', stdout);
       } else {
         if (models.size() > 1)
           std::fputs((render_process_device_text(process_device_view(models)) + "\n").c_str(), stdout);
-        std::fputs(render_summary_text(models).c_str(), stdout);
+        std::vector<SummaryText> texts;
+        texts.reserve(parts.size());
+        for (auto& p : parts) texts.push_back(std::move(p.text));
+        std::fputs(join_summary_text(texts).c_str(), stdout);
       }
       set_exit_code(0);
     } catch (const TraceError& e) {

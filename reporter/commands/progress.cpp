@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include <fmt/format.h>
@@ -23,8 +24,12 @@ struct ActiveRead {
 };
 std::unique_ptr<ActiveRead> g_active;
 
+// Several traces may be read at once (model/parallel_map.h): one reader at a time updates the
+// line, the others skip their tick.
+std::mutex g_line_mu;
 void on_read(const TraceReader& reader) {
-  if (g_active == nullptr) return;
+  std::unique_lock<std::mutex> lock(g_line_mu, std::try_to_lock);
+  if (!lock.owns_lock() || g_active == nullptr) return;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - g_active->start).count();
   g_active->line->update(elapsed, reader.bytes_read(), reader.bytes_total());
 }

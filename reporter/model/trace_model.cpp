@@ -1147,6 +1147,25 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   return m;
 }
 
+void drop_detail(TraceModel& m) {
+  auto drop_state = [](StateAt& s) {
+    s.layout = Snapshot{};
+    std::vector<LiveAllocation>().swap(s.biggest);
+    std::vector<StackBytes>().swap(s.stacks);
+  };
+  for (auto& d : m.devices) {
+    drop_state(d.at_peak);
+    drop_state(d.at_end);
+    for (auto& o : d.ooms) drop_state(o.state);
+    std::vector<TimelineBucket>().swap(d.timeline);
+    std::vector<TimelineMarker>().swap(d.markers);
+    std::vector<SegmentEvent>().swap(d.segment_events);
+  }
+  m.stacks.reset();
+  m.recorded_end_stacks.clear();
+  m.recorded_end_stacks.shrink_to_fit();
+}
+
 std::string lost_events_warning(std::uint64_t lost) {
   if (lost == 0) return {};
   return fmt::format(

@@ -269,4 +269,12 @@ std::string lost_events_warning(std::uint64_t lost);
 /// on malformed input. Memory: the live layout, the timeline and the kept states; never the events.
 TraceModel build_trace_model(TraceReader& reader, ModelOptions options = {});
 
+/// Frees what only a trace's own report reads, once it has been rendered: the layouts, biggest
+/// allocations and stacks of every kept state (the peak, the end, each OOM's), the timeline, its
+/// markers, the segment events and the stack table. Keeps the header, each device's statistics
+/// and figures (its DeviceStats, OOM count, history, notes) and the memory ledger: what the
+/// process x device view of many traces reads (analyses/processes.h). A directory of 1,024
+/// rank traces otherwise holds every model's layouts until the end. Not thread-safe for `m`.
+void drop_detail(TraceModel& m);
+
 }  // namespace vramtrace
