@@ -92,9 +92,15 @@ int run_check(const CheckOptions& o) {
   std::vector<std::tuple<std::string, std::int32_t, std::string>> partial;  // path, device, history
   // Traces that lost events: no figure of theirs can be vouched for, so the check fails.
   std::vector<std::pair<std::string, std::uint64_t>> lossy;  // path, events lost
-  // Read several traces at once (model/parallel_map.h); the results come back in trace order.
-  std::vector<CheckInput> inputs =
-      parallel_map<CheckInput>(traces.size(), [&traces](std::size_t i) { return load_check_input(traces[i], i); });
+  // Read several traces at once (model/parallel_map.h); the results come back in trace order,
+  // each kept to what the budgets read (the step series and event facts are diff's).
+  std::vector<CheckInput> inputs = parallel_map<CheckInput>(traces.size(), [&traces](std::size_t i) {
+    CheckInput in = load_check_input(traces[i], i);
+    std::vector<DeviceSteps>().swap(in.steps);
+    std::vector<DeviceEventFacts>().swap(in.facts);
+    std::vector<DeviceSiteTotals>().swap(in.sites);
+    return in;
+  });
   for (std::size_t i = 0; i < traces.size(); ++i) {
     CheckInput in = std::move(inputs[i]);
     measures.insert(measures.end(), in.measures.begin(), in.measures.end());
