@@ -55,6 +55,10 @@ std::uint64_t ContextPool::begin_sync() noexcept {
 }
 
 void ContextPool::mark_all_unsynced() noexcept {
+  // A pool that holds no segment has no block to reuse (the second context's new pool at the
+  // switch it causes; a segment it releases goes back through cuMemFree, which synchronises):
+  // marking it would only cost its first allocation a synchronisation.
+  if (allocator.stats().reserved_bytes[kStatAll].current == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   all_unsynced_ = true;
   all_unsynced_epoch_ = epoch_;
