@@ -273,6 +273,29 @@ TEST_CASE("lazy_sync: at the switch to another stream, its work waits on the GPU
   CHECK(get(device.stats(), "shim.other_stream_waits") == 0);
 }
 
+TEST_CASE("lazy_sync: copies between devices and overlapping launches switch; older capture begins are seen") {
+  struct Case {
+    const char* name;
+    long switches, syncs_at_reuse, captured;
+  };
+  // A launch on the legacy stream keeps the single-stream rule; a copy between devices (its work
+  // runs on the other device's stream as well) and a launch allowed to overlap its predecessor
+  // (programmatic dependent launch) switch, so the reuse after them synchronises; an allocation
+  // inside a global capture begun by the v1 or ToGraph entry point goes to the driver, which
+  // refuses it (road_submit checks the error), and is counted (Note [work on another stream]).
+  for (const Case& c : {Case{"plain", 0, 0, 0}, Case{"peer", 1, 1, 0}, Case{"pdl", 1, 1, 0}, Case{"v1", 0, 0, 1},
+                        Case{"graph", 0, 0, 1}}) {
+    INFO(c.name);
+    Run plain = run({road("road_submit")}, false, {std::string("ROAD_CASE=") + c.name});
+    REQUIRE(plain.exit_code == 0);
+    Run r = run({road("road_submit")}, true, {std::string("ROAD_CASE=") + c.name});
+    REQUIRE(r.exit_code == 0);
+    CHECK(get(r.stats(), "shim.other_streams_seen") == c.switches);
+    CHECK(get(r.program, "syncs_at_reuse") == c.syncs_at_reuse);
+    CHECK(get(r.stats(), "calls.cuMemAlloc_v2") == 3 + c.captured);
+  }
+}
+
 TEST_CASE("reuse policies: stream_ordered never synchronises, none forwards everything") {
   Run o = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=reuse:stream_ordered", "ROAD_EXPECT=ordered"});
   REQUIRE(o.exit_code == 0);

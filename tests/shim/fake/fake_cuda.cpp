@@ -738,6 +738,31 @@ FAKE_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMod
   st().capturing.insert(s);
   return CUDA_SUCCESS;
 }
+FAKE_EXPORT CUresult cuStreamBeginCapture(CUstream s) {  // v1 (CUDA 10.0), global mode
+  COUNT();
+  st().capturing.insert(s);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph, const CUgraphNode*, const CUgraphEdgeData*,
+                                                 size_t, CUstreamCaptureMode) {
+  COUNT();
+  st().capturing.insert(s);
+  return CUDA_SUCCESS;
+}
+// Work that no test reads the result of: counted, nothing done.
+FAKE_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void**, void**) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void**, void**) {
+  COUNT();
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
   COUNT();
   if (!st().capturing.erase(s)) return CUDA_ERROR_ILLEGAL_STATE;
