@@ -19,6 +19,7 @@
 #include "policies/capture.h"
 #include "policies/context_pool.h"
 #include "policies/passthrough.h"
+#include "policies/stream_work.h"
 
 namespace vramtrace::shim {
 
@@ -49,6 +50,7 @@ void fork_child() {
   passthrough_after_fork_child();
   memory_cap_after_fork_child();
   capture_after_fork_child();
+  stream_work_after_fork_child();
   real_after_fork_child();
   g_counters.reset();
   for (auto& c : g_calls) c.store(0, std::memory_order_relaxed);

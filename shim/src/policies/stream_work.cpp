@@ -4,6 +4,7 @@
 #include <execinfo.h>
 
 #include <mutex>
+#include <new>
 
 #include "base/config.h"
 #include "base/counters.h"
@@ -223,6 +224,22 @@ void note_cached_allocation() noexcept { g_reuses.fetch_add(1, std::memory_order
 void forget_stream_handles() noexcept {
   for (auto& a : g_aliases) a.store(nullptr, std::memory_order_relaxed);
   for (auto& a : g_others) a.store(nullptr, std::memory_order_relaxed);
+}
+
+void stream_work_after_fork_child() noexcept {
+  new (&g_mu) std::mutex;
+  g_word.store(0, std::memory_order_seq_cst);
+  g_other.store(false, std::memory_order_seq_cst);
+  g_inflight.store(0, std::memory_order_seq_cst);
+  g_side_done.store(0, std::memory_order_seq_cst);
+  g_reuses.store(0, std::memory_order_seq_cst);
+  g_reuses_synced.store(0, std::memory_order_seq_cst);
+  for (Slot& s : g_slots) {  // the parent's events belong to its contexts
+    s.ctx.store(nullptr, std::memory_order_relaxed);
+    s.event.store(nullptr, std::memory_order_relaxed);
+    s.armed.store(false, std::memory_order_relaxed);
+  }
+  forget_stream_handles();
 }
 
 // Note [return to one stream]: the switch need not last. Libraries put work on streams of their

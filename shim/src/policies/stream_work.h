@@ -188,4 +188,10 @@ void side_work_after_sync(CUcontext ctx, SyncToken before) noexcept;
 /// Forgets cached stream handles (a context was reset or destroyed: its handles may be reused).
 void forget_stream_handles() noexcept;
 
+/// In a fork child (lifecycle.cpp's atfork handler, before any other call): the child has none
+/// of the parent's contexts (their pools are abandoned) and no work of its own yet, so it starts
+/// under the single-stream rule with no events, counts or cached handles, and a fresh lock (the
+/// parent's may have been held by a thread that does not exist here). Async-signal-safe.
+void stream_work_after_fork_child() noexcept;
+
 }  // namespace vramtrace::shim
