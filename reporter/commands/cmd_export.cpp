@@ -19,6 +19,7 @@
 #include "commands/log.h"
 #include "commands/progress.h"
 #include "commands/usage.h"
+#include "model/parallel_map.h"
 #include "readers/open_trace.h"
 #include "readers/trace_paths.h"
 #include "render/duckdb_library.h"
@@ -329,7 +330,9 @@ void register_export(CLI::App& app) {
       std::vector<LoadedTrace> traces;
       {
         const ReadProgressScope progress("export");
-        for (const std::string& p : traces_to_read(opts->traces, level, "export")) traces.push_back(load_trace(p));
+        // Several traces read at once (model/parallel_map.h), kept in the order given.
+        const std::vector<std::string> paths = traces_to_read(opts->traces, level, "export");
+        traces = parallel_map<LoadedTrace>(paths.size(), [&paths](std::size_t i) { return load_trace(paths[i]); });
       }
       if (opts->format == "memory-viz" && traces.size() != 1) {
         logger().error(
