@@ -24,6 +24,7 @@ std::atomic<std::uint64_t> g_side_done{0};
 namespace {
 std::atomic<bool> g_other{false};  // the multi-stream rule is on (reuse_needs_sync)
 std::mutex g_mu;                   // the switch and the return to one stream
+bool g_switch_logged = false;      // under g_mu: the debug log has named the first switch
 
 // Cached allocations, ever (counted before each decides whether to synchronise), and how many of
 // them a finished synchronisation covers (counted before it began). The switch needs its events
@@ -126,9 +127,8 @@ std::uint64_t switch_locked(const DriverTable* d, Hook by, CUstream s, std::uint
   for (ContextPool* p : pools().all()) p->mark_all_unsynced();
   // The debug log says each thing once; a program that keeps returning to one stream switches
   // at every step, so later switches are logged only at trace level (and counted).
-  static bool logged_first = false;  // under g_mu
-  const bool first = !logged_first;
-  logged_first = true;
+  const bool first = !g_switch_logged;
+  g_switch_logged = true;
   if (log_enabled(first ? LogLevel::debug : LogLevel::trace))
     log_line(first ? LogLevel::debug : LogLevel::trace,
              "work on a stream other than the legacy default stream, first by {} (stream {}){}",
@@ -228,6 +228,7 @@ void forget_stream_handles() noexcept {
 
 void stream_work_after_fork_child() noexcept {
   new (&g_mu) std::mutex;
+  g_switch_logged = false;
   g_word.store(0, std::memory_order_seq_cst);
   g_other.store(false, std::memory_order_seq_cst);
   g_inflight.store(0, std::memory_order_seq_cst);
