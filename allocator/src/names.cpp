@@ -49,6 +49,8 @@ const char* reuse_policy_name(ReusePolicy p) noexcept {
       return "lazy_sync";
     case ReusePolicy::device_sync:
       return "device_sync";
+    case ReusePolicy::lazy_barrier:
+      return "lazy_barrier";
     case ReusePolicy::stream_ordered:
       return "stream_ordered";
     case ReusePolicy::none:

@@ -200,14 +200,15 @@ bool parse_item(std::string_view item, AllocatorSettings& s, std::string& error)
     if (!parse_limit_size(v, s.limit_bytes, error)) return false;
   } else if (key == "reuse") {
     bool known = false;
-    for (ReusePolicy p :
-         {ReusePolicy::lazy_sync, ReusePolicy::device_sync, ReusePolicy::stream_ordered, ReusePolicy::none}) {
+    for (ReusePolicy p : {ReusePolicy::lazy_sync, ReusePolicy::device_sync, ReusePolicy::lazy_barrier,
+                          ReusePolicy::stream_ordered, ReusePolicy::none}) {
       if (v != reuse_policy_name(p)) continue;
       s.reuse = p;
       known = true;
     }
     if (!known) {
-      error = "setting 'reuse': expected lazy_sync, device_sync, stream_ordered or none, got '" + std::string(v) + "'";
+      error = "setting 'reuse': expected lazy_sync, device_sync, lazy_barrier, stream_ordered or none, got '" +
+              std::string(v) + "'";
       return false;
     }
   } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||

@@ -6,7 +6,7 @@
 #  2. Reuse safety (reuse_check.cu, record_stream_check.py): a buffer freed while another stream
 #     still reads it and reallocated at once, TRIALS trials (default 20) natively and under each
 #     reuse policy (the writer on the legacy stream, on another stream, and on another stream with
-#     stream-ordered memory given back by a plain cudaFree). Every policy that claims cudaFree's guarantee (lazy_sync, device_sync) must give
+#     stream-ordered memory given back by a plain cudaFree). Every policy that claims cudaFree's guarantee (lazy_sync, device_sync, lazy_barrier) must give
 #     0 wrong; stream_ordered's figure is printed as what it is for (one-stream programs).
 #  3. numba's device_memory_size pattern (cuMemGetAddressRange, then a memset), where numba is
 #     installed.
@@ -54,8 +54,8 @@ run_policy() {  # label env...
 }
 if [[ -x $RC ]]; then
   run_policy native
-  for p in lazy_sync device_sync stream_ordered; do run_policy "$p" LD_PRELOAD="$SHIM" VRAMTRACE_CONF=reuse:$p; done
-  for label in native lazy_sync device_sync stream_ordered; do
+  for p in lazy_sync device_sync lazy_barrier stream_ordered; do run_policy "$p" LD_PRELOAD="$SHIM" VRAMTRACE_CONF=reuse:$p; done
+  for label in native lazy_sync device_sync lazy_barrier stream_ordered; do
     for w in legacy side async; do
       line=$(grep "^$w wrong" "$OUT/reuse.$label.txt" || echo "$w: no result ($(tail -1 "$OUT/reuse.$label.txt"))")
       what="writer on the $w stream"
@@ -71,7 +71,7 @@ if [[ -x $RC ]]; then
   done
   # The first work on another stream, after blocks were reused at once on the legacy stream: one
   # fresh process per trial (the switch happens once per process).
-  for label in native lazy_sync device_sync; do
+  for label in native lazy_sync device_sync lazy_barrier; do
     wrong=0 same=0 ran=0
     for ((t = 0; t < TRIALS; t++)); do
       if [[ $label == native ]]; then out=$("$RC" switch 2>&1); else out=$(LD_PRELOAD="$SHIM" VRAMTRACE_CONF=reuse:$label "$RC" switch 2>&1); fi
@@ -100,7 +100,7 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   rs_run native
   rs_run native_uncached PYTORCH_NO_CUDA_MEMORY_CACHING=1
   rs_run shim_front LD_PRELOAD="$SHIM"
-  for p in lazy_sync device_sync stream_ordered; do
+  for p in lazy_sync device_sync lazy_barrier stream_ordered; do
     rs_run "tensor_$p" LD_PRELOAD="$SHIM" PYTORCH_NO_CUDA_MEMORY_CACHING=1 VRAMTRACE_CONF=reuse:$p
   done
 else

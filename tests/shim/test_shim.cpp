@@ -296,6 +296,41 @@ TEST_CASE("lazy_sync: copies between devices and overlapping launches switch; ol
   }
 }
 
+TEST_CASE("reuse policies against the GPU's order: a reused block's next users run after its last reader") {
+  // road_barrier frees a buffer that a kernel on a non-blocking stream still reads, allocates the
+  // same size at once (the same block) and launches its next user on each kind of stream; the
+  // fake driver's order model says whether that launch runs after the reader. No event ever
+  // completes (FAKECUDA_EVENTS_PENDING), so every order comes from a wait or a synchronisation.
+  const char* orders[] = {"ordered_other_stream", "ordered_legacy",    "ordered_blocking", "ordered_per_thread",
+                          "ordered_new_stream",   "ordered_destroyed", "ordered_again"};
+  const std::string pending = "FAKECUDA_EVENTS_PENDING=1000000";
+  // lazy_sync synchronises the context at each reuse; lazy_barrier orders the users on the GPU
+  // instead (Note [GPU-side barrier]): no synchronisation, every order holds.
+  for (const char* policy : {"lazy_sync", "lazy_barrier", "device_sync"}) {
+    INFO(policy);
+    Run r = run({road("road_barrier")}, true, {std::string("VRAMTRACE_CONF=reuse:") + policy, pending});
+    REQUIRE(r.exit_code == 0);
+    for (const char* o : orders) {
+      INFO(o);
+      CHECK(get(r.program, o) == 1);
+    }
+    const bool barrier = std::string(policy) == "lazy_barrier";
+    if (barrier)
+      CHECK(get(r.program, "syncs_at_reuse") == 0);
+    else
+      CHECK(get(r.program, "syncs_at_reuse") >= 1);
+    CHECK(get(r.stats(), "shim.gpu_barriers") == (barrier ? 7 : 0));  // one per reuse
+    CHECK(get(r.stats(), "shim.barrier_fallbacks") == 0);
+  }
+  // The model catches a policy that reuses without either: stream_ordered hands the block out at
+  // once, and its next user on another non-blocking stream is not ordered after the reader.
+  Run o = run({road("road_barrier")}, true, {"VRAMTRACE_CONF=reuse:stream_ordered", pending});
+  REQUIRE(o.exit_code == 0);
+  CHECK(get(o.program, "ordered_other_stream") == 0);
+  CHECK(get(o.program, "ordered_new_stream") == 0);
+  CHECK(get(o.program, "syncs_at_reuse") == 0);
+}
+
 TEST_CASE("reuse policies: stream_ordered never synchronises, none forwards everything") {
   Run o = run({road("road_runtime_shared")}, true, {"VRAMTRACE_CONF=reuse:stream_ordered", "ROAD_EXPECT=ordered"});
   REQUIRE(o.exit_code == 0);

@@ -21,12 +21,14 @@ enum class ReusePolicy : std::uint8_t {
                    ///< stream; from its first other stream on, one device synchronisation before
                    ///< reusing blocks freed since the last one
   device_sync,     ///< that synchronisation from the start, whatever streams the program uses
+  lazy_barrier,    ///< lazy_sync, with a GPU-side barrier instead of the device synchronisation
+                   ///< where the shim knows every stream with work (Note [GPU-side barrier])
   stream_ordered,  ///< reuse at once on the same stream (fast; for single-stream programs)
   none,            ///< no caching: every free goes to the device at once
 };
 
-/// The `reuse` setting's spelling of a policy ("lazy_sync", "device_sync", "stream_ordered",
-/// "none"). Never null.
+/// The `reuse` setting's spelling of a policy ("lazy_sync", "device_sync", "lazy_barrier",
+/// "stream_ordered", "none"). Never null.
 const char* reuse_policy_name(ReusePolicy p) noexcept;
 
 /// An item of a settings string that AllocatorSettings::parse_recorded left out.

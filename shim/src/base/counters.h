@@ -19,6 +19,8 @@ namespace vramtrace::shim {
   X(other_stream_waits)     /* GPU-side waits for the legacy stream's work at that switch */              \
   X(unguarded_switches)     /* switches made while another stream was capturing (no events) */            \
   X(returns_to_one_stream)  /* synchronisations after which only the legacy stream had work again */      \
+  X(gpu_barriers)           /* reuse:lazy_barrier: GPU-side barriers made in place of a lazy sync */      \
+  X(barrier_fallbacks)      /* reuse:lazy_barrier: reuses that synchronised instead of the barrier */     \
   X(runtime_fast_allocs)    /* cudaMalloc served without entering cudart (Note [runtime fast path]) */    \
   X(runtime_fast_frees)     /* cudaFree served without entering cudart */                                 \
   X(program_syncs)          /* device synchronisations the program did itself (cuCtxSynchronize) */       \

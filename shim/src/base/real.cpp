@@ -78,6 +78,8 @@ const DriverTable* build_driver_table() noexcept {
   VT_REAL(cuStreamIsCapturing);
   VT_REAL(cuStreamWaitEvent);
   VT_REAL(cuStreamGetId);
+  VT_REAL(cuStreamGetCtx);
+  VT_REAL(cuStreamGetFlags);
   VT_REAL(cuDriverGetVersion);
   VT_REAL(cuDeviceGetName);
   VT_REAL(cuDeviceTotalMem_v2);

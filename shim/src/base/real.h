@@ -35,6 +35,8 @@ struct DriverTable {
   CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int) = nullptr;
   CUresult (*cuStreamGetId)(CUstream, unsigned long long*) = nullptr;
+  CUresult (*cuStreamGetCtx)(CUstream, CUcontext*) = nullptr;
+  CUresult (*cuStreamGetFlags)(CUstream, unsigned int*) = nullptr;
   CUresult (*cuDriverGetVersion)(int*) = nullptr;
   CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
   CUresult (*cuDeviceTotalMem_v2)(size_t*, CUdevice) = nullptr;

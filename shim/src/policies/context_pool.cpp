@@ -78,6 +78,10 @@ void ContextPool::end_sync(std::uint64_t epoch) noexcept {
 
 void ContextPool::sync_for_reuse() noexcept {
   std::uint64_t e = begin_sync();
+  if (gpu_barrier(ctx)) {  // reuse:lazy_barrier (Note [GPU-side barrier], stream_work.cpp)
+    end_sync(e);
+    return;
+  }
   bump(g_counters.lazy_syncs);
   const SyncToken token = side_work_before_sync();
   const bool ok = backend.synchronize_context();
@@ -124,7 +128,8 @@ void ContextPool::forget_buffer_id(DevicePtr block) noexcept {
 
 bool reuse_needs_sync() noexcept {
   const ReusePolicy r = config().settings.reuse;
-  return r == ReusePolicy::device_sync || (r == ReusePolicy::lazy_sync && other_stream_used());
+  return r == ReusePolicy::device_sync ||
+         ((r == ReusePolicy::lazy_sync || r == ReusePolicy::lazy_barrier) && other_stream_used());
 }
 
 // ---------------------------------------------------------------------------------------------

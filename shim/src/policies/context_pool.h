@@ -69,7 +69,9 @@ class ContextPool {
   std::uint64_t begin_sync() noexcept;
   /// After a successful synchronisation begun at `epoch`: forgets every range freed before it.
   void end_sync(std::uint64_t epoch) noexcept;
-  /// One lazy synchronisation (cuCtxSynchronize on this context, which must be current).
+  /// One lazy synchronisation (cuCtxSynchronize on this context, which must be current), or under
+  /// reuse:lazy_barrier the GPU-side barrier that makes it unnecessary (Note [GPU-side barrier],
+  /// stream_work.cpp).
   void sync_for_reuse() noexcept;
   /// Everything freed so far counts as unsynchronised: the next reuse of any block synchronises
   /// first (Note [single stream needs no sync]). Thread-safe.
@@ -177,6 +179,8 @@ void measure_driver_share(int device) noexcept;
 //    is handed out (Note [lazy sync before reuse]);
 //  - device_sync: that synchronisation from the start, for programs whose streams the shim
 //    cannot see;
+//  - lazy_barrier: lazy_sync with a GPU-side barrier in place of the synchronisation where the
+//    shim knows every stream with work (Note [GPU-side barrier], stream_work.cpp);
 //  - stream_ordered: reuse at once on the same stream, as PyTorch's own cache does; safe only
 //    when the program orders its work on one stream;
 //  - none: no caching; every allocation and free is forwarded (and traced).

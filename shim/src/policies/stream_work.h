@@ -55,6 +55,12 @@ bool legacy_handle(CUstream s) noexcept;
 /// The slow path: the switch, and the GPU-side wait while its events are pending. `s` is the
 /// handle to make wait (CU_STREAM_PER_THREAD for a per-thread stream).
 void on_other_stream(Hook by, CUstream s) noexcept;
+/// Whether reuse:lazy_barrier is in force (the streams with work are then registered). One load.
+bool barrier_policy() noexcept;
+/// reuse:lazy_barrier: work on created stream `s` (not the legacy stream, not a per-thread
+/// default stream; null: a stream the registry was not told, so the next barriers fall back to a
+/// synchronisation) has been submitted and the driver has returned. Thread-safe.
+void note_stream_work(CUstream s) noexcept;
 
 /// The stream of an argument if it is not the legacy stream (CU_STREAM_PER_THREAD for this
 /// thread's default stream), else null.
@@ -124,6 +130,11 @@ class SubmitScope {
   }
   ~SubmitScope() {
     if (!other_) return;
+    if (stream_work_detail::barrier_policy()) {
+      if (streams_ > 0) stream_work_detail::note_stream_work(stream_[0]);
+      if (streams_ > 1) stream_work_detail::note_stream_work(stream_[1]);
+      if (streams_ > 2) stream_work_detail::note_stream_work(nullptr);
+    }
     // Note [return to one stream] (stream_work.cpp): counted as done before it stops counting as
     // in progress.
     stream_work_detail::g_side_done.fetch_add(1, std::memory_order_seq_cst);
@@ -138,6 +149,12 @@ class SubmitScope {
     if (!other_) {
       other_ = true;
       stream_work_detail::g_inflight.fetch_add(1, std::memory_order_seq_cst);
+    }
+    // Created streams, for the GPU-side barrier's registry (the legacy and per-thread default
+    // streams need none: Note [GPU-side barrier], stream_work.cpp).
+    if (s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) {
+      if (streams_ < 2) stream_[streams_] = s;
+      ++streams_;
     }
     if (stream_work_detail::state_of(stream_work_detail::g_word.load(std::memory_order_seq_cst)) != 2)
       stream_work_detail::on_other_stream(by, s);
@@ -154,6 +171,8 @@ class SubmitScope {
   template <class T>
   void visit(Hook, bool, T) noexcept {}
   bool other_ = false;
+  int streams_ = 0;  // created streams reported (the first two kept)
+  CUstream stream_[2] = {nullptr, nullptr};
 };
 
 /// An allocation or free on a per-thread default stream (the memory's users will be work there):
@@ -163,6 +182,24 @@ void note_per_thread_stream(Hook by) noexcept;
 /// A second live context (a pool was created while another lives): the legacy streams of several
 /// contexts are not one stream, so the multi-stream rule applies.
 void note_several_contexts(Hook by) noexcept;
+
+/// Whether the reuse policy is one of the two that reuse at once while only the legacy stream has
+/// work (lazy_sync, lazy_barrier).
+bool lazy_policy() noexcept;
+
+/// Note [GPU-side barrier] (stream_work.cpp). Under reuse:lazy_barrier, in place of the context
+/// synchronisation before a reuse of recently freed memory: orders every later operation on any
+/// stream of context `ctx` (which must be current and the only one the process uses) after all
+/// work submitted before the call, on the GPU; the host does not wait. Returns false where it
+/// cannot guarantee that (another policy, several contexts, an active stream capture, a stream
+/// the registry could not hold, a driver call that failed): the caller then synchronises the
+/// context as lazy_sync does. Thread-safe (the switch's lock).
+bool gpu_barrier(CUcontext ctx) noexcept;
+
+/// A stream is about to be destroyed (before cuStreamDestroy(_v2) reaches the driver): under
+/// reuse:lazy_barrier, its unfinished work is handed to the next barrier (an event recorded on it
+/// now) and the handle leaves the registry. Thread-safe.
+void note_stream_destroy(CUstream s) noexcept;
 
 /// Whether the process is under the multi-stream rule. One relaxed load.
 bool other_stream_used() noexcept;

@@ -12,6 +12,7 @@
 #include "policies/context_pool.h"
 #include "policies/memory_cap.h"
 #include "policies/passthrough.h"
+#include "policies/stream_work.h"
 
 namespace vramtrace::shim {
 
@@ -167,6 +168,9 @@ void Before<Hook::cuMemRelease>::call(std::uint16_t entry, CUmemGenericAllocatio
 void Tracer<Hook::cuMemRelease>::after(std::uint16_t entry, CUresult r, CUmemGenericAllocationHandle h) noexcept {
   passthrough_free_end(h, r == CUDA_SUCCESS, entry);
 }
+// Note [GPU-side barrier] (stream_work.cpp): work still queued on a stream outlives its handle.
+void Before<Hook::cuStreamDestroy>::call(std::uint16_t, CUstream s) noexcept { note_stream_destroy(s); }
+void Before<Hook::cuStreamDestroy_v2>::call(std::uint16_t, CUstream s) noexcept { note_stream_destroy(s); }
 void Tracer<Hook::cuMemMap>::after(std::uint16_t entry, CUresult r, CUdeviceptr p, size_t size, size_t,
                                    CUmemGenericAllocationHandle, unsigned long long) noexcept {
   if (r == CUDA_SUCCESS) emit(Action::segment_map, p, size, 0, entry, MemoryKind::vmm, current_device());

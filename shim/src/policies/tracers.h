@@ -44,6 +44,8 @@ VT_ADMIT(cuMemAllocFromPoolAsync_ptsz, CUdeviceptr*, size_t, CUmemoryPool, CUstr
 /// (cuMemFreeHost, cuArrayDestroy, cuMipmappedArrayDestroy, cuMemRelease) record their
 /// segment_free here, before the driver can give the address or handle to another thread
 /// (Note [a free is recorded before it happens], passthrough.h); their Tracer::after finishes it.
+/// A stream's destruction hands its unfinished work to the next GPU-side barrier here (Note
+/// [GPU-side barrier], stream_work.cpp), while the handle is still valid.
 template <Hook H>
 struct Before {
   template <class... A>
@@ -59,6 +61,8 @@ VT_BEFORE(cuMemFreeHost, void*)
 VT_BEFORE(cuArrayDestroy, CUarray)
 VT_BEFORE(cuMipmappedArrayDestroy, CUmipmappedArray)
 VT_BEFORE(cuMemRelease, CUmemGenericAllocationHandle)
+VT_BEFORE(cuStreamDestroy, CUstream)
+VT_BEFORE(cuStreamDestroy_v2, CUstream)
 #undef VT_BEFORE
 
 #define VT_TRACER(name, ...)                                                  \

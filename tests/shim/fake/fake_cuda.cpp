@@ -37,7 +37,19 @@
 //
 // Test-only exports (not CUDA): fakecuda_calls(name), fakecuda_used_bytes(dev),
 // fakecuda_live_allocations(), fakecuda_real(name), fakecuda_injected_faults(kind) with kind
-// "alloc" or "sync".
+// "alloc" or "sync", fakecuda_last_work() and fakecuda_ordered_after(work, stream) (the order model
+// below).
+//
+// The order model: what the GPU would order, for tests of reuse safety without a GPU. Each piece
+// of work (cuLaunchKernel, cuLaunchKernelEx, cuMemsetD8Async) gets an id; each stream keeps the ids
+// its next operation is ordered after: its own earlier work, what it waited for
+// (cuStreamWaitEvent of an event: the ids before that event's latest cuEventRecord), and the
+// legacy default stream's implicit synchronisation (an operation on the legacy stream is ordered
+// after earlier work of every blocking stream, one on a blocking stream after earlier work of the
+// legacy stream; streams created with CU_STREAM_NON_BLOCKING take no part; a per-thread default
+// stream is blocking). Finished work: everything at cuCtxSynchronize, a stream's at
+// cuStreamSynchronize, an event's at cuEventSynchronize or a cuEventQuery that answers success.
+// One context's order (the tests that read it use one).
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <dlfcn.h>
@@ -115,6 +127,13 @@ struct State {
   bool initialized = false;
   bool finished = false;  // destructor ran
   unsigned long long next_handle = 0x1000;
+  // The order model (above): stream key -> ids its next operation is ordered after; event ->
+  // ids before its latest record; finished ids; non-blocking streams; the last id handed out.
+  std::map<std::uintptr_t, std::set<long>> prior;
+  std::map<CUevent, std::set<long>> recorded;
+  std::set<long> finished_work;
+  std::set<std::uintptr_t> nonblocking;
+  long last_work = 0;
 };
 
 State& st() {
@@ -138,6 +157,47 @@ State& st() {
     return s;
   }();
   return *s;
+}
+
+// ---------------------------------------------------------------- the order model (see the top)
+// The runtime may name the legacy stream by a handle of its own (the real cudart does for some
+// calls); the fake runtime passes this one for stream 0 in cudaMemsetAsync, and the stream id
+// says what it is.
+constexpr std::uintptr_t kLegacyAlias = 0x7000;
+constexpr std::uintptr_t kLegacyKey = 1;
+
+std::uintptr_t order_key(CUstream s) {
+  const auto v = reinterpret_cast<std::uintptr_t>(s);
+  if (v == 0 || s == CU_STREAM_LEGACY || v == kLegacyAlias) return kLegacyKey;
+  if (s == CU_STREAM_PER_THREAD) return (static_cast<std::uintptr_t>(gettid()) << 4) | 2;
+  return v;
+}
+bool blocking_key(std::uintptr_t k) { return k != kLegacyKey && !st().nonblocking.count(k); }
+// The ids an operation on stream `k` would be ordered after, with the legacy stream's implicit
+// synchronisation applied. Under the driver lock.
+std::set<long> ordered_before(std::uintptr_t k) {
+  State& s = st();
+  std::set<long> out = s.prior[k];
+  if (k == kLegacyKey) {
+    for (auto& [other, ids] : s.prior)
+      if (blocking_key(other)) out.insert(ids.begin(), ids.end());
+  } else if (blocking_key(k)) {
+    const std::set<long>& legacy = s.prior[kLegacyKey];
+    out.insert(legacy.begin(), legacy.end());
+  }
+  return out;
+}
+// A piece of work on `stream`. Under the driver lock.
+void order_work(CUstream stream) {
+  State& s = st();
+  const std::uintptr_t k = order_key(stream);
+  std::set<long> before = ordered_before(k);
+  before.insert(++s.last_work);
+  s.prior[k] = std::move(before);
+}
+void order_finish(const std::set<long>& ids) { st().finished_work.insert(ids.begin(), ids.end()); }
+void order_finish_all() {
+  for (long i = 1; i <= st().last_work; ++i) st().finished_work.insert(i);
 }
 
 thread_local CUcontext tl_current = nullptr;
@@ -402,12 +462,16 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
   COUNT();
   Context* c = nullptr;
   if (CUresult r = current(&c)) return r;
-  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+  if (inject_sync_fault()) return CUDA_ERROR_LAUNCH_FAILED;
+  order_finish_all();
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   COUNT();
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
-  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+  if (inject_sync_fault()) return CUDA_ERROR_LAUNCH_FAILED;
+  order_finish_all();
+  return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------- plain device memory
@@ -511,8 +575,9 @@ static CUresult fake_memset(CUdeviceptr dst, unsigned char v, size_t n) {
   memset(h, v, n);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream) {
+FAKE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream stream) {
   COUNT();
+  order_work(stream);
   return fake_memset(dst, v, n);
 }
 FAKE_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream) {
@@ -718,15 +783,32 @@ FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* h, CUdeviceptr p) {
 FAKE_EXPORT CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
   COUNT();
   *s = reinterpret_cast<CUstream>(st().next_handle++ << 4);
+  if (flags & CU_STREAM_NON_BLOCKING) st().nonblocking.insert(reinterpret_cast<std::uintptr_t>(*s));
   return CUDA_SUCCESS;
 }
+FAKE_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int* flags) {
+  COUNT();
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  *flags = st().nonblocking.count(reinterpret_cast<std::uintptr_t>(s)) ? CU_STREAM_NON_BLOCKING : 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamGetCtx(CUstream, CUcontext* ctx) {
+  COUNT();
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = tl_current;  // the tests that ask use one context
+  return CUDA_SUCCESS;
+}
+// Work still queued on a destroyed stream runs to its end (as the real driver's does) and keeps
+// the order it had: the model keeps the stream's entry (handles are never handed out twice here).
 FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
   COUNT();
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
   COUNT();
-  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+  if (inject_sync_fault()) return CUDA_ERROR_LAUNCH_FAILED;
+  order_finish(ordered_before(order_key(s)));
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
   COUNT();
@@ -755,12 +837,14 @@ FAKE_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr, CUcontext, CUdeviceptr, CUco
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                    CUstream, void**, void**) {
+                                    CUstream stream, void**, void**) {
   COUNT();
+  order_work(stream);
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void**, void**) {
+FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction, void**, void**) {
   COUNT();
+  order_work(config ? config->hStream : nullptr);
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
@@ -787,6 +871,7 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned int flags) {
 }
 FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
   COUNT();
+  st().recorded[e] = ordered_before(order_key(s));
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
@@ -795,12 +880,10 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
     --st().events_pending;
     return CUDA_ERROR_NOT_READY;
   }
-  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+  if (inject_sync_fault()) return CUDA_ERROR_LAUNCH_FAILED;
+  order_finish(st().recorded[e]);
+  return CUDA_SUCCESS;
 }
-// The runtime may name the legacy stream by a handle of its own (the real cudart does for some
-// calls); the fake runtime passes this one for stream 0 in cudaMemsetAsync, and the stream id
-// says what it is.
-constexpr std::uintptr_t kLegacyAlias = 0x7000;
 FAKE_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long* id) {
   COUNT();
   if (!id) return CUDA_ERROR_INVALID_VALUE;
@@ -810,11 +893,16 @@ FAKE_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long* id) {
 }
 FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
   COUNT();
-  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  const std::set<long>& ids = st().recorded[e];
+  st().prior[order_key(s)].insert(ids.begin(), ids.end());
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
   COUNT();
-  return inject_sync_fault() ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+  if (inject_sync_fault()) return CUDA_ERROR_LAUNCH_FAILED;
+  order_finish(st().recorded[e]);
+  return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
   COUNT();
@@ -884,6 +972,8 @@ const ProcEntry kProcs[] = {
     {"cuArrayDestroy", 2000, "cuArrayDestroy", nullptr},
     {"cuIpcGetMemHandle", 4010, "cuIpcGetMemHandle", nullptr},
     {"cuStreamCreate", 2000, "cuStreamCreate", nullptr},
+    {"cuStreamGetFlags", 2000, "cuStreamGetFlags", nullptr},
+    {"cuStreamGetCtx", 9020, "cuStreamGetCtx", nullptr},
     {"cuStreamDestroy", 4000, "cuStreamDestroy_v2", nullptr},
     {"cuStreamSynchronize", 2000, "cuStreamSynchronize", nullptr},
     {"cuStreamBeginCapture", 10010, "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz"},
@@ -972,6 +1062,8 @@ const struct {
     {"cuStreamBeginCapture_v2", reinterpret_cast<void*>(&cuStreamBeginCapture_v2)},
     {"cuStreamBeginCapture_v2_ptsz", reinterpret_cast<void*>(&cuStreamBeginCapture_v2_ptsz)},
     {"cuStreamCreate", reinterpret_cast<void*>(&cuStreamCreate)},
+    {"cuStreamGetFlags", reinterpret_cast<void*>(&cuStreamGetFlags)},
+    {"cuStreamGetCtx", reinterpret_cast<void*>(&cuStreamGetCtx)},
     {"cuStreamDestroy_v2", reinterpret_cast<void*>(&cuStreamDestroy_v2)},
     {"cuStreamEndCapture", reinterpret_cast<void*>(&cuStreamEndCapture)},
     {"cuStreamEndCapture_ptsz", reinterpret_cast<void*>(&cuStreamEndCapture_ptsz)},
@@ -1045,4 +1137,15 @@ FAKE_EXPORT long fakecuda_injected_faults(const char* kind) {
   if (strcmp(kind, "alloc") == 0) return st().injected_alloc_faults;
   if (strcmp(kind, "sync") == 0) return st().injected_sync_faults;
   return -1;
+}
+/// The order model: the id of the latest piece of work submitted (0 before any).
+FAKE_EXPORT long fakecuda_last_work() {
+  std::lock_guard<std::mutex> lock(st().mu);
+  return st().last_work;
+}
+/// The order model: 1 when work `id` has finished or the next operation on `stream` would be
+/// ordered after it, else 0.
+FAKE_EXPORT int fakecuda_ordered_after(long id, CUstream stream) {
+  std::lock_guard<std::mutex> lock(st().mu);
+  return st().finished_work.count(id) || ordered_before(order_key(stream)).count(id) ? 1 : 0;
 }
