@@ -13,6 +13,7 @@ Variants (torch_train.py: GPT-2 124M, Llama-style 1.1B and BERT-base with variab
                   (the default; target <= 1.03x native, peak reserved <= native)
   tensor_ordered  the same with reuse:stream_ordered
   tensor_device   the same with reuse:device_sync (GPT-2 only)
+  tensor_barrier  the same with reuse:lazy_barrier (a GPU-side barrier instead of each lazy synchronisation)
   tensor_traced   tensor mode with the full trace written (VRAMTRACE_OUTPUT, plain JSON Lines as `vramtrace run`
                   writes by default; target <= 1.03x the untraced tensor run)
   tensor_ordered_traced
@@ -111,6 +112,7 @@ def variants(model, trace_dir):
          ("front", True, {}),
          ("tensor", True, dict(NOCACHE)),
          ("tensor_ordered", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered")),
+         ("tensor_barrier", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:lazy_barrier")),
          ("tensor_traced", True, dict(NOCACHE, VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-%p.jsonl"))),
          ("tensor_ordered_traced", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered",
                                               VRAMTRACE_OUTPUT=os.path.join(trace_dir, f"{model}-ordered-%p.jsonl")))]
@@ -120,7 +122,7 @@ def variants(model, trace_dir):
                                         VRAMTRACE_OUTPUT=os.path.join(stacks, f"{model}-nostacks-%p.jsonl"))),
           ("tensor_ordered_nostacks", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:stream_ordered", VRAMTRACE_STACKS="none",
                                                  VRAMTRACE_OUTPUT=os.path.join(stacks, f"{model}-ordered-nostacks-%p.jsonl")))]
-    if model == "gpt2":
+    if model.startswith("gpt2"):
         v.append(("tensor_device", True, dict(NOCACHE, VRAMTRACE_CONF="reuse:device_sync")))
     return v
 
@@ -143,6 +145,9 @@ def main():
     script = os.path.join(gc.GPU_DIR, "torch_train.py")
     plans = {"gpt2": ["--steps", str(args.gpt2_steps), "--warmup", "3"], "llama": ["--steps", "6", "--warmup", "2"],
              "bert": ["--steps", "12", "--warmup", "3"]}
+    # The same models with DDP-like gradient work on a side stream during backward (torch_train.py).
+    for m in list(plans):
+        plans[m + "_side"] = plans[m] + ["--side-stream"]
     runs = {}  # (model, variant) -> list of run dicts
     for rnd in range(args.rounds):
         for model in args.models.split(","):
@@ -160,11 +165,13 @@ def main():
                         if f.startswith(model) and ("-ordered-" in f) == (name == "tensor_ordered_traced") \
                                 and ".torch." not in f and "-run-" not in f:
                             os.remove(os.path.join(trace_dir, f))
-                r = R.run(f"{model}_{name}_r{rnd}", [sys.executable, script, "--model", model] + plans[model],
+                r = R.run(f"{model}_{name}_r{rnd}",
+                          [sys.executable, script, "--model", model.removesuffix("_side")] + plans[model],
                           shim, env, timeout=240)
                 res = r["result"] or {}
                 print(f"  round {rnd} {model} {name}: rc={r['rc']} step={res.get('step_ms_median')} "
                       f"lazy_syncs={r['stats'].get('shim.lazy_syncs')} "
+                      f"gpu_barriers={r['stats'].get('shim.gpu_barriers')} "
                       f"other_streams={r['stats'].get('shim.other_streams_seen')} "
                       f"fast={r['stats'].get('shim.runtime_fast_allocs')}" + gc.why(r), flush=True)
                 if name in ("run", "torch_level", "torch_level_all"):
@@ -204,7 +211,8 @@ def main():
                    "target": target, "ok": all(gc.ok(r) for r in rs),
                    "losses_identical_to_native": len(losses) == 1 if len(native_losses) == 1 else None,
                    "peak_reserved": native_peak if name == "native" else st.get("allocator.reserved_bytes.all.peak"),
-                   "lazy_syncs": st.get("shim.lazy_syncs"), "other_streams_seen": st.get("shim.other_streams_seen"),
+                   "lazy_syncs": st.get("shim.lazy_syncs"), "gpu_barriers": st.get("shim.gpu_barriers"),
+                   "other_streams_seen": st.get("shim.other_streams_seen"),
                    "runtime_fast_allocs": st.get("shim.runtime_fast_allocs"), "calls_cudaMalloc": st.get("calls.cudaMalloc")}
             # The stacks' own cost: the run with them over the same run without.
             nostacks = {"front_stacks": "front_nostacks", "tensor_ordered_traced": "tensor_ordered_nostacks"}.get(name)
@@ -226,7 +234,7 @@ def main():
     head = (f"GPU benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.rounds} rounds, "
             f"{round(time.time() - gc.T0)} s; command: tests/gpu/gpu_bench.py {' '.join(sys.argv[1:])}")
     keys = ["model", "variant", "step_ms", "ratio", "target", "runs_ms", "peak_reserved", "front_shim_peak_reserved",
-            "ratio_vs_untraced", "ratio_vs_nostacks", "trace_bytes", "lazy_syncs", "other_streams_seen", "runtime_fast_allocs",
+            "ratio_vs_untraced", "ratio_vs_nostacks", "trace_bytes", "lazy_syncs", "gpu_barriers", "other_streams_seen", "runtime_fast_allocs",
             "calls_cudaMalloc", "losses_identical_to_native", "snapshot_matches_stats", "ok"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:

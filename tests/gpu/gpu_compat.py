@@ -67,14 +67,16 @@ class Runner:
             e["LD_PRELOAD"] = self.shim
         e.update(env or {})
         t = time.time()
+        limit = min(timeout, max(10, self.left() - 5))
+        cut_short = False  # stopped by the step's budget, before the row's own limit: not a verdict
         try:
-            p = subprocess.run(argv, env=e, capture_output=True, text=True,
-                               timeout=min(timeout, max(10, self.left() - 5)))
+            p = subprocess.run(argv, env=e, capture_output=True, text=True, timeout=limit)
             rc, out, err = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as x:
             rc, out, err = "timeout", x.stdout or "", x.stderr or ""
             out = out.decode() if isinstance(out, bytes) else out
             err = err.decode() if isinstance(err, bytes) else err
+            cut_short = limit < timeout
         wall = time.time() - t
         with open(os.path.join(self.out, "logs", tag + ".out"), "w") as f:
             f.write(out)
@@ -108,6 +110,9 @@ class Runner:
                 best = (score, d)
         if best:
             stats = best[1]
+        if cut_short:
+            return {"rc": None, "skipped": True, "wall_s": round(wall, 1), "out": out, "err": err, "result": None,
+                    "program": program, "stats": stats}
         return {"rc": rc, "wall_s": round(wall, 1), "out": out, "err": err, "result": result,
                 "program": program, "stats": stats}
 

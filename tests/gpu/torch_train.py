@@ -6,7 +6,10 @@ Models are built from configs (no download): gpt2-small (4 layers, eager attenti
 algorithms: the correctness rows), gpt2 (124M, batch 8 x 1024, bf16 autocast, AdamW: as in
 docs/h200.md), llama (1.1B, seq 2048, batch 4, gradient checkpointing), bert (BERT-base masked
 LM, batch 16, a sequence length drawn from 64..512 for every step with seed 0: variable shapes, so
-the allocator sees new sizes from step to step).
+the allocator sees new sizes from step to step). `--side-stream` adds what DDP does to a step: as
+backward accumulates each bucket of gradients (25 MB, DDP's default bucket), work on those
+gradients is queued on a side stream (a stand-in for the all-reduce on NCCL's stream), which the
+main stream waits for before the optimizer step; the losses stay those of the plain run.
 """
 import argparse
 import json
@@ -60,6 +63,7 @@ def main():
     ap.add_argument("--model", default="gpt2-small")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--side-stream", action="store_true", help="DDP-like bucketed gradient work on a side stream")
     args = ap.parse_args()
 
     deterministic = args.model == "gpt2-small"
@@ -71,6 +75,27 @@ def main():
     model = model.cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=False, foreach=True)
     gen = torch.Generator(device="cuda").manual_seed(1)
+    side = torch.cuda.Stream() if args.side_stream else None
+    bucket, bucket_bytes = [], [0]
+
+    def flush_bucket():
+        # The stand-in for DDP's all-reduce of a bucket: multiply by one on the side stream.
+        if bucket:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch._foreach_mul_(bucket, 1.0)
+            bucket.clear()
+            bucket_bytes[0] = 0
+
+    def on_grad(p):
+        bucket.append(p.grad)
+        bucket_bytes[0] += p.grad.numel() * p.grad.element_size()
+        if bucket_bytes[0] >= 25 << 20:
+            flush_bucket()
+
+    if side is not None:
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(on_grad)
     lengths = random.Random(0)
     losses, times = [], []
     for step in range(args.warmup + args.steps):
@@ -81,6 +106,9 @@ def main():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not deterministic):
             out = model(input_ids=ids, labels=ids)
         out.loss.backward()
+        if side is not None:
+            flush_bucket()
+            torch.cuda.current_stream().wait_stream(side)
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss = out.loss.detach().float().item()  # synchronises
@@ -91,6 +119,7 @@ def main():
     stats = torch.cuda.memory_stats()
     print("RESULT " + json.dumps({
         "model": args.model,
+        "side_stream": args.side_stream,
         "losses": losses,
         "step_ms_median": statistics.median(times) if times else None,
         "step_ms": times,
