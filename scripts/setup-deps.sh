@@ -14,6 +14,7 @@ pkgs+=(libisal-dev)     # ISA-L: gzip decoding about 2.6x faster than zlib for b
 pkgs+=(libxml2-utils)  # xmllint: the JUnit schema test of `vramtrace check --format junit`
 pkgs+=(debootstrap)    # the Debian 11 root of the portable build (scripts/portable.sh)
 pkgs+=(libdw-dev)      # elfutils' static libdw: source lines of native frames (reporter/symbols); names work without it
+pkgs+=(ccache)         # scripts/test.sh's compiler cache: a later run on the same machine rebuilds only what changed
 if [[ "${1:-}" == "--with-browser" || "${VRAMTRACE_WITH_BROWSER:-0}" == "1" ]]; then
   pkgs+=(chromium)
 fi
