@@ -990,3 +990,70 @@ TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover,
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
+
+TEST_CASE("browser: the stacked per-process chart zooms on a drag and draws its steps", "[browser][stacked]") {
+  skip_without_chromium();
+  const std::string data = VRAMTRACE_TEST_DATA_DIR;
+  auto models = load_models(
+      {data + "/torch-h200/gpt2_train.torchtrace.jsonl.gz", data + "/torch-h200/resnet50_train.torchtrace.jsonl.gz"},
+      report_model_options());
+  fs::path dir = fs::temp_directory_path() / ("vt-report-stacked-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "report.html";
+  std::ofstream(html, std::ios::binary) << render_report_html(models);
+  Browser b(html, dir / "browser.err");
+  wait_for_page(b);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  const auto before = b.eval(
+      "(function(){var s=vtPage.stacks[0];s.canvas.scrollIntoView({block:'center'});var "
+      "r=s.canvas.getBoundingClientRect();"
+      "return {left:r.left,top:r.top,view:s.view()};})()");
+  INFO(before.dump());
+  // Drag across 5% of the plot, from 1%: inside GPT-2's 0.94 s of the two runs' 13.8 s.
+  const double ml = 78, plot = b.eval("parseFloat(vtPage.stacks[0].canvas.style.width)").get<double>() - 78 - 12;
+  const double left = before["left"].get<double>(), y = before["top"].get<double>() + 120;
+  b.drag(left + ml + 0.01 * plot, left + ml + 0.06 * plot, y);
+  const auto v0 = before["view"][0].get<double>(), v1 = before["view"][1].get<double>();
+  const auto view = b.eval("vtPage.stacks[0].view()");
+  INFO(view.dump());
+  CHECK(view[0].get<double>() == Approx(v0 + 0.01 * (v1 - v0)).epsilon(0.05));
+  CHECK(view[1].get<double>() == Approx(v0 + 0.06 * (v1 - v0)).epsilon(0.05));
+  // A step inside the view with memory in it: the stack's top at its middle is drawn at its sum.
+  const auto step = b.eval(
+      "(function(){var s=vtPage.stacks[0],dt=vtPage.data.processes.timelines[0],v=s.view(),best=-1,bw=0;"
+      "function vis(i){return [Math.max(s.xOf(dt.t[i-1]),s.xOf(v[0])),Math.min(s.xOf(dt.t[i]),s.xOf(v[1]))];}"
+      "for(var i=1;i<dt.t.length;i++){if(dt.t[i]<v[0]||dt.t[i-1]>v[1])continue;var "
+      "sum=0;dt.bands.forEach(function(b){sum+=b.reserved[i];});"
+      "var q=vis(i),w=q[1]-q[0];if(sum>0&&w>bw){bw=w;best=i;}}if(best<0)return null;"
+      "var sum=0;dt.bands.forEach(function(b){sum+=b.reserved[best];});var q=vis(best),x=(q[0]+q[1])/2,"
+      "dpr=window.devicePixelRatio||1,c=s.canvas,col=c.getContext('2d').getImageData(Math.round(x*dpr),0,1,c.height)."
+      "data,top=-1;"
+      "function band(d,o){return Math.abs(d[o]-d[o+2])>30;}"  // a band's colour, not the grey of the grid or text
+      "for(var k=Math.round(11*dpr);k<c.height-Math.round(30*dpr);k++){if(band(col,k*4)){top=k/dpr;break;}}"
+      "var "
+      "g=c.getContext('2d').getImageData(Math.round(78*dpr),Math.round(11*dpr),c.width-Math.round(92*dpr),Math.round("
+      "200*dpr)).data,drawn=0;"
+      "for(var k=0;k<g.length;k+=4)if(band(g,k))drawn++;"
+      "return {i:best,x:x,width:bw,sum:sum,y:s.yOf(sum),top:top,drawn:drawn,t0:dt.t[best-1],t1:dt.t[best]};})()");
+  INFO(step.dump());
+  REQUIRE(step.is_object());
+  CHECK(step["drawn"].get<int>() > 5000);
+  CHECK(std::abs(step["top"].get<double>() - step["y"].get<double>()) <= 2.5);
+  // The tooltip there names the interval and the sum over the processes.
+  b.move_mouse(left + step["x"].get<double>(), y);
+  const auto tip = b.eval(
+      "(function(){var t=vtPage.stacks[0].canvas.parentNode.querySelector('.tip');return "
+      "{shown:t.style.display,text:t.textContent};})()");
+  INFO(tip.dump());
+  CHECK(tip["shown"] == "block");
+  CHECK_THAT(tip["text"].get<std::string>(), Catch::StartsWith(fmt_t(step["t0"].get<double>()) + " .. " +
+                                                               fmt_t(step["t1"].get<double>()) + " (reserved"));
+  CHECK_THAT(tip["text"].get<std::string>(), Catch::EndsWith("all: " + fmt_b(step["sum"].get<double>())));
+  screenshot(b, "stacked-zoomed");
+  // Double-click: the whole run again.
+  b.eval("(function(){vtPage.stacks[0].canvas.dispatchEvent(new MouseEvent('dblclick'));return 0;})()");
+  CHECK(b.eval("vtPage.stacks[0].view()") == before["view"]);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
