@@ -946,7 +946,8 @@ TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover,
       "(function(){var "
       "I=vtPage.icicles[0],ic=vtPage.data.traces[0].devices[0].peak.icicle,F=vtPage.data.traces[0].stacks.frames,best="
       "null;"
-      "I.rects.forEach(function(r){var p=r.node>=0?ic.p[r.node]:-1;if(p>=0&&ic.b[r.node]<ic.b[p]&&(!best||r.w>best.w))best=r;});"
+      "I.rects.forEach(function(r){var "
+      "p=r.node>=0?ic.p[r.node]:-1;if(p>=0&&ic.b[r.node]<ic.b[p]&&(!best||r.w>best.w))best=r;});"
       "var path=[];for(var i=best.node;i>=0;i=ic.p[i])path.unshift(F[ic.f[i]][0]);"
       "I.canvas.scrollIntoView({block:'center'});var q=I.canvas.getBoundingClientRect();"
       "return "
@@ -975,9 +976,10 @@ TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover,
   const std::string text = tip["text"].get<std::string>();
   char share[32];
   std::snprintf(share, sizeof share, "%.1f%%", 100.0 * static_cast<double>(under) / static_cast<double>(total));
-  CHECK_THAT(text, Catch::StartsWith(at["path"][depth - 1].get<std::string>() + "\n" + fmt_b(static_cast<double>(under)) +
-                                     " (" + share + " of the " + fmt_b(static_cast<double>(total)) +
-                                     " allocated at the peak with a recorded stack)"));
+  CHECK_THAT(text,
+             Catch::StartsWith(at["path"][depth - 1].get<std::string>() + "\n" + fmt_b(static_cast<double>(under)) +
+                               " (" + share + " of the " + fmt_b(static_cast<double>(total)) +
+                               " allocated at the peak with a recorded stack)"));
   screenshot(b, "icicle-hover");
   // A click gives it the whole width.
   b.click(at["x"].get<double>(), at["y"].get<double>());
