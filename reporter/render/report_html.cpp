@@ -330,6 +330,7 @@ void checkpoints_json(const DeviceModel& d, nlohmann::json& dj, std::size_t budg
     for (std::size_t i = 0; i < states.size(); ++i) {
       if (!kept(every, i)) continue;
       nlohmann::json j = state_json(*states[i], t0, o, stacks);
+      if (states[i] == &d.at_end) j["end"] = true;
       for (auto& g : j["segments"]) {
         const std::string addr = g["addr"].get<std::string>();
         if (same(prev, addr, segs[i][addr])) g = {{"addr", addr}, {"same", true}};

@@ -6,7 +6,7 @@
 function stateMoments(dev){var m=[],prev={};
  // A segment written {addr, same} is the one at its address in the checkpoint before.
  (dev.checkpoints||[]).forEach(function(s){var cur={};s.segments=s.segments.map(function(g){var x=g.same?prev[g.addr]:g;cur[x.addr]=x;return x;});prev=cur;
-  m.push({s:s,what:'checkpoint'});});
+  m.push({s:s,what:s.end?'the end':'checkpoint'});});
  if(dev.peak&&dev.peak.segments)m.push({s:dev.peak,what:'the peak of allocated memory'});
  dev.ooms.forEach(function(o,i){if(o.state&&o.state.segments)m.push({s:o.state,what:o.last_state?'the last state':'OOM '+(i+1)});});
  m.sort(function(a,b){return a.s.t-b.s.t||a.s.event-b.s.event;});return m;}
