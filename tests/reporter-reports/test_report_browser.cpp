@@ -557,6 +557,16 @@ TEST_CASE("browser: a hostile trace's strings do not run", "[browser][escape]") 
     CHECK_THAT(shown_lines(box).at(0), Catch::Contains("onerror=") && Catch::Contains("</script><script>"));
     CHECK(b.eval("document.body.hasAttribute('data-pwned')") == false);
     CHECK(b.eval("document.querySelectorAll('img').length") == 0);
+    // The icicle's tooltip shows the frame's markup as text too.
+    const auto fr = b.eval(
+        "(function(){var I=vtPage.icicles[0],r=I.rects.filter(function(r){return r.node>=0;})[0];"
+        "I.canvas.scrollIntoView({block:'center'});var q=I.canvas.getBoundingClientRect();"
+        "return {x:q.left+r.x+Math.min(r.w/2,200),y:q.top+r.y+8};})()");
+    b.move_mouse(fr["x"].get<double>(), fr["y"].get<double>());
+    const auto itip = b.eval("vtPage.icicles[0].canvas.parentNode.querySelector('.tip').textContent");
+    CHECK_THAT(itip.get<std::string>(), Catch::Contains("onerror=") || Catch::Contains("</script><script>"));
+    CHECK(b.eval("document.body.hasAttribute('data-pwned')") == false);
+    CHECK(b.eval("document.querySelectorAll('img').length") == 0);
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -905,7 +915,11 @@ TEST_CASE("browser: a click on the memory chart shows the state at the checkpoin
     }
     if (!want.layout.segments.empty()) CHECK(shown["drawn"].get<int>() > 100);
     events.insert(want.event_index);
-    if (fraction == 0.37) screenshot(b, "state-at-clicked-time");
+    if (fraction == 0.37) {
+      screenshot(b, "state-at-clicked-time");
+      b.eval("(function(){document.querySelector('.stateview').scrollIntoView({block:'start'});return 0;})()");
+      screenshot(b, "state-at-clicked-time-layout");
+    }
   }
   CHECK(events.size() == 3);  // three clicks, three moments
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
