@@ -283,6 +283,40 @@ nlohmann::json icicle_json(const StateAt& st, const StackTable* table, const Rep
           {"left_out", all.size() - kept.size()}};
 }
 
+// Note [the timeline in the page]: the buckets as whole numbers that mostly stay short, decoded
+// by the page (common.js, decodeTimeline) into its arrays t, te (ms since the device's first
+// event) and, per series k (a, c, r, q: allocated, active, reserved, requested), kmin, kmax,
+// klast. Per bucket i: "b" its begin minus the previous bucket's end (the first: minus 0) and "d"
+// its end minus its begin, both in ns; "kl" its last value minus the previous bucket's last
+// value; "kn" last - min; "kx" max - last (bytes). Every number is an integer below 2^53, exact
+// in JSON's doubles, and the page's times are ns / 1e6 as ms() computes them here. About 0.44
+// of the arrays written out, so the page holds twice the buckets for the same size.
+nlohmann::json timeline_json(const std::vector<TimelineBucket>& buckets, i64 t0) {
+  std::vector<i64> begin, dur;
+  std::array<std::vector<i64>, 4> dl, dn, dx;
+  i64 prev_end = 0;
+  std::array<i64, 4> prev_last{};
+  for (const auto& b : buckets) {
+    begin.push_back(b.t_begin_ns - t0 - prev_end);
+    dur.push_back(b.t_end_ns - b.t_begin_ns);
+    prev_end = b.t_end_ns - t0;
+    for (int k = 0; k < 4; ++k) {
+      dl[k].push_back(b.last[k] - prev_last[k]);
+      dn[k].push_back(b.last[k] - b.min[k]);
+      dx[k].push_back(b.max[k] - b.last[k]);
+      prev_last[k] = b.last[k];
+    }
+  }
+  nlohmann::json tl = {{"b", begin}, {"d", dur}};
+  const char* keys[4] = {"a", "c", "r", "q"};  // allocated, active, reserved, requested
+  for (int k = 0; k < 4; ++k) {
+    tl[std::string(keys[k]) + "l"] = dl[k];
+    tl[std::string(keys[k]) + "n"] = dn[k];
+    tl[std::string(keys[k]) + "x"] = dx[k];
+  }
+  return tl;
+}
+
 // Note [checkpoints of the state] (model/trace_model.h) in the page: each device's checkpoints,
 // then its end state, as states (state_json). Most segments do not change from one checkpoint to
 // the next: a segment equal to the one at its address in the checkpoint before is written
@@ -351,6 +385,8 @@ ModelOptions report_model_options(const ReportOptions& options, std::size_t trac
   m.checkpoints = traces <= kMaxTracesWithCheckpoints ? options.checkpoints : 0;
   m.checkpoint_max_segments = options.max_segments_drawn;
   m.checkpoint_max_blocks = options.max_blocks_per_segment;
+  // Note [the timeline in the page]: twice the buckets of other commands, in the same room.
+  if (traces <= kMaxTracesWithCheckpoints) m.timeline_buckets = 2 * ModelOptions{}.timeline_buckets;
   return m;
 }
 
@@ -417,27 +453,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       else
         dj["capacity"] = nullptr;
       dj["oom_count"] = oom_count_text(d.oom_count);
-      nlohmann::json tl;
-      std::vector<double> tb, te;
-      std::array<std::vector<i64>, 4> mn, mx, last;
-      for (const auto& b : d.timeline) {
-        tb.push_back(ms(b.t_begin_ns - t0));
-        te.push_back(ms(b.t_end_ns - t0));
-        for (int k = 0; k < 4; ++k) {
-          mn[k].push_back(b.min[k]);
-          mx[k].push_back(b.max[k]);
-          last[k].push_back(b.last[k]);
-        }
-      }
-      tl["t"] = tb;
-      tl["te"] = te;
-      const char* keys[4] = {"a", "c", "r", "q"};  // allocated, active, reserved, requested
-      for (int k = 0; k < 4; ++k) {
-        tl[std::string(keys[k]) + "min"] = mn[k];
-        tl[std::string(keys[k]) + "max"] = mx[k];
-        tl[std::string(keys[k]) + "last"] = last[k];
-      }
-      dj["tl"] = tl;
+      dj["tl"] = timeline_json(d.timeline, t0);
       // Marks are bounded so that the page stays small whatever the program marks: at most
       // kMaxPageMarks a device, every k-th in time order, names cut at kMaxMarkName bytes (a note
       // says so). OOM and retry markers are all kept (each is a case of the report).

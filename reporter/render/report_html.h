@@ -41,8 +41,9 @@ struct ReportOptions {
 };
 
 /// The model options a report of `traces` traces needs: ModelOptions' defaults with its
-/// checkpoints, their layouts capped as the page draws a state. A report of more than
-/// kMaxTracesWithCheckpoints traces takes none: the page's share of each device would hold
+/// checkpoints, their layouts capped as the page draws a state, and twice the timeline's buckets
+/// (Note [the timeline in the page] in report_html.cpp). A report of more than
+/// kMaxTracesWithCheckpoints traces takes neither: the page's share of each device would hold
 /// few of them, and the models, all alive until the page is written, would hold them all. Pure.
 inline constexpr std::size_t kMaxTracesWithCheckpoints = 8;
 ModelOptions report_model_options(const ReportOptions& options = {}, std::size_t traces = 1);

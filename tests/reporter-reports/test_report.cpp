@@ -80,13 +80,38 @@ TEST_CASE("report data: the timeline's maxima hold the peak; layouts are bounded
   ro.max_segments_drawn = 10;
   auto j = report_data(v, ro);
   const auto& dev = j["traces"][0]["devices"][0];
-  std::int64_t mx = 0;
-  for (const auto& x : dev["tl"]["amax"]) mx = std::max(mx, x.get<std::int64_t>());
+  // Note [the timeline in the page]: allocated's maximum of bucket i is the sum of its "al" up to
+  // i, plus its "ax".
+  std::int64_t mx = 0, last = 0;
+  const auto& tl = dev["tl"];
+  for (std::size_t i = 0; i < tl["al"].size(); ++i) {
+    last += tl["al"][i].get<std::int64_t>();
+    mx = std::max(mx, last + tl["ax"][i].get<std::int64_t>());
+  }
   CHECK(mx == v[0].devices[0].stats.allocated_bytes[kStatAll].peak);
   CHECK(dev["capacity"].get<std::uint64_t>() == 80ull << 30);
   CHECK(dev["peak"]["segments"].size() == 10);
   CHECK(dev["peak"]["segments_total"] == 50);
-  CHECK(dev["tl"]["t"].size() < 200);
+  CHECK(tl["b"].size() < 200);
+  CHECK(tl["b"].size() == v[0].devices[0].timeline.size());
+  // Each bucket's times and values come back exactly.
+  std::int64_t end = 0;
+  std::array<std::int64_t, 4> lasts{};
+  const char* keys[4] = {"a", "c", "r", "q"};
+  const std::int64_t t0 = v[0].devices[0].first_time_ns;
+  for (std::size_t i = 0; i < v[0].devices[0].timeline.size(); ++i) {
+    const TimelineBucket& b = v[0].devices[0].timeline[i];
+    const std::int64_t begin = end + tl["b"][i].get<std::int64_t>();
+    end = begin + tl["d"][i].get<std::int64_t>();
+    CHECK(begin == b.t_begin_ns - t0);
+    CHECK(end == b.t_end_ns - t0);
+    for (int k = 0; k < 4; ++k) {
+      lasts[k] += tl[std::string(keys[k]) + "l"][i].get<std::int64_t>();
+      CHECK(lasts[k] == b.last[k]);
+      CHECK(lasts[k] - tl[std::string(keys[k]) + "n"][i].get<std::int64_t>() == b.min[k]);
+      CHECK(lasts[k] + tl[std::string(keys[k]) + "x"][i].get<std::int64_t>() == b.max[k]);
+    }
+  }
 }
 
 namespace {
@@ -405,4 +430,41 @@ TEST_CASE("report data: the icicle at the peak adds up to the bytes with a stack
   few.max_icicle_nodes = 3;
   const auto j2 = report_data(models, few);
   CHECK(j2["traces"][0]["devices"][0]["peak"]["icicle"]["b"].size() <= 3);
+}
+
+TEST_CASE("report data: a report's timeline has twice the buckets, in about the room of the old ones",
+          "[report][data]") {
+  // 100 s of allocations and frees, one every 500 us: 200,000 events.
+  std::vector<TraceRecord> records;
+  TraceRecord seg;
+  seg.action = Action::segment_alloc;
+  seg.addr = 0x40000000;
+  seg.size = 1ull << 30;
+  seg.time_ns = 0;
+  records.push_back(seg);
+  for (int i = 0; i < 200000; ++i) {
+    TraceRecord r;
+    r.action = i % 2 ? Action::free_completed : Action::alloc;
+    r.addr = 0x40000000;
+    r.size = (1 + i / 2 % 64) * MiB;
+    r.time_ns = static_cast<std::int64_t>(i + 1) * 500'000;
+    records.push_back(r);
+  }
+  auto page_tl = [&](const ModelOptions& mo, std::size_t* buckets) {
+    VectorReader r(records, TraceHeader{});
+    std::vector<TraceModel> v;
+    v.push_back(build_trace_model(r, mo));
+    *buckets = v[0].devices[0].timeline.size();
+    return report_data(v)["traces"][0]["devices"][0]["tl"].dump().size();
+  };
+  std::size_t plain = 0, report = 0;
+  const std::size_t plain_bytes = page_tl(ModelOptions{}, &plain);
+  const std::size_t report_bytes = page_tl(report_model_options(), &report);
+  INFO(plain << " buckets in " << plain_bytes << " bytes; " << report << " in " << report_bytes);
+  CHECK(plain >= 4096);
+  CHECK(plain < 8192);
+  CHECK(report >= 8192);
+  CHECK(report < 16384);
+  CHECK(report_bytes < 1'000'000);
+  CHECK(report_model_options(ReportOptions{}, 9).timeline_buckets == ModelOptions{}.timeline_buckets);
 }
