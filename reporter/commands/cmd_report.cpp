@@ -42,13 +42,14 @@ void register_report(CLI::App& app) {
       return;
     }
     try {
+      ReportOptions ro;
+      ro.title = opts->title;
       std::vector<TraceModel> models;
       {
         const ReadProgressScope progress("report");
-        models = load_models(traces_to_read(opts->traces, opts->level, "report"));
+        const std::vector<std::string> paths = traces_to_read(opts->traces, opts->level, "report");
+        models = load_models(paths, report_model_options(ro, paths.size()));
       }
-      ReportOptions ro;
-      ro.title = opts->title;
       std::string page = render_report_html(models, ro);
       if (opts->output == "-") {  // standard output, as for check and export; main() checks the write
         std::fwrite(page.data(), 1, page.size(), stdout);

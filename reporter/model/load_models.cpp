@@ -9,6 +9,7 @@ namespace vramtrace {
 
 void complete_deferred_peaks(TraceModel& m, const std::string& path, const ModelOptions& options) {
   ModelOptions again = options;
+  again.checkpoints = 0;  // the first pass has them
   for (const auto& d : m.devices)
     if (d.peak_layout_deferred) again.capture_peak_after_event[d.device] = d.at_peak.event_index;
   if (again.capture_peak_after_event.empty()) return;

@@ -109,6 +109,10 @@ struct DeviceState {
   // Note [one OOM per failed request]: the fate of each `oom` entry (index = position in
   // out.ooms), settled by the grouper of a vramtrace trace.
   std::vector<OomOutcome> oom_outcomes;
+  // Note [checkpoints of the state]: a checkpoint after the first event of each slot of
+  // checkpoint_slot_ns since the timeline's t0; the time since t0 of each kept one.
+  i64 checkpoint_slot_ns = 1000;
+  std::vector<i64> checkpoint_rel_ns;
 };
 
 struct TraceModelBuilder::Impl {
@@ -238,7 +242,7 @@ struct TraceModelBuilder::Impl {
   }
 
   // --- states --------------------------------------------------------------------------------
-  void capture(DeviceState& d, StateAt& st, i64 t, u64 index) {
+  void capture(DeviceState& d, StateAt& st, i64 t, u64 index, bool with_stacks = true) {
     st.captured = true;
     st.event_index = index;
     st.time_ns = t;
@@ -283,7 +287,7 @@ struct TraceModelBuilder::Impl {
     }
     d.snapshot_cost += d.orphans.size();  // copied too: counts against the peak-copy budget
     st.stacks.clear();
-    if (has_stacks) st.stacks = stacks_of(d);
+    if (has_stacks && with_stacks) st.stacks = stacks_of(d);
     std::size_t n = std::min(opt.top_n, live.size());
     std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
                       [](const LiveAllocation& a, const LiveAllocation& b) {
@@ -291,6 +295,49 @@ struct TraceModelBuilder::Impl {
                       });
     live.resize(n);
     st.biggest = std::move(live);
+  }
+
+  // Note [checkpoints of the state] in trace_model.h: after the first event of a slot.
+  void checkpoint(DeviceState& d, u64 index) {
+    auto& kept = d.out.checkpoints;
+    auto& rel = d.checkpoint_rel_ns;
+    const i64 now = std::max<i64>(0, d.out.last_time_ns - d.t0);
+    auto same_slot = [&](i64 a, i64 b) { return a / d.checkpoint_slot_ns == b / d.checkpoint_slot_ns; };
+    if (!rel.empty() && same_slot(rel.back(), now)) return;
+    while (kept.size() >= 2 * opt.checkpoints) {
+      // Wider slots: each keeps its first checkpoint.
+      d.checkpoint_slot_ns *= 2;
+      std::size_t w = 0;
+      for (std::size_t i = 0; i < kept.size(); ++i)
+        if (w == 0 || !same_slot(rel[w - 1], rel[i])) {
+          if (w != i) {
+            kept[w] = std::move(kept[i]);
+            rel[w] = rel[i];
+          }
+          ++w;
+        }
+      kept.resize(w);
+      rel.resize(w);
+      if (same_slot(rel.back(), now)) return;
+    }
+    // Not a peak copy: the peak's budget is not charged.
+    const u64 cost = d.snapshot_cost;
+    StateAt st;
+    capture(d, st, d.out.last_time_ns, index, false);
+    d.snapshot_cost = cost;
+    auto& segs = st.layout.segments;
+    if (segs.size() > opt.checkpoint_max_segments) {
+      const auto keep = static_cast<std::ptrdiff_t>(opt.checkpoint_max_segments);
+      std::partial_sort(segs.begin(), segs.begin() + keep, segs.end(),
+                        [](const auto& a, const auto& b) { return a.total_size > b.total_size; });
+      st.segments_left_out = segs.size() - opt.checkpoint_max_segments;
+      segs.resize(opt.checkpoint_max_segments);
+      std::sort(segs.begin(), segs.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+    }
+    for (auto& g : segs)
+      if (g.blocks.size() > opt.checkpoint_max_blocks + 1) g.blocks.resize(opt.checkpoint_max_blocks + 1);
+    kept.push_back(std::move(st));
+    rel.push_back(now);
   }
 
   // Allocated bytes per stack now, by stack id: what a sites table reads at a peak or an OOM.
@@ -878,6 +925,7 @@ struct TraceModelBuilder::Impl {
         capture(d, d.out.at_peak, d.out.last_time_ns, events);
     }
     sample(d, r.time_ns);
+    if (opt.checkpoints) checkpoint(d, events);
     d.last_event = events;
     ++d.out.events;
     ++events;
@@ -972,6 +1020,7 @@ struct TraceModelBuilder::Impl {
     if (o.at_peak.captured) place(o.at_peak.stats);
     place(o.at_end.stats);
     for (auto& oom : o.ooms) place(oom.state.stats);
+    for (auto& c : o.checkpoints) place(c.stats);
     // Timeline series: allocated, active, reserved, requested bytes (kSeriesNames).
     const std::array<i64, 4> series_add = {add[1][kStatAll], add[3][kStatAll], add[6][kStatAll], add[4][kStatAll]};
     for (auto& b : o.timeline)
@@ -1157,6 +1206,7 @@ void drop_detail(TraceModel& m) {
     drop_state(d.at_peak);
     drop_state(d.at_end);
     for (auto& o : d.ooms) drop_state(o.state);
+    std::vector<StateAt>().swap(d.checkpoints);
     std::vector<TimelineBucket>().swap(d.timeline);
     std::vector<TimelineMarker>().swap(d.markers);
     std::vector<SegmentEvent>().swap(d.segment_events);

@@ -99,6 +99,9 @@ struct StateAt {
   /// Allocated (not pending-free) blocks by the stack that allocated them, by stack id; filled
   /// only when the trace records stacks (empty otherwise). Sums to allocated_bytes.
   std::vector<StackBytes> stacks;
+  /// Segments of the moment that `layout` does not hold: a checkpoint keeps only the largest
+  /// (ModelOptions::checkpoint_max_segments). 0 for the peak, the OOMs and the end.
+  std::size_t segments_left_out = 0;
   bool captured = false;
 };
 
@@ -174,6 +177,9 @@ struct DeviceModel {
   /// Every segment event of the device, in trace order (a few hundred in a training run: one per
   /// cudaMalloc of the allocator, not per tensor).
   std::vector<SegmentEvent> segment_events;
+  /// Note [checkpoints of the state]: the allocator's state at moments spread evenly over the
+  /// device's time, in event order; empty unless ModelOptions::checkpoints asks for them.
+  std::vector<StateAt> checkpoints;
   std::vector<std::string> notes;
 };
 
@@ -218,7 +224,30 @@ struct ModelOptions {
   std::map<std::int32_t, std::uint64_t> capture_peak_after_event;
   /// load_models: build the memory ledger of snapshots that have their companions (model/ledger.h).
   bool ledger = true;
+  /// Note [checkpoints of the state]: per device, keep between this many and twice this many
+  /// states (DeviceModel::checkpoints) spread evenly over its time. 0, the default, keeps none
+  /// and costs nothing: only `report` asks for them.
+  std::size_t checkpoints = 0;
+  /// A checkpoint's layout keeps the largest this many segments (address order) ...
+  std::size_t checkpoint_max_segments = 400;
+  /// ... and of each segment its first this many blocks, plus the block where the rest begins
+  /// (what render/report_html.cpp draws of a state, ReportOptions::max_segments_drawn and
+  /// max_blocks_per_segment).
+  std::size_t checkpoint_max_blocks = 600;
 };
+
+/// Note [checkpoints of the state]
+/// The report shows the allocator's state at a clicked moment of its time axis from states taken
+/// during the one pass. Keeping a state per event would cost the layout once per event, so a
+/// device keeps a bounded set, as the timeline keeps its buckets: time since the device's first
+/// event is cut into slots (1 us to start), and the state after the first event of each slot is
+/// kept; when 2N are kept, the slots double and each keeps its first checkpoint. The checkpoints
+/// are therefore spread evenly over the run's time (where it has events), N to 2N of them for a
+/// run long enough, each exactly the state after its event. Each copies at most
+/// checkpoint_max_segments segments of at most checkpoint_max_blocks + 1 blocks, and no stacks:
+/// the model holds at most 2N such layouts a device, and the pass copies about
+/// N * log2(duration / N us) of them. The peak, the OOMs and the end are states of their own
+/// (at_peak, ooms, at_end), which the page adds to the checkpoints.
 
 /// Note [a history that begins late]
 /// PyTorch keeps only the last max_entries (100,000 by default) of its allocator history, and a
@@ -270,7 +299,7 @@ std::string lost_events_warning(std::uint64_t lost);
 TraceModel build_trace_model(TraceReader& reader, ModelOptions options = {});
 
 /// Frees what only a trace's own report reads, once it has been rendered: the layouts, biggest
-/// allocations and stacks of every kept state (the peak, the end, each OOM's), the timeline, its
+/// allocations and stacks of every kept state (the peak, the end, each OOM's, the checkpoints), the timeline, its
 /// markers, the segment events and the stack table. Keeps the header, each device's statistics
 /// and figures (its DeviceStats, OOM count, history, notes) and the memory ledger: what the
 /// process x device view of many traces reads (analyses/processes.h). A directory of 1,024

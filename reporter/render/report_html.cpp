@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -91,6 +92,9 @@ class PageStacks {
     const SiteFrames where = site_frames(*st);
     return where.user == SiteFrames::none ? "" : cut(frame_label((*st)[where.user]));
   }
+
+  // The index of frame `f`'s label in the page's "frames" (added once, as a stack's frames are).
+  std::size_t frame_ref(const Frame& f) { return frame(f); }
 
   // {"frames": [[label, kind]], "list": [{"f", "u", "v", "n"}], "max_stacks", "max_frames",
   // "stacks_left_out"}; null when the trace records no stacks.
@@ -216,12 +220,175 @@ nlohmann::json state_json(const StateAt& st, i64 t0, const ReportOptions& o, Pag
           {"requested", s.requested_bytes[kStatAll].current},
           {"inactive_split", s.inactive_split_bytes[kStatAll].current},
           {"largest_free", st.largest_free_block},
-          {"segments_total", st.layout.segments.size()},
+          {"segments_total", st.layout.segments.size() + st.segments_left_out},
           {"segments", layout_json(st.layout, o)},
           {"biggest", biggest_json(st.biggest, t0, stacks)}};
 }
 
+// Note [the icicle at the peak]: the bytes allocated at the peak by call stack, as a tree from the
+// outermost caller down (a flame graph upside down): a node is a frame under its caller's node,
+// its bytes those of the blocks whose stacks pass through it. Only blocks with a recorded stack
+// count; the root is their sum. To keep the page small the tree keeps its largest nodes, at most
+// max_icicle_nodes and none below 1/1000 of the root (under a pixel of a 1,000-pixel-wide view):
+// a kept node's bytes stay exact, and what its children do not show is drawn as its own. Nodes
+// go out parent first: {"f": frame index (Note [stacks in the page]), "p": parent node (-1 for
+// the root's children), "b": bytes}, plus "total" and "left_out" (nodes not kept).
+nlohmann::json icicle_json(const StateAt& st, const StackTable* table, const ReportOptions& o, PageStacks& stacks) {
+  if (!table || st.stacks.empty()) return nullptr;
+  struct Node {
+    std::size_t parent;  // index in `all`; npos for a root child
+    const Frame* frame;
+    u64 bytes = 0;
+  };
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<Node> all;
+  std::map<std::pair<std::size_t, std::string>, std::size_t> index;  // (parent, label) -> node
+  u64 total = 0;
+  for (const StackBytes& sb : st.stacks) {
+    const std::vector<Frame>* frames = sb.stack ? table->get(sb.stack) : nullptr;
+    if (!frames || frames->empty()) continue;
+    total += sb.bytes;
+    std::size_t parent = kNone;
+    for (auto f = frames->rbegin(); f != frames->rend(); ++f) {
+      auto [it, added] = index.try_emplace({parent, frame_label(*f)}, all.size());
+      if (added) all.push_back({parent, &*f});
+      all[it->second].bytes += sb.bytes;
+      parent = it->second;
+    }
+  }
+  if (total == 0) return nullptr;
+  // The largest nodes first, each after its parent (a parent holds at least its child's bytes).
+  std::vector<std::size_t> order(all.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return all[a].bytes > all[b].bytes; });
+  std::vector<std::size_t> out_index(all.size(), kNone);
+  std::vector<std::size_t> kept;
+  for (std::size_t i : order) {
+    if (kept.size() >= o.max_icicle_nodes || all[i].bytes * 1000 < total) break;
+    if (all[i].parent != kNone && out_index[all[i].parent] == kNone) continue;
+    out_index[i] = kept.size();
+    kept.push_back(i);
+  }
+  nlohmann::json f = nlohmann::json::array(), p = nlohmann::json::array(), b = nlohmann::json::array();
+  for (std::size_t i : kept) {
+    f.push_back(stacks.frame_ref(*all[i].frame));
+    p.push_back(all[i].parent == kNone ? -1 : static_cast<std::int64_t>(out_index[all[i].parent]));
+    b.push_back(all[i].bytes);
+  }
+  return {{"f", std::move(f)},
+          {"p", std::move(p)},
+          {"b", std::move(b)},
+          {"total", total},
+          {"left_out", all.size() - kept.size()}};
+}
+
+// Note [the timeline in the page]: the buckets as whole numbers that mostly stay short, decoded
+// by the page (common.js, decodeTimeline) into its arrays t, te (ms since the device's first
+// event) and, per series k (a, c, r, q: allocated, active, reserved, requested), kmin, kmax,
+// klast. Per bucket i: "b" its begin minus the previous bucket's end (the first: minus 0) and "d"
+// its end minus its begin, both in ns; "kl" its last value minus the previous bucket's last
+// value; "kn" last - min; "kx" max - last (bytes). Every number is an integer below 2^53, exact
+// in JSON's doubles, and the page's times are ns / 1e6 as ms() computes them here. About 0.44
+// of the arrays written out, so the page holds twice the buckets for the same size.
+nlohmann::json timeline_json(const std::vector<TimelineBucket>& buckets, i64 t0) {
+  std::vector<i64> begin, dur;
+  std::array<std::vector<i64>, 4> dl, dn, dx;
+  i64 prev_end = 0;
+  std::array<i64, 4> prev_last{};
+  for (const auto& b : buckets) {
+    begin.push_back(b.t_begin_ns - t0 - prev_end);
+    dur.push_back(b.t_end_ns - b.t_begin_ns);
+    prev_end = b.t_end_ns - t0;
+    for (int k = 0; k < 4; ++k) {
+      dl[k].push_back(b.last[k] - prev_last[k]);
+      dn[k].push_back(b.last[k] - b.min[k]);
+      dx[k].push_back(b.max[k] - b.last[k]);
+      prev_last[k] = b.last[k];
+    }
+  }
+  nlohmann::json tl = {{"b", begin}, {"d", dur}};
+  const char* keys[4] = {"a", "c", "r", "q"};  // allocated, active, reserved, requested
+  for (int k = 0; k < 4; ++k) {
+    tl[std::string(keys[k]) + "l"] = dl[k];
+    tl[std::string(keys[k]) + "n"] = dn[k];
+    tl[std::string(keys[k]) + "x"] = dx[k];
+  }
+  return tl;
+}
+
+// Note [checkpoints of the state] (model/trace_model.h) in the page: each device's checkpoints,
+// then its end state, as states (state_json). Most segments do not change from one checkpoint to
+// the next: a segment equal to the one at its address in the checkpoint before is written
+// {"addr", "same": true}, and the page takes the earlier one. Within `budget` bytes of JSON: over
+// it, one in k is kept (the end always) for the smallest k that fits. Writes the count taken and
+// k into `dj`.
+void checkpoints_json(const DeviceModel& d, nlohmann::json& dj, std::size_t budget, const ReportOptions& o,
+                      PageStacks& stacks) {
+  const i64 t0 = d.first_time_ns;
+  std::vector<const StateAt*> states;
+  for (const auto& c : d.checkpoints) states.push_back(&c);
+  if (!d.checkpoints.empty() && d.at_end.captured && d.at_end.event_index > d.checkpoints.back().event_index)
+    states.push_back(&d.at_end);
+  // Each state's segments as text, by address, and the size of the rest of it.
+  std::vector<std::map<std::string, std::string>> segs(states.size());
+  std::vector<std::size_t> rest(states.size());
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    PageStacks none(nullptr, o);  // sized without stack references, which are small
+    nlohmann::json j = state_json(*states[i], t0, o, none);
+    for (const auto& g : j["segments"]) segs[i][g["addr"].get<std::string>()] = g.dump();
+    j["segments"] = nlohmann::json::array();
+    rest[i] = j.dump().size();
+  }
+  auto same = [&](std::size_t prev, const std::string& addr, const std::string& text) {
+    if (prev == states.size()) return false;
+    auto it = segs[prev].find(addr);
+    return it != segs[prev].end() && it->second == text;
+  };
+  auto kept = [&](std::size_t k, std::size_t i) { return i % k == 0 || i + 1 == states.size(); };
+  auto cost = [&](std::size_t k) {
+    std::size_t sum = 0, prev = states.size();
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      if (!kept(k, i)) continue;
+      sum += rest[i];
+      for (const auto& [addr, text] : segs[i]) sum += 1 + (same(prev, addr, text) ? addr.size() + 24 : text.size());
+      prev = i;
+    }
+    return sum;
+  };
+  std::size_t every = 1;
+  while (every < states.size() && cost(every) > budget) ++every;
+  nlohmann::json arr = nlohmann::json::array();
+  if (states.empty() || cost(every) <= budget) {
+    std::size_t prev = states.size();
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      if (!kept(every, i)) continue;
+      nlohmann::json j = state_json(*states[i], t0, o, stacks);
+      if (states[i] == &d.at_end) j["end"] = true;
+      for (auto& g : j["segments"]) {
+        const std::string addr = g["addr"].get<std::string>();
+        if (same(prev, addr, segs[i][addr])) g = {{"addr", addr}, {"same", true}};
+      }
+      arr.push_back(std::move(j));
+      prev = i;
+    }
+  }
+  dj["checkpoints"] = std::move(arr);
+  dj["checkpoints_taken"] = states.size();
+  dj["checkpoints_every"] = every;
+}
+
 }  // namespace
+
+ModelOptions report_model_options(const ReportOptions& options, std::size_t traces) {
+  ModelOptions m;
+  m.checkpoints = traces <= kMaxTracesWithCheckpoints ? options.checkpoints : 0;
+  m.checkpoint_max_segments = options.max_segments_drawn;
+  m.checkpoint_max_blocks = options.max_blocks_per_segment;
+  // Note [the timeline in the page]: twice the buckets of other commands, in the same room.
+  if (traces <= kMaxTracesWithCheckpoints) m.timeline_buckets = 2 * ModelOptions{}.timeline_buckets;
+  return m;
+}
 
 std::string json_for_script(const nlohmann::json& j) {
   std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -265,6 +432,8 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   j["title"] = title;
   j["generated_by"] = "vramtrace " VRAMTRACE_REPORT_VERSION " report";
   nlohmann::json traces = nlohmann::json::array();
+  std::size_t all_devices = 0;
+  for (const auto& m : models) all_devices += m.devices.size();
   for (const auto& m : models) {
     auto cases = oom_cases(m);
     const std::vector<DeviceSites> sites = trace_sites(m);  // empty without stacks: the page as before
@@ -284,27 +453,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       else
         dj["capacity"] = nullptr;
       dj["oom_count"] = oom_count_text(d.oom_count);
-      nlohmann::json tl;
-      std::vector<double> tb, te;
-      std::array<std::vector<i64>, 4> mn, mx, last;
-      for (const auto& b : d.timeline) {
-        tb.push_back(ms(b.t_begin_ns - t0));
-        te.push_back(ms(b.t_end_ns - t0));
-        for (int k = 0; k < 4; ++k) {
-          mn[k].push_back(b.min[k]);
-          mx[k].push_back(b.max[k]);
-          last[k].push_back(b.last[k]);
-        }
-      }
-      tl["t"] = tb;
-      tl["te"] = te;
-      const char* keys[4] = {"a", "c", "r", "q"};  // allocated, active, reserved, requested
-      for (int k = 0; k < 4; ++k) {
-        tl[std::string(keys[k]) + "min"] = mn[k];
-        tl[std::string(keys[k]) + "max"] = mx[k];
-        tl[std::string(keys[k]) + "last"] = last[k];
-      }
-      dj["tl"] = tl;
+      dj["tl"] = timeline_json(d.timeline, t0);
       // Marks are bounded so that the page stays small whatever the program marks: at most
       // kMaxPageMarks a device, every k-th in time order, names cut at kMaxMarkName bytes (a note
       // says so). OOM and retry markers are all kept (each is a case of the report).
@@ -365,8 +514,13 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       if (every > 1)
         dj["notes"].push_back(fmt::format("{} marks; one in {} is drawn ({} in all) to keep the page small", n_marks,
                                           every, marks_shown));
+      if (d.at_peak.captured) dj["peak"]["icicle"] = icicle_json(d.at_peak, m.stacks.get(), o, stacks);
       devs.push_back(dj);
     }
+    // After every other state, so that their stacks come first in the page's list.
+    for (std::size_t i = 0; i < m.devices.size(); ++i)
+      checkpoints_json(m.devices[i], devs[i], o.max_checkpoint_bytes / std::max<std::size_t>(1, all_devices), o,
+                       stacks);
     t["devices"] = devs;
     t["stacks"] = stacks.json();
     if (m.ledger) t["ledger"] = ledger_json(m);

@@ -28,7 +28,25 @@ struct ReportOptions {
   std::size_t max_stack_frames = 64;  ///< per stack; the rest is one "N frames left out" line
   std::size_t max_frame_chars = 300;  ///< per frame label (bytes of UTF-8); longer ones end in "..."
   std::string title;                  ///< default: the trace names
+  /// The state at a clicked moment (Note [checkpoints of the state] in model/trace_model.h): the
+  /// model keeps between this many and twice this many checkpoints a device
+  /// (report_model_options); 0: none, and the page says that a click shows nothing.
+  std::size_t checkpoints = 32;
+  /// The checkpoints of the whole page take at most this many bytes of its data, shared evenly
+  /// by its devices; a device over its share keeps one checkpoint in k, and the page says so.
+  std::size_t max_checkpoint_bytes = 640 * 1024;
+  /// The icicle of bytes alive at the peak by call stack: at most this many frames (nodes),
+  /// each at least 1/1000 of the bytes; smaller callees are counted in their caller only.
+  std::size_t max_icicle_nodes = 1500;
 };
+
+/// The model options a report of `traces` traces needs: ModelOptions' defaults with its
+/// checkpoints, their layouts capped as the page draws a state, and twice the timeline's buckets
+/// (Note [the timeline in the page] in report_html.cpp). A report of more than
+/// kMaxTracesWithCheckpoints traces takes neither: the page's share of each device would hold
+/// few of them, and the models, all alive until the page is written, would hold them all. Pure.
+inline constexpr std::size_t kMaxTracesWithCheckpoints = 8;
+ModelOptions report_model_options(const ReportOptions& options = {}, std::size_t traces = 1);
 
 /// The data the page draws, as JSON (also used by tests).
 nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOptions& options = {});

@@ -1,6 +1,7 @@
 // The HTML report: strings from a trace are escaped, the data keeps every peak.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <set>
 
 #include "analyses/sites.h"
@@ -79,13 +80,38 @@ TEST_CASE("report data: the timeline's maxima hold the peak; layouts are bounded
   ro.max_segments_drawn = 10;
   auto j = report_data(v, ro);
   const auto& dev = j["traces"][0]["devices"][0];
-  std::int64_t mx = 0;
-  for (const auto& x : dev["tl"]["amax"]) mx = std::max(mx, x.get<std::int64_t>());
+  // Note [the timeline in the page]: allocated's maximum of bucket i is the sum of its "al" up to
+  // i, plus its "ax".
+  std::int64_t mx = 0, last = 0;
+  const auto& tl = dev["tl"];
+  for (std::size_t i = 0; i < tl["al"].size(); ++i) {
+    last += tl["al"][i].get<std::int64_t>();
+    mx = std::max(mx, last + tl["ax"][i].get<std::int64_t>());
+  }
   CHECK(mx == v[0].devices[0].stats.allocated_bytes[kStatAll].peak);
   CHECK(dev["capacity"].get<std::uint64_t>() == 80ull << 30);
   CHECK(dev["peak"]["segments"].size() == 10);
   CHECK(dev["peak"]["segments_total"] == 50);
-  CHECK(dev["tl"]["t"].size() < 200);
+  CHECK(tl["b"].size() < 200);
+  CHECK(tl["b"].size() == v[0].devices[0].timeline.size());
+  // Each bucket's times and values come back exactly.
+  std::int64_t end = 0;
+  std::array<std::int64_t, 4> lasts{};
+  const char* keys[4] = {"a", "c", "r", "q"};
+  const std::int64_t t0 = v[0].devices[0].first_time_ns;
+  for (std::size_t i = 0; i < v[0].devices[0].timeline.size(); ++i) {
+    const TimelineBucket& b = v[0].devices[0].timeline[i];
+    const std::int64_t begin = end + tl["b"][i].get<std::int64_t>();
+    end = begin + tl["d"][i].get<std::int64_t>();
+    CHECK(begin == b.t_begin_ns - t0);
+    CHECK(end == b.t_end_ns - t0);
+    for (int k = 0; k < 4; ++k) {
+      lasts[k] += tl[std::string(keys[k]) + "l"][i].get<std::int64_t>();
+      CHECK(lasts[k] == b.last[k]);
+      CHECK(lasts[k] - tl[std::string(keys[k]) + "n"][i].get<std::int64_t>() == b.min[k]);
+      CHECK(lasts[k] + tl[std::string(keys[k]) + "x"][i].get<std::int64_t>() == b.max[k]);
+    }
+  }
 }
 
 namespace {
@@ -276,4 +302,169 @@ TEST_CASE("report data: marks carry their names, sit on the process's devices, a
   for (const auto& n : d1["notes"]) noted = noted || n.get<std::string>().find("100000 marks; one in 50") == 0;
   CHECK(noted);
   CHECK(render_report_html(models).size() < 2'000'000);
+}
+
+TEST_CASE("checkpoints: none by default; when asked, N to 2N evenly spread in time, each the state after its event",
+          "[report][checkpoints]") {
+  RecordList l;
+  const DevicePtr s = 0x40000000;
+  l.add(Action::segment_alloc, s, 512 * MiB);
+  for (int i = 0; i < 400; ++i) l.add(Action::alloc, s + i * MiB, MiB);
+  for (int i = 0; i < 400; ++i) l.add(Action::free_completed, s + i * MiB, MiB);
+  auto build = [&](ModelOptions mo) {
+    VectorReader r(l.records, TraceHeader{});
+    return build_trace_model(r, mo);
+  };
+  CHECK(build({}).devices.at(0).checkpoints.empty());  // summary, check, diff: nothing taken
+  ModelOptions mo;
+  mo.checkpoints = 8;
+  const TraceModel m = build(mo);
+  const auto& cps = m.devices.at(0).checkpoints;
+  REQUIRE(cps.size() >= 8);
+  REQUIRE(cps.size() <= 16);
+  // Events 1 us apart: the first event of each slot, the slots evenly spread from the first event.
+  const std::uint64_t step = cps[1].event_index - cps[0].event_index;
+  CHECK(cps[0].event_index == 0);
+  for (std::size_t i = 0; i < cps.size(); ++i) {
+    INFO("checkpoint " << i << " at event " << cps[i].event_index);
+    CHECK(cps[i].event_index == i * step);
+    // The state after event e: the segment, then e allocations of 1 MiB, then frees.
+    const std::int64_t e = static_cast<std::int64_t>(cps[i].event_index);
+    const std::int64_t live = e <= 400 ? e : 800 - e;
+    CHECK(cps[i].stats.allocated_bytes[kStatAll].current == live * static_cast<std::int64_t>(MiB));
+    CHECK(cps[i].time_ns == l.records[cps[i].event_index].time_ns);
+    CHECK(cps[i].layout.segments.size() == 1);
+    CHECK(cps[i].stacks.empty());
+  }
+  // In the page: the model's checkpoints and the end, as states, within the page's budget.
+  std::vector<TraceModel> v;
+  v.push_back(build(report_model_options()));
+  auto j = report_data(v);
+  const auto& dev = j["traces"][0]["devices"][0];
+  const auto& pc = dev["checkpoints"];
+  const auto& model_cps = v[0].devices[0].checkpoints;
+  CHECK(pc.size() == model_cps.size() + (model_cps.back().event_index < v[0].devices[0].at_end.event_index));
+  CHECK(pc.back()["event"] == v[0].devices[0].at_end.event_index);
+  CHECK(pc[0]["allocated"] == v[0].devices[0].checkpoints[0].stats.allocated_bytes[kStatAll].current);
+  CHECK(dev["checkpoints_every"] == 1);
+  // A budget the checkpoints exceed: one in k, the end kept.
+  ReportOptions small;
+  small.max_checkpoint_bytes = 6000;
+  auto j2 = report_data(v, small);
+  const auto& d2 = j2["traces"][0]["devices"][0];
+  CHECK(d2["checkpoints_every"].get<std::size_t>() > 1);
+  CHECK(d2["checkpoints"].dump().size() <= 6000 + 2 * d2["checkpoints"].size());
+  CHECK(d2["checkpoints"].back()["event"] == v[0].devices[0].at_end.event_index);
+}
+
+TEST_CASE("checkpoints: a layout is capped as the peak's is drawn", "[report][checkpoints]") {
+  RecordList l;
+  const DevicePtr s = 0x40000000;
+  for (int seg = 0; seg < 30; ++seg) l.add(Action::segment_alloc, s + seg * 64 * MiB, (1 + seg) * MiB);
+  for (int i = 0; i < 40; ++i) l.add(Action::alloc, s + 29 * 64 * MiB + i * 512 * 1024 / 2, 512 * 1024 / 2);
+  ModelOptions mo;
+  mo.checkpoints = 4;
+  mo.checkpoint_max_segments = 10;
+  mo.checkpoint_max_blocks = 5;
+  VectorReader r(l.records, TraceHeader{});
+  const TraceModel m = build_trace_model(r, mo);
+  const StateAt& last = m.devices.at(0).checkpoints.back();
+  REQUIRE(last.layout.segments.size() == 10);
+  CHECK(last.segments_left_out == 20);
+  CHECK(last.layout.segments.front().total_size == 21 * MiB);  // the largest, in address order
+  CHECK(last.layout.segments.back().blocks.size() == 6);       // 5 and the block where the rest begins
+  ReportOptions ro;
+  ro.max_segments_drawn = 10;
+  ro.max_blocks_per_segment = 5;
+  std::vector<TraceModel> v;
+  VectorReader again(l.records, TraceHeader{});
+  v.push_back(build_trace_model(again, mo));
+  const auto j = report_data(v, ro);
+  // A segment equal to the one at its address in the checkpoint before is written {addr, same}
+  // (the page takes the earlier one): resolved here as the page does.
+  nlohmann::json cp = j["traces"][0]["devices"][0]["checkpoints"];
+  REQUIRE(cp.size() >= 2);
+  std::map<std::string, nlohmann::json> prev;
+  std::size_t same = 0;
+  for (auto& c : cp) {
+    std::map<std::string, nlohmann::json> cur;
+    for (auto& g : c["segments"]) {
+      if (g.contains("same")) {
+        ++same;
+        g = prev.at(g["addr"].get<std::string>());
+      }
+      cur[g["addr"].get<std::string>()] = g;
+    }
+    prev = std::move(cur);
+  }
+  CHECK(same > 0);  // the segments no allocation touches
+  // The end state (full layout) and the last checkpoint draw the same way.
+  const auto& end = cp.back();
+  const auto& before = cp[cp.size() - 2];
+  CHECK(end["segments_total"] == 30);
+  CHECK(before["segments_total"] == 30);
+  CHECK(before["segments"].back()["blocks"] == end["segments"].back()["blocks"]);
+}
+
+TEST_CASE("report data: the icicle at the peak adds up to the bytes with a stack", "[report][icicle]") {
+  auto models =
+      load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/pickle/sites.snapshot.pickle"}, report_model_options());
+  const auto j = report_data(models);
+  const auto& ic = j["traces"][0]["devices"][0]["peak"]["icicle"];
+  REQUIRE(ic.is_object());
+  std::uint64_t with_stack = 0;
+  for (const StackBytes& sb : models[0].devices[0].at_peak.stacks)
+    if (sb.stack && models[0].stacks->get(sb.stack)) with_stack += sb.bytes;
+  CHECK(ic["total"] == with_stack);
+  std::uint64_t tops = 0;
+  for (std::size_t i = 0; i < ic["p"].size(); ++i) {
+    const auto p = ic["p"][i].get<std::int64_t>();
+    if (p < 0)
+      tops += ic["b"][i].get<std::uint64_t>();
+    else  // a parent before its children, holding at least their bytes
+      CHECK(ic["b"][static_cast<std::size_t>(p)].get<std::uint64_t>() >= ic["b"][i].get<std::uint64_t>());
+    if (p >= 0) CHECK(static_cast<std::size_t>(p) < i);
+  }
+  CHECK(tops == with_stack);
+  ReportOptions few;
+  few.max_icicle_nodes = 3;
+  const auto j2 = report_data(models, few);
+  CHECK(j2["traces"][0]["devices"][0]["peak"]["icicle"]["b"].size() <= 3);
+}
+
+TEST_CASE("report data: a report's timeline has twice the buckets, in about the room of the old ones",
+          "[report][data]") {
+  // 100 s of allocations and frees, one every 500 us: 200,000 events.
+  std::vector<TraceRecord> records;
+  TraceRecord seg;
+  seg.action = Action::segment_alloc;
+  seg.addr = 0x40000000;
+  seg.size = 1ull << 30;
+  seg.time_ns = 0;
+  records.push_back(seg);
+  for (int i = 0; i < 200000; ++i) {
+    TraceRecord r;
+    r.action = i % 2 ? Action::free_completed : Action::alloc;
+    r.addr = 0x40000000;
+    r.size = (1 + i / 2 % 64) * MiB;
+    r.time_ns = static_cast<std::int64_t>(i + 1) * 500'000;
+    records.push_back(r);
+  }
+  auto page_tl = [&](const ModelOptions& mo, std::size_t* buckets) {
+    VectorReader r(records, TraceHeader{});
+    std::vector<TraceModel> v;
+    v.push_back(build_trace_model(r, mo));
+    *buckets = v[0].devices[0].timeline.size();
+    return report_data(v)["traces"][0]["devices"][0]["tl"].dump().size();
+  };
+  std::size_t plain = 0, report = 0;
+  const std::size_t plain_bytes = page_tl(ModelOptions{}, &plain);
+  const std::size_t report_bytes = page_tl(report_model_options(), &report);
+  INFO(plain << " buckets in " << plain_bytes << " bytes; " << report << " in " << report_bytes);
+  CHECK(plain >= 4096);
+  CHECK(plain < 8192);
+  CHECK(report >= 8192);
+  CHECK(report < 16384);
+  CHECK(report_bytes < 1'000'000);
+  CHECK(report_model_options(ReportOptions{}, 9).timeline_buckets == ModelOptions{}.timeline_buckets);
 }

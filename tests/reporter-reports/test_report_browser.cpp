@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -240,6 +241,17 @@ class Browser {
       call("Input.dispatchMouseEvent",
            {{"type", type}, {"x", x}, {"y", y}, {"button", "left"}, {"buttons", 1}, {"clickCount", 1}});
   }
+  /// Presses the left button at (x0, y), moves to (x1, y) with it held and releases it there.
+  void drag(double x0, double x1, double y) {
+    move_mouse(x0, y);
+    call("Input.dispatchMouseEvent",
+         {{"type", "mousePressed"}, {"x", x0}, {"y", y}, {"button", "left"}, {"buttons", 1}, {"clickCount", 1}});
+    for (int k = 1; k <= 8; ++k)
+      call("Input.dispatchMouseEvent",
+           {{"type", "mouseMoved"}, {"x", x0 + (x1 - x0) * k / 8}, {"y", y}, {"button", "left"}, {"buttons", 1}});
+    call("Input.dispatchMouseEvent",
+         {{"type", "mouseReleased"}, {"x", x1}, {"y", y}, {"button", "left"}, {"buttons", 0}, {"clickCount", 1}});
+  }
   void key(const std::string& key, int code) {
     for (const char* type : {"rawKeyDown", "keyUp"})
       call("Input.dispatchKeyEvent", {{"type", type},
@@ -333,6 +345,35 @@ void screenshot(Browser& b, const std::string& name) {
   fs::create_directories(dir, ec);
   std::ofstream(dir / (name + ".png"), std::ios::binary) << png;
 }
+
+// The page's byte and time formats (common.js: fmtB, fmtT), for the texts it must show.
+std::string fmt_b(double b) {
+  const double n = std::abs(b);
+  const char* sign = b < 0 ? "-" : "";
+  char buf[64];
+  if (n <= 1024)
+    std::snprintf(buf, sizeof buf, "%s%.0f bytes", sign, n);
+  else if (n <= 1048576)
+    std::snprintf(buf, sizeof buf, "%s%.2f KiB", sign, n / 1024);
+  else if (n <= 1073741824)
+    std::snprintf(buf, sizeof buf, "%s%.2f MiB", sign, n / 1048576);
+  else
+    std::snprintf(buf, sizeof buf, "%s%.2f GiB", sign, n / 1073741824);
+  return buf;
+}
+std::string fmt_t(double ms) {
+  char buf[64];
+  const double a = std::abs(ms);
+  if (ms == 0) return "0";
+  if (a >= 1000)
+    std::snprintf(buf, sizeof buf, "%.3f s", ms / 1000);
+  else if (a >= 1)
+    std::snprintf(buf, sizeof buf, "%.3f ms", ms);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f us", ms * 1000);
+  return buf;
+}
+double ms_since(std::int64_t ns, std::int64_t t0) { return static_cast<double>(ns - t0) / 1e6; }
 
 std::vector<std::string> shown_lines(const nlohmann::json& box) {
   std::vector<std::string> out;
@@ -514,6 +555,16 @@ TEST_CASE("browser: a hostile trace's strings do not run", "[browser][escape]") 
     const auto box = read_stack_box(b);
     REQUIRE(box["shown"].get<bool>());
     CHECK_THAT(shown_lines(box).at(0), Catch::Contains("onerror=") && Catch::Contains("</script><script>"));
+    CHECK(b.eval("document.body.hasAttribute('data-pwned')") == false);
+    CHECK(b.eval("document.querySelectorAll('img').length") == 0);
+    // The icicle's tooltip shows the frame's markup as text too.
+    const auto fr = b.eval(
+        "(function(){var I=vtPage.icicles[0],r=I.rects.filter(function(r){return r.node>=0;})[0];"
+        "I.canvas.scrollIntoView({block:'center'});var q=I.canvas.getBoundingClientRect();"
+        "return {x:q.left+r.x+Math.min(r.w/2,200),y:q.top+r.y+8};})()");
+    b.move_mouse(fr["x"].get<double>(), fr["y"].get<double>());
+    const auto itip = b.eval("vtPage.icicles[0].canvas.parentNode.querySelector('.tip').textContent");
+    CHECK_THAT(itip.get<std::string>(), Catch::Contains("onerror=") || Catch::Contains("</script><script>"));
     CHECK(b.eval("document.body.hasAttribute('data-pwned')") == false);
     CHECK(b.eval("document.querySelectorAll('img').length") == 0);
   }
@@ -751,6 +802,274 @@ TEST_CASE("browser: 2 M marks over 8 ranks give a bounded page that loads and dr
   }
   screenshot(b, "bounded-8-ranks-2M-marks");
   CHECK(b.eval("window.__vtErrors||[]") == nlohmann::json::array());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+namespace {
+
+// The moment whose state the page must show for a click at `clicked` ms: the last of the
+// device's checkpoints, peak, OOM states and end at or before it (the first when it comes before
+// them all), computed from the model.
+// `in_page`: the events of the checkpoints the page kept (all of them, or one in k of them and the
+// end, for its size).
+const StateAt& expected_moment(const DeviceModel& d, double clicked, const std::set<std::uint64_t>& in_page) {
+  std::vector<const StateAt*> all;
+  for (const auto& c : d.checkpoints)
+    if (in_page.count(c.event_index)) all.push_back(&c);
+  all.push_back(&d.at_end);
+  if (d.at_peak.captured) all.push_back(&d.at_peak);
+  for (const auto& o : d.ooms)
+    if (o.state.captured) all.push_back(&o.state);
+  std::stable_sort(all.begin(), all.end(), [](const StateAt* a, const StateAt* b) {
+    return a->time_ns != b->time_ns ? a->time_ns < b->time_ns : a->event_index < b->event_index;
+  });
+  const StateAt* best = all.front();
+  for (const StateAt* s : all)
+    if (ms_since(s->time_ns, d.first_time_ns) <= clicked) best = s;
+  return *best;
+}
+
+// Clicks the device chart at `fraction` of its plot's width and reads back what the state view
+// shows: the page's clicked time, the shown state's time and event, its heading, the figures
+// table's rows and the drawn pixels of its segment map.
+nlohmann::json click_chart(Browser& b, double fraction) {
+  const auto at = b.eval(
+      "(function(){var tln=vtPage.timelines[0];tln.canvas.scrollIntoView({block:'center'});"
+      "var "
+      "r=tln.canvas.getBoundingClientRect(),x0=tln.xOf(0),x1=tln.xOf(vtPage.data.traces[0].devices[0].tl.te.slice(-1)["
+      "0]);"
+      "return {x:r.left+x0+(x1-x0)*" +
+      std::to_string(fraction) + ",y:r.top+150};})()");
+  b.click(at["x"].get<double>(), at["y"].get<double>());
+  return b.eval(
+      "(function(){var v=vtPage.stateViews[0],s=v.shown;if(!s)return null;var "
+      "body=document.querySelector('.stateview');"
+      "var rows=[].map.call(body.querySelector('table').rows,function(r){return "
+      "[r.cells[0].textContent,r.cells[1].textContent];});"
+      "var c=body.querySelector('canvas.segmap'),drawn=0;if(c){var "
+      "d=c.getContext('2d').getImageData(0,0,c.width,c.height).data;"
+      "for(var i=0;i<d.length;i+=4)if(d[i+3]>0&&(d[i]<200||d[i+1]<200||d[i+2]<200))drawn++;}"
+      "return {clicked:s.clicked,t:s.t,event:s.event,what:s.what,head:body.querySelector('.statehead').textContent,"
+      "rows:rows,drawn:drawn,moments:v.moments.length};})()");
+}
+
+}  // namespace
+
+TEST_CASE("browser: a click on the memory chart shows the state at the checkpoint nearest before it",
+          "[browser][checkpoints]") {
+  skip_without_chromium();
+  // GPT-2 training on the H200: 0.9 s of allocations, with the peak in its middle.
+  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/gpt2_train.torchtrace.jsonl.gz"},
+                            report_model_options());
+  const DeviceModel& d = models.at(0).devices.at(0);
+  REQUIRE(d.checkpoints.size() >= ReportOptions{}.checkpoints);
+  fs::path dir = fs::temp_directory_path() / ("vt-report-state-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "report.html";
+  const std::string page = render_report_html(models);
+  INFO("page bytes " << page.size());
+  CHECK(page.size() < 2'000'000);
+  std::ofstream(html, std::ios::binary) << page;
+  Browser b(html, dir / "browser.err");
+  wait_for_page(b);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  CHECK(b.eval("vtPage.stateViews[0].shown") == nullptr);  // nothing before a click
+  // The page keeps the model's checkpoints, one in k for its size, and the end.
+  const auto every = b.eval("vtPage.data.traces[0].devices[0].checkpoints_every").get<std::size_t>();
+  std::set<std::uint64_t> in_page;
+  for (const auto& e : b.eval("vtPage.data.traces[0].devices[0].checkpoints.map(function(c){return c.event;})"))
+    in_page.insert(e.get<std::uint64_t>());
+  INFO(every << " " << in_page.size());
+  CHECK(in_page.size() >= 16);
+  CHECK(in_page.count(d.at_end.event_index) == 1);
+  for (std::size_t i = 0; i + 1 < d.checkpoints.size(); ++i)  // the last may be the end too
+    CHECK(in_page.count(d.checkpoints[i].event_index) == (i % every == 0 ? 1u : 0u));
+
+  std::set<std::uint64_t> events;
+  for (double fraction : {0.37, 0.81, 0.02}) {
+    const auto shown = click_chart(b, fraction);
+    INFO("click at " << fraction << ": " << shown.dump(1));
+    REQUIRE(shown.is_object());
+    const double clicked = shown["clicked"].get<double>();
+    const StateAt& want = expected_moment(d, clicked, in_page);
+    const double t = ms_since(want.time_ns, d.first_time_ns);
+    CHECK(shown["event"].get<std::uint64_t>() == want.event_index);
+    CHECK(shown["t"].get<double>() == t);
+    CHECK_THAT(shown["head"].get<std::string>(),
+               Catch::StartsWith("State at +" + fmt_t(t) + " (event " + std::to_string(want.event_index) + ", "));
+    CHECK_THAT(shown["head"].get<std::string>(), Catch::EndsWith("the click at +" + fmt_t(clicked)));
+    if (t <= clicked) CHECK_THAT(shown["head"].get<std::string>(), Catch::Contains("nearest before the click"));
+    // Its figures as the model has them at that moment.
+    const auto& st = want.stats;
+    const std::vector<std::pair<std::string, std::int64_t>> figures = {
+        {"allocated", st.allocated_bytes[kStatAll].current},
+        {"active", st.active_bytes[kStatAll].current},
+        {"requested", st.requested_bytes[kStatAll].current},
+        {"reserved", st.reserved_bytes[kStatAll].current}};
+    REQUIRE(shown["rows"].size() >= 5);
+    CHECK_THAT(shown["rows"][0][0].get<std::string>(), Catch::Contains("(event " + std::to_string(want.event_index)));
+    for (std::size_t i = 0; i < figures.size(); ++i) {
+      CHECK(shown["rows"][i + 1][0] == figures[i].first);
+      CHECK(shown["rows"][i + 1][1] == fmt_b(static_cast<double>(figures[i].second)));
+    }
+    if (!want.layout.segments.empty()) CHECK(shown["drawn"].get<int>() > 100);
+    events.insert(want.event_index);
+    if (fraction == 0.37) {
+      screenshot(b, "state-at-clicked-time");
+      b.eval("(function(){document.querySelector('.stateview').scrollIntoView({block:'start'});return 0;})()");
+      screenshot(b, "state-at-clicked-time-layout");
+    }
+  }
+  CHECK(events.size() == 3);  // three clicks, three moments
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover, and zooms on a click",
+          "[browser][icicle]") {
+  skip_without_chromium();
+  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/gpt2_run.snapshot.pickle.zst"},
+                            report_model_options());
+  const TraceModel& m = models.at(0);
+  REQUIRE(m.stacks);
+  // Test-side: the bytes at the peak with a stack, and by outermost frame.
+  std::uint64_t total = 0;
+  for (const StackBytes& sb : m.devices.at(0).at_peak.stacks) {
+    const std::vector<Frame>* st = sb.stack ? m.stacks->get(sb.stack) : nullptr;
+    if (!st || st->empty()) continue;
+    total += sb.bytes;
+  }
+  REQUIRE(total > 0);
+  fs::path dir = fs::temp_directory_path() / ("vt-report-icicle-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "report.html";
+  std::ofstream(html, std::ios::binary) << render_report_html(models);
+  Browser b(html, dir / "browser.err");
+  wait_for_page(b);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  // The page's tree adds up: its total, and the sum of its outermost frames, are the model's bytes.
+  const auto sums = b.eval(
+      "(function(){var ic=vtPage.data.traces[0].devices[0].peak.icicle,top=0;"
+      "ic.p.forEach(function(p,i){if(p<0)top+=ic.b[i];});return {total:ic.total,top:top};})()");
+  CHECK(sums["total"].get<std::uint64_t>() == total);
+  CHECK(sums["top"].get<std::uint64_t>() == total);
+  // Hover the widest frame that holds less than its caller (its bytes tell it from its caller's).
+  const auto at = b.eval(
+      "(function(){var "
+      "I=vtPage.icicles[0],ic=vtPage.data.traces[0].devices[0].peak.icicle,F=vtPage.data.traces[0].stacks.frames,best="
+      "null;"
+      "I.rects.forEach(function(r){var "
+      "p=r.node>=0?ic.p[r.node]:-1;if(p>=0&&ic.b[r.node]<ic.b[p]&&(!best||r.w>best.w))best=r;});"
+      "var path=[];for(var i=best.node;i>=0;i=ic.p[i])path.unshift(F[ic.f[i]][0]);"
+      "I.canvas.scrollIntoView({block:'center'});var q=I.canvas.getBoundingClientRect();"
+      "return "
+      "{x:q.left+best.x+best.w/"
+      "2,y:q.top+best.y+8,w:best.w,W:parseFloat(I.canvas.style.width),node:best.node,path:path};})()");
+  INFO(at.dump());
+  const std::size_t depth = at["path"].size();
+  REQUIRE(depth >= 2);
+  // Test-side: the bytes of the stacks whose outermost frames are that path.
+  std::uint64_t under = 0;
+  for (const StackBytes& sb : m.devices.at(0).at_peak.stacks) {
+    const std::vector<Frame>* st = sb.stack ? m.stacks->get(sb.stack) : nullptr;
+    if (!st || st->size() < depth) continue;
+    bool match = true;
+    for (std::size_t k = 0; k < depth; ++k) match &= frame_label((*st)[st->size() - 1 - k]) == at["path"][k];
+    if (match) under += sb.bytes;
+  }
+  REQUIRE(under > 0);
+  CHECK(under < total);
+  b.move_mouse(at["x"].get<double>(), at["y"].get<double>());
+  const auto tip = b.eval(
+      "(function(){var t=vtPage.icicles[0].canvas.parentNode.querySelector('.tip');return "
+      "{shown:t.style.display,text:t.textContent};})()");
+  INFO(tip.dump());
+  CHECK(tip["shown"] == "block");
+  const std::string text = tip["text"].get<std::string>();
+  char share[32];
+  std::snprintf(share, sizeof share, "%.1f%%", 100.0 * static_cast<double>(under) / static_cast<double>(total));
+  CHECK_THAT(text,
+             Catch::StartsWith(at["path"][depth - 1].get<std::string>() + "\n" + fmt_b(static_cast<double>(under)) +
+                               " (" + share + " of the " + fmt_b(static_cast<double>(total)) +
+                               " allocated at the peak with a recorded stack)"));
+  screenshot(b, "icicle-hover");
+  // A click gives it the whole width.
+  b.click(at["x"].get<double>(), at["y"].get<double>());
+  const auto zoomed = b.eval(
+      "(function(){var I=vtPage.icicles[0],n=I.focus(),w=0;I.rects.forEach(function(r){if(r.node===n)w=r.w;});return "
+      "{focus:n,w:w};})()");
+  CHECK(zoomed["focus"] == at["node"]);
+  CHECK(zoomed["w"].get<double>() == at["W"].get<double>());
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+TEST_CASE("browser: the stacked per-process chart zooms on a drag and draws its steps", "[browser][stacked]") {
+  skip_without_chromium();
+  const std::string data = VRAMTRACE_TEST_DATA_DIR;
+  auto models = load_models(
+      {data + "/torch-h200/gpt2_train.torchtrace.jsonl.gz", data + "/torch-h200/resnet50_train.torchtrace.jsonl.gz"},
+      report_model_options());
+  fs::path dir = fs::temp_directory_path() / ("vt-report-stacked-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path html = dir / "report.html";
+  std::ofstream(html, std::ios::binary) << render_report_html(models);
+  Browser b(html, dir / "browser.err");
+  wait_for_page(b);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  const auto before = b.eval(
+      "(function(){var s=vtPage.stacks[0];s.canvas.scrollIntoView({block:'center'});var "
+      "r=s.canvas.getBoundingClientRect();"
+      "return {left:r.left,top:r.top,view:s.view()};})()");
+  INFO(before.dump());
+  // Drag across 5% of the plot, from 1%: inside GPT-2's 0.94 s of the two runs' 13.8 s.
+  const double ml = 78, plot = b.eval("parseFloat(vtPage.stacks[0].canvas.style.width)").get<double>() - 78 - 12;
+  const double left = before["left"].get<double>(), y = before["top"].get<double>() + 120;
+  b.drag(left + ml + 0.01 * plot, left + ml + 0.06 * plot, y);
+  const auto v0 = before["view"][0].get<double>(), v1 = before["view"][1].get<double>();
+  const auto view = b.eval("vtPage.stacks[0].view()");
+  INFO(view.dump());
+  CHECK(view[0].get<double>() == Approx(v0 + 0.01 * (v1 - v0)).epsilon(0.05));
+  CHECK(view[1].get<double>() == Approx(v0 + 0.06 * (v1 - v0)).epsilon(0.05));
+  // A step inside the view with memory in it: the stack's top at its middle is drawn at its sum.
+  const auto step = b.eval(
+      "(function(){var s=vtPage.stacks[0],dt=vtPage.data.processes.timelines[0],v=s.view(),best=-1,bw=0;"
+      "function vis(i){return [Math.max(s.xOf(dt.t[i-1]),s.xOf(v[0])),Math.min(s.xOf(dt.t[i]),s.xOf(v[1]))];}"
+      "for(var i=1;i<dt.t.length;i++){if(dt.t[i]<v[0]||dt.t[i-1]>v[1])continue;var "
+      "sum=0;dt.bands.forEach(function(b){sum+=b.reserved[i];});"
+      "var q=vis(i),w=q[1]-q[0];if(sum>0&&w>bw){bw=w;best=i;}}if(best<0)return null;"
+      "var sum=0;dt.bands.forEach(function(b){sum+=b.reserved[best];});var q=vis(best),x=(q[0]+q[1])/2,"
+      "dpr=window.devicePixelRatio||1,c=s.canvas,col=c.getContext('2d').getImageData(Math.round(x*dpr),0,1,c.height)."
+      "data,top=-1;"
+      "function band(d,o){return Math.abs(d[o]-d[o+2])>30;}"  // a band's colour, not the grey of the grid or text
+      "for(var k=Math.round(11*dpr);k<c.height-Math.round(30*dpr);k++){if(band(col,k*4)){top=k/dpr;break;}}"
+      "var "
+      "g=c.getContext('2d').getImageData(Math.round(78*dpr),Math.round(11*dpr),c.width-Math.round(92*dpr),Math.round("
+      "200*dpr)).data,drawn=0;"
+      "for(var k=0;k<g.length;k+=4)if(band(g,k))drawn++;"
+      "return {i:best,x:x,width:bw,sum:sum,y:s.yOf(sum),top:top,drawn:drawn,t0:dt.t[best-1],t1:dt.t[best]};})()");
+  INFO(step.dump());
+  REQUIRE(step.is_object());
+  CHECK(step["drawn"].get<int>() > 5000);
+  CHECK(std::abs(step["top"].get<double>() - step["y"].get<double>()) <= 2.5);
+  // The tooltip there names the interval and the sum over the processes.
+  b.move_mouse(left + step["x"].get<double>(), y);
+  const auto tip = b.eval(
+      "(function(){var t=vtPage.stacks[0].canvas.parentNode.querySelector('.tip');return "
+      "{shown:t.style.display,text:t.textContent};})()");
+  INFO(tip.dump());
+  CHECK(tip["shown"] == "block");
+  CHECK_THAT(tip["text"].get<std::string>(), Catch::StartsWith(fmt_t(step["t0"].get<double>()) + " .. " +
+                                                               fmt_t(step["t1"].get<double>()) + " (reserved"));
+  CHECK_THAT(tip["text"].get<std::string>(), Catch::EndsWith("all: " + fmt_b(step["sum"].get<double>())));
+  screenshot(b, "stacked-zoomed");
+  // Double-click: the whole run again.
+  b.eval("(function(){vtPage.stacks[0].canvas.dispatchEvent(new MouseEvent('dblclick'));return 0;})()");
+  CHECK(b.eval("vtPage.stacks[0].view()") == before["view"]);
+  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

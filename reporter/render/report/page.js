@@ -11,10 +11,13 @@ DATA.traces.forEach(function(tr,ti){
  tr.devices.forEach(function(dev){
   main.appendChild(el('h3',null,'Device '+dev.device+': memory over time ('+fmtT(dev.duration_ms)+')'));
   var cases=0;dev.ooms.forEach(function(o,i){if(!o.last_state)o.anchor='oom-'+ti+'-'+dev.device+'-'+(++cases);});
-  var h=el('div');main.appendChild(h);timelines.push(new Timeline(dev,h));
+  var h=el('div');main.appendChild(h);var tln=new Timeline(dev,h);timelines.push(tln);
   dev.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});
+  var sv=el('div');main.appendChild(sv);stateViews.push(new StateView(dev,sv,tln,S));
   if(dev.peak){main.appendChild(el('h3',null,'Allocator state at the peak of allocated memory'));stateFigures(main,dev.peak);var sh=el('div');main.appendChild(sh);Segments(dev.peak,sh);
-   main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest,S);sites(main,'Top allocation sites at the peak',dev.peak.sites,S);}
+   main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest,S);sites(main,'Top allocation sites at the peak',dev.peak.sites,S);
+   if(dev.peak.icicle&&S){main.appendChild(el('h3',null,'Bytes allocated at the peak by call stack (outermost caller on top)'));
+    main.appendChild(el('div',{'class':'sub'},'hover a frame for its bytes; click to zoom into it, double-click to go back'));var ih=el('div');main.appendChild(ih);icicles.push(new Icicle(dev.peak.icicle,S,ih));}}
   if(dev.oom_count)main.appendChild(el('div',{'class':'sub'},dev.oom_count));
   dev.ooms.forEach(function(o,i){var head=o.last_state?'Last state (the trace ends abruptly)':'OOM '+(i+1);
    main.appendChild(el('h3',o.anchor?{id:o.anchor}:null,o.state?head+' at '+fmtT(o.state.t):head+': not in the history (known from '+o.without_entry+')'));

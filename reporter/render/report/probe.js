@@ -10,6 +10,6 @@ if(DATA.processes){probe.processes={cross_device:DATA.processes.cross_device,sta
   for(var i=0;i<d.length;i+=4){if(d[i]<250||d[i+1]<250||d[i+2]<250)k++;}return k;});}catch(e){errors.push('probe: '+e.message);}}
 probe.marks=timelines.map(function(tl){return tl.shown;});
 // For the browser tests: the page's own functions, read through the DevTools protocol.
-window.vtPage={timelines:timelines,valuesAt:valuesAt,data:DATA,colors:COLORS,process_colors:PCOL};
+window.vtPage={timelines:timelines,valuesAt:valuesAt,data:DATA,colors:COLORS,process_colors:PCOL,stateViews:stateViews,icicles:icicles,stacks:stacks};
 probe.segment_canvases=[].map.call(document.querySelectorAll('canvas.segmap'),function(c){return [c.width,c.height];});
 document.getElementById('vt-probe').textContent=JSON.stringify(probe);

@@ -1,31 +1,55 @@
 var main=document.getElementById('main');var timelines=[];
 // Paul Tol's muted palette for processes, apart from each other under colour-vision deficiency too.
 var PCOL=['#332288','#88CCEE','#44AA99','#117733','#999933','#DDCC77','#CC6677','#882255','#AA4499'];
+// One device's memory per process, stacked. Value i of a band is the process's maximum over the
+// interval (t[i-1], t[i]], drawn as a step over that interval; drag to zoom into a time range
+// (the y axis fits the view), double-click or "reset zoom" to go back; the tooltip names the
+// interval under the cursor and each process's value over it.
 function Stacked(dt,host,P){
- var W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),H=260,ml=78,mr=12,mt=10,mb=28;
- var wrap=el('div',{'class':'plot'});var cv=el('canvas',{width:W,height:H});var tip=el('div',{'class':'tip'});
+ var self=this,W=Math.max(600,Math.min(1400,(host.clientWidth||1300)-10)),H=260,ml=78,mr=12,mt=10,mb=28,dpr=window.devicePixelRatio||1;
+ var wrap=el('div',{'class':'plot'});var cv=el('canvas',{width:Math.round(W*dpr),height:Math.round(H*dpr),style:'width:'+W+'px;height:'+H+'px'});var tip=el('div',{'class':'tip'});
  var bar=el('div');var sel=el('select');['reserved','allocated'].forEach(function(k){sel.appendChild(el('option',{value:k},k));});bar.appendChild(document.createTextNode('series '));bar.appendChild(sel);
+ var reset=el('button',null,'reset zoom');bar.appendChild(reset);
  wrap.appendChild(cv);wrap.appendChild(tip);host.appendChild(wrap);host.appendChild(bar);this.canvas=cv;
- var n=dt.t.length,tmin=n?dt.t[0]:0,tmax=n?dt.t[n-1]:1;if(tmax<=tmin)tmax=tmin+1;var ctx=cv.getContext('2d');var key='reserved',ymax=1;
- function X(t){return ml+(t-tmin)/(tmax-tmin)*(W-ml-mr);}function Y(v){return mt+(1-v/ymax)*(H-mt-mb);}
- function tops(i){var acc=0,o=[];dt.bands.forEach(function(b){acc+=b[key][i];o.push(acc);});return o;}
- function draw(){ymax=0;for(var i=0;i<n;i++){var tt=tops(i);if(tt.length)ymax=Math.max(ymax,tt[tt.length-1]);}if(ymax<=0)ymax=1;ymax*=1.08;
-  ctx.clearRect(0,0,W,H);ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);ctx.font='11px sans-serif';ctx.fillStyle='#5b6475';ctx.strokeStyle='#e6e9ef';ctx.lineWidth=1;
-  var ys=niceBytesStep(ymax,5);for(var v=0;v<=ymax;v+=ys){var y=Math.round(Y(v))+.5;ctx.beginPath();ctx.moveTo(ml,y);ctx.lineTo(W-mr,y);ctx.stroke();ctx.textAlign='right';ctx.fillText(fmtB(v),ml-6,y+4);}
-  var xs=niceStep(tmax-tmin,8);for(var t=Math.ceil(tmin/xs)*xs;t<=tmax;t+=xs){var x=Math.round(X(t))+.5;ctx.textAlign='center';ctx.fillText(fmtT(t),x,H-mb+14);}
-  var below=new Float64Array(n);dt.bands.forEach(function(b,bi){ctx.fillStyle=PCOL[b.process%PCOL.length];ctx.globalAlpha=0.75;ctx.beginPath();
-   var v=b[key];ctx.moveTo(X(dt.t[0]),Y(below[0]+v[0]));
-   for(var i=1;i<n;i++){ctx.lineTo(X(dt.t[i-1]),Y(below[i]+v[i]));ctx.lineTo(X(dt.t[i]),Y(below[i]+v[i]));}
-   for(var i=n-1;i>=1;i--){ctx.lineTo(X(dt.t[i]),Y(below[i]));ctx.lineTo(X(dt.t[i-1]),Y(below[i]));}
-   ctx.lineTo(X(dt.t[0]),Y(below[0]));
-   ctx.closePath();ctx.fill();ctx.globalAlpha=1;for(var i=0;i<n;i++)below[i]+=b[key][i];});
-  ctx.strokeStyle='#9aa3b5';ctx.strokeRect(ml+.5,mt+.5,W-ml-mr,H-mt-mb);}
+ var n=dt.t.length,tmin=n?dt.t[0]:0,tmax=n?dt.t[n-1]:1;if(tmax<=tmin)tmax=tmin+1;var ctx=cv.getContext('2d');var key='reserved',ymax=1,view=[tmin,tmax];
+ var minSpan=Math.max(1e-6,Math.abs(tmax)*1e-12);
+ function X(t){return ml+(t-view[0])/(view[1]-view[0])*(W-ml-mr);}function T(x){return view[0]+(x-ml)/(W-ml-mr)*(view[1]-view[0]);}
+ function Y(v){return mt+(1-v/ymax)*(H-mt-mb);}
+ function sumAt(i){var acc=0;dt.bands.forEach(function(b){acc+=b[key][i];});return acc;}
+ // The interval holding t: the first i with t[i] >= t (interval (t[i-1], t[i]]).
+ function intervalAt(t){var lo=0,hi=n-1;while(lo<hi){var mid=(lo+hi)>>1;if(dt.t[mid]<t)lo=mid+1;else hi=mid;}return lo;}
+ // The intervals that reach into the view: [first, last].
+ function inView(){var a=Math.max(1,intervalAt(view[0])),z=Math.min(n-1,intervalAt(view[1]));return [a,Math.max(a,z)];}
+ function axes(){ctx.font='11px sans-serif';ctx.fillStyle='#5b6475';ctx.strokeStyle='#e6e9ef';ctx.lineWidth=1;
+  var ys=niceBytesStep(ymax,5),yu=byteUnit(ymax);for(var v=0;v<=ymax;v+=ys){var y=Math.round(Y(v))+.5;ctx.beginPath();ctx.moveTo(ml,y);ctx.lineTo(W-mr,y);ctx.stroke();ctx.textAlign='right';ctx.fillText(inUnit(v,yu,ys)+' '+yu.name,ml-6,y+4);}
+  var span=view[1]-view[0],xs=niceStep(span,8),xu=timeUnit(span);
+  for(var t=Math.ceil(view[0]/xs)*xs,g=0;t<=view[1]+xs*1e-9&&g<200;t+=xs,g++){var x=Math.round(X(t))+.5,label=inUnit(t,xu,xs)+' '+xu.name,lw=ctx.measureText(label).width;
+   ctx.textAlign=x+lw/2>W-2?'right':x-lw/2<2?'left':'center';ctx.fillText(label,x,H-mb+14);}}
+ function band(b,below,r){var v=b[key],i0=r[0],i1=r[1];ctx.beginPath();
+  ctx.moveTo(X(dt.t[i0-1]),Y(below[i0]));
+  for(var i=i0;i<=i1;i++){ctx.lineTo(X(dt.t[i-1]),Y(below[i]+v[i]));ctx.lineTo(X(dt.t[i]),Y(below[i]+v[i]));}
+  for(var i=i1;i>=i0;i--){ctx.lineTo(X(dt.t[i]),Y(below[i]));ctx.lineTo(X(dt.t[i-1]),Y(below[i]));}
+  ctx.closePath();ctx.fill();}
+ function draw(drag){ctx.setTransform(dpr,0,0,dpr,0,0);ctx.clearRect(0,0,W,H);ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);
+  var r=n>1?inView():[1,0];ymax=0;for(var i=r[0];i<=r[1];i++)ymax=Math.max(ymax,sumAt(i));if(ymax<=0)ymax=1;ymax*=1.08;axes();
+  ctx.save();ctx.beginPath();ctx.rect(ml,mt,W-ml-mr,H-mt-mb);ctx.clip();
+  var below=new Float64Array(n);dt.bands.forEach(function(b){ctx.fillStyle=PCOL[b.process%PCOL.length];ctx.globalAlpha=0.75;if(r[1]>=r[0])band(b,below,r);ctx.globalAlpha=1;
+   for(var i=0;i<n;i++)below[i]+=b[key][i];});ctx.restore();
+  ctx.strokeStyle='#9aa3b5';ctx.strokeRect(ml+.5,mt+.5,W-ml-mr,H-mt-mb);
+  if(drag){ctx.fillStyle='rgba(47,111,214,.12)';ctx.fillRect(Math.min(drag[0],drag[1]),mt,Math.abs(drag[1]-drag[0]),H-mt-mb);}}
+ function tipText(t){var i=intervalAt(t),lines=[(i>0?fmtT(dt.t[i-1])+' .. ':'t = ')+fmtT(dt.t[i])+' ('+key+', each process\u2019s maximum over the interval)'],sum=0;
+  dt.bands.slice().reverse().forEach(function(b){lines.push(b.label+': '+fmtB(b[key][i]));sum+=b[key][i];});lines.push('all: '+fmtB(sum));return {i:i,text:lines.join('\n')};}
  sel.addEventListener('change',function(){key=sel.value;draw();});
- cv.addEventListener('mousemove',function(e){var x=e.offsetX;if(x<ml||x>W-mr||!n){tip.style.display='none';return;}var t=tmin+(x-ml)/(W-ml-mr)*(tmax-tmin);
-  var lo=0,hi=n-1;while(lo<hi){var mid=(lo+hi)>>1;if(dt.t[mid]<t)lo=mid+1;else hi=mid;}var lines=[(lo>0?fmtT(dt.t[lo-1])+' .. ':'t = ')+fmtT(dt.t[lo])+' ('+key+', max over the interval)'],sum=0;
-  dt.bands.slice().reverse().forEach(function(b){lines.push(b.label+': '+fmtB(b[key][lo]));sum+=b[key][lo];});lines.push('all: '+fmtB(sum));
-  placeTip(tip,lines.join('\n'),x,e.offsetY,W);});
+ var drag=null;
+ cv.addEventListener('mousedown',function(e){drag=[e.offsetX,e.offsetX];});
+ cv.addEventListener('mousemove',function(e){var x=e.offsetX;if(drag){drag[1]=x;draw(drag);}
+  if(x<ml||x>W-mr||!n){tip.style.display='none';return;}self.tipAt=tipText(T(x));placeTip(tip,self.tipAt.text,x,e.offsetY,W);});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
+ window.addEventListener('mouseup',function(){if(!drag)return;var a=Math.min(drag[0],drag[1]),b=Math.max(drag[0],drag[1]);drag=null;
+  if(b-a>4){var t0=Math.max(tmin,T(a)),t1=Math.min(tmax,T(b));if(t1-t0>minSpan)view=[t0,t1];}draw();});
+ function unzoom(){view=[tmin,tmax];draw();}
+ cv.addEventListener('dblclick',unzoom);reset.addEventListener('click',unzoom);
+ this.view=function(){return view.slice();};this.xOf=X;this.yOf=Y;this.key=function(){return key;};
  var lg=el('div',{'class':'legend sub'});dt.bands.forEach(function(b){var s=el('span');s.appendChild(el('i',{'class':'sw',style:'background:'+PCOL[b.process%PCOL.length]}));s.appendChild(document.createTextNode(b.label));lg.appendChild(s);});host.appendChild(lg);
  draw();
 }

@@ -78,6 +78,9 @@ function Timeline(dev,host){
    ctx.fillStyle=COLORS.allocated;ctx.strokeStyle='#fff';ctx.lineWidth=2;ctx.beginPath();ctx.arc(px,py,4.5,0,2*Math.PI);ctx.fill();ctx.stroke();
    var label='peak '+fmtB(peak.allocated),lw=ctx.measureText(label).width,right2=px+8+lw<W-mr;
    ctx.fillStyle='#1d2433';ctx.textAlign=right2?'left':'right';ctx.fillText(label,right2?px+8:px-8,Math.max(mt+12,py-6));}
+  // The state shown below the plot (history.js): a line at its moment and one at the click.
+  if(self.picked){var pk=self.picked;[[pk.clicked,'#9aa3b5',[2,3]],[pk.t,'#1d2433',[]]].forEach(function(p){if(p[0]<view[0]||p[0]>view[1])return;
+   var x=Math.round(X(p[0]))+.5;ctx.strokeStyle=p[1];ctx.lineWidth=1.5;ctx.setLineDash(p[2]);ctx.beginPath();ctx.moveTo(x,mt);ctx.lineTo(x,H-mb);ctx.stroke();ctx.setLineDash([]);});}
   self.shown=shown;
   ctx.strokeStyle='#9aa3b5';ctx.strokeRect(ml+.5,mt+.5,W-ml-mr,H-mt-mb);
   if(sel){ctx.fillStyle='rgba(47,111,214,.12)';ctx.fillRect(Math.min(sel[0],sel[1]),mt,Math.abs(sel[1]-sel[0]),H-mt-mb);}
@@ -95,7 +98,8 @@ function Timeline(dev,host){
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  window.addEventListener('mouseup',function(){if(!drag)return;var a=Math.min(drag[0],drag[1]),b=Math.max(drag[0],drag[1]);drag=null;
   if(b-a>4){var t0=Math.max(0,T(a)),t1=Math.min(tmax,T(b));if(t1-t0>minSpan)view=[t0,t1];}else{var hit=markAt(a,lastY);if(hit&&hit.oom&&hit.oom.anchor){
-   var target=document.getElementById(hit.oom.anchor);if(target)target.scrollIntoView({block:'start'});}}draw();});
+   var target=document.getElementById(hit.oom.anchor);if(target)target.scrollIntoView({block:'start'});}
+   else if(self.onPick&&a>=ml&&a<=W-mr)self.onPick(T(a));}draw();});
  var lastY=0;cv.addEventListener('mousedown',function(e){lastY=e.offsetY;});
  window.addEventListener('resize',function(){var w=width();if(w!==W||(window.devicePixelRatio||1)!==dpr){size();draw();}});
  this.xOf=function(t){return X(t);};this.yOf=function(v){return Y(v);};
