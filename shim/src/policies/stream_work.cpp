@@ -68,7 +68,7 @@ struct StreamEntry {
 constexpr int kStreamSlots = 1024;
 StreamEntry g_streams[kStreamSlots];
 const CUstream kGone = reinterpret_cast<CUstream>(~std::uintptr_t{0});
-std::atomic<bool> g_barrier_on{false};               // reuse:lazy_barrier (set once at the first report)
+std::atomic<int> g_barrier_on{0};  // reuse:lazy_barrier: 0 not read yet, 1 off, 2 on (the setting never changes)
 std::atomic<std::uint64_t> g_barrier_epoch{1};       // barriers so far + 1
 std::atomic<std::uint64_t> g_blind_stamp{0};         // the stamp of the latest submission not registered
 std::atomic<bool> g_several_stream_contexts{false};  // streams of two contexts seen: barriers are off
@@ -316,10 +316,12 @@ bool lazy_policy() noexcept {
 // e is pending. One order it adds: the legacy stream waits for work then queued on the side
 // streams (a collective in flight), where lazy_sync's host waited for everything.
 bool stream_work_detail::barrier_policy() noexcept {
-  if (g_barrier_on.load(std::memory_order_relaxed)) return true;
-  if (config().settings.reuse != ReusePolicy::lazy_barrier) return false;
-  g_barrier_on.store(true, std::memory_order_relaxed);
-  return true;
+  int on = g_barrier_on.load(std::memory_order_relaxed);
+  if (on == 0) {
+    on = config().settings.reuse == ReusePolicy::lazy_barrier ? 2 : 1;
+    g_barrier_on.store(on, std::memory_order_relaxed);
+  }
+  return on == 2;
 }
 
 void stream_work_detail::note_stream_work(CUstream s) noexcept {
@@ -412,9 +414,7 @@ bool gpu_barrier(CUcontext ctx) noexcept {
 }
 
 void note_stream_destroy(CUstream s) noexcept {
-  if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || EntryScope::internal() ||
-      !g_barrier_on.load(std::memory_order_relaxed))
-    return;
+  if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || EntryScope::internal() || !barrier_policy()) return;
   StreamEntry* e = find_stream(s);
   if (!e) return;
   const DriverTable* d = driver();
