@@ -273,8 +273,7 @@ struct TraceModelBuilder::Impl {
   static LayoutView view_at_peak(const DeviceState& d) {
     LayoutView v;
     v.segments = d.peak_segments.at_checkpoint(d.segments);
-    std::sort(v.segments.begin(), v.segments.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(v.segments.begin(), v.segments.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     v.orphans = d.peak_orphans.at_checkpoint(d.orphans);
     return v;
   }
