@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "model/load_models.h"
 #include "model/trace_model.h"
 #include "readers/open_trace.h"
 #include "readers/read_progress.h"
@@ -182,7 +181,7 @@ void sites_from_model(const TraceModel& m, CheckInput& in) {
     DeviceSiteTotals s;
     s.device = ds.device;
     const bool peak_known = std::any_of(m.devices.begin(), m.devices.end(), [&](const DeviceModel& d) {
-      return d.device == ds.device && d.at_peak.captured && !d.peak_layout_deferred;
+      return d.device == ds.device && d.at_peak.captured;
     });
     if (peak_known) s.at_peak = ds.at_peak.all;
     s.at_end = ds.at_end.all;
@@ -263,7 +262,6 @@ CheckInput load_check_input(const std::string& path, std::size_t trace_index) {
   std::vector<TraceModel> models;
   models.push_back(model.finish(*reader));
   if (models.back().header.path.empty()) models.back().header.path = path;
-  if (models.back().stacks) complete_deferred_peaks(models.back(), path);  // the sites at the peak need its blocks
   sites_from_model(models.back(), in);
   in.traces = figures_from_models(models);
   in.measures = measures_from_figures(in.traces);

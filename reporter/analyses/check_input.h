@@ -110,8 +110,7 @@ bool is_summary_document(const std::string& path);
 
 /// Loads `path`: a summary document read once into figures and sites, a trace through open_trace
 /// with one pass that builds the trace model (its figures and sites), the step series and the
-/// event facts (and a second pass when the model deferred the peak's layout, as load_models
-/// does); fits growth per device (Note [growth detection]). `trace_index` is stored in the
+/// event facts; fits growth per device (Note [growth detection]). `trace_index` is stored in the
 /// measures. Throws TraceError or BudgetError (both: unusable input, exit 2).
 CheckInput load_check_input(const std::string& path, std::size_t trace_index = 0);
 

@@ -15,10 +15,4 @@ namespace vramtrace {
 /// ledger, never an error.
 std::vector<TraceModel> load_models(const std::vector<std::string>& paths, const ModelOptions& options = {});
 
-/// When the model of `path` deferred the layout at a device's peak (DeviceModel::
-/// peak_layout_deferred: the trace set new peaks too often to copy the layout each time), reads
-/// the trace again and copies the layout, biggest allocations and bytes per stack at that peak
-/// into `m`. Nothing happens otherwise, or for "-". Throws TraceError like load_models.
-void complete_deferred_peaks(TraceModel& m, const std::string& path, const ModelOptions& options = {});
-
 }  // namespace vramtrace

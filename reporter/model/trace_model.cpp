@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include "model/checkpoint_journal.h"
 #include "model/forwarded_memory.h"
 #include "readers/read_progress.h"
 #include "vramtrace/settings.h"
@@ -91,9 +92,13 @@ struct DeviceState {
   std::map<u64, Segment> segments;
   std::unordered_map<u64, Block> orphans;  // allocs in no known segment
   std::multiset<u64> free_sizes;           // inactive block sizes, for the largest free block
-  PeakWatch peak;                          // when to copy the state at the peak of allocated bytes
-  u64 last_event = 0;                      // global index of this device's last event
-  u64 snapshot_cost = 0;                   // blocks copied for peak states
+  PeakWatch peak;                          // when to take the state at the peak of allocated bytes
+  // Note [the layout at the peak]: segments and orphans as they were at the last peak taken.
+  CheckpointJournal<u64, Segment> peak_segments;
+  CheckpointJournal<u64, Block> peak_orphans;
+  bool peak_has_stacks = false;  // whether the peak's state keeps bytes per stack
+  std::size_t peak_items = 0;    // segments and orphans at the peak, for the journal's bound
+  u64 last_event = 0;            // global index of this device's last event
   // timeline
   std::vector<TimelineBucket> buckets;
   i64 bucket_ns = 0;
@@ -124,7 +129,6 @@ struct TraceModelBuilder::Impl {
   bool has_segment_events = false;
   bool has_stacks = false;  // some alloc recorded a stack: states keep bytes per stack
   std::vector<std::string> notes;
-  u64 snapshot_budget_per_event = 32;
   // Failed attempts of one request, grouped (vramtrace traces only: PyTorch writes one `oom`
   // entry per OutOfMemoryError; Note [one OOM per failed request]).
   bool group_failures = false;
@@ -242,16 +246,86 @@ struct TraceModelBuilder::Impl {
   }
 
   // --- states --------------------------------------------------------------------------------
-  void capture(DeviceState& d, StateAt& st, i64 t, u64 index, bool with_stacks = true) {
+  // A layout as a state takes it: the segments by address, and the allocations in no segment.
+  struct LayoutView {
+    std::vector<std::pair<u64, const Segment*>> segments;  // sorted by address
+    std::vector<std::pair<u64, const Block*>> orphans;
+  };
+
+  static LayoutView view_now(const DeviceState& d) {
+    LayoutView v;
+    v.segments.reserve(d.segments.size());
+    for (const auto& [addr, seg] : d.segments) v.segments.emplace_back(addr, &seg);
+    v.orphans.reserve(d.orphans.size());
+    for (const auto& [addr, b] : d.orphans) v.orphans.emplace_back(addr, &b);
+    return v;
+  }
+
+  // Note [the layout at the peak]
+  // The state at a peak of allocated bytes is taken in two parts. Its figures (statistics, time,
+  // largest free block) are copied when PeakWatch says so, as for any state. Its layout is not:
+  // each new peak starts a journal of the segments and orphan blocks (CheckpointJournal), every
+  // change to one of them hands its value to the journal first (before_segment_change,
+  // before_orphan_change), and the layout, biggest allocations and bytes per stack at the peak
+  // are built from the current layout with the journal undone, once: at the end, or earlier
+  // when the journal holds more than twice as many keys as the peak had segments and orphans
+  // (plus 4,096), so that its memory stays within a few copies of the peak's layout and the
+  // early build is paid for by the changes that filled it. A run that sets a new peak at every
+  // step copies what changed between two peaks, not its whole layout at each. The journal keeps
+  // a whole segment (its blocks too) at its first change: segments are the unit that events
+  // split and join.
+  static LayoutView view_at_peak(const DeviceState& d) {
+    LayoutView v;
+    v.segments = d.peak_segments.at_checkpoint(d.segments);
+    std::sort(v.segments.begin(), v.segments.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    v.orphans = d.peak_orphans.at_checkpoint(d.orphans);
+    return v;
+  }
+
+  void before_segment_change(DeviceState& d, u64 addr, const Segment* current) {
+    if (!d.peak_segments.active()) return;
+    d.peak_segments.before_change(addr, current);
+    bound_peak_journal(d);
+  }
+  void before_segment_change(DeviceState& d, u64 addr) {
+    if (!d.peak_segments.active()) return;
+    auto it = d.segments.find(addr);
+    before_segment_change(d, addr, it == d.segments.end() ? nullptr : &it->second);
+  }
+  void before_orphan_change(DeviceState& d, u64 addr) {
+    if (!d.peak_orphans.active()) return;
+    auto it = d.orphans.find(addr);
+    d.peak_orphans.before_change(addr, it == d.orphans.end() ? nullptr : &it->second);
+    bound_peak_journal(d);
+  }
+  // Called with every key about to change already in the journal, so that the layout it
+  // rebuilds is the peak's.
+  void bound_peak_journal(DeviceState& d) {
+    if (d.peak_segments.size() + d.peak_orphans.size() > 2 * d.peak_items + 4096) take_peak_layout(d);
+  }
+  void take_peak_layout(DeviceState& d) {
+    if (!d.peak_segments.active()) return;
+    capture_layout(d, d.out.at_peak, view_at_peak(d), d.peak_has_stacks);
+    d.peak_segments.stop();
+    d.peak_orphans.stop();
+  }
+
+  // The figures of a state: statistics, time, the largest free block.
+  static void capture_figures(const DeviceState& d, StateAt& st, i64 t, u64 index) {
     st.captured = true;
     st.event_index = index;
     st.time_ns = t;
     st.stats = d.out.stats;
     st.largest_free_block = d.free_sizes.empty() ? 0 : *d.free_sizes.rbegin();
+  }
+
+  // The layout of a state, its biggest allocations and (with_stacks) its bytes per stack.
+  void capture_layout(const DeviceState& d, StateAt& st, const LayoutView& view, bool with_stacks) const {
     st.layout.segments.clear();
-    st.layout.segments.reserve(d.segments.size());
+    st.layout.segments.reserve(view.segments.size());
     std::vector<LiveAllocation> live;
-    for (const auto& [addr, seg] : d.segments) {
+    for (const auto& [addr, seg_ptr] : view.segments) {
+      const Segment& seg = *seg_ptr;
       SegmentSnapshot ss;
       ss.device = d.out.device;
       ss.address = addr;
@@ -276,18 +350,16 @@ struct TraceModelBuilder::Impl {
                           b.state == BlockState::active_pending_free, false, b.stack});
         }
       }
-      d.snapshot_cost += seg.blocks.size();
       st.layout.segments.push_back(std::move(ss));
     }
     st.outside_segments_bytes = 0;
-    for (const auto& [addr, b] : d.orphans) {
-      live.push_back({addr, b.size, b.requested, b.stream, b.alloc_time, b.alloc_event,
-                      b.state == BlockState::active_pending_free, false, b.stack});
-      st.outside_segments_bytes += b.size;
+    for (const auto& [addr, b] : view.orphans) {
+      live.push_back({addr, b->size, b->requested, b->stream, b->alloc_time, b->alloc_event,
+                      b->state == BlockState::active_pending_free, false, b->stack});
+      st.outside_segments_bytes += b->size;
     }
-    d.snapshot_cost += d.orphans.size();  // copied too: counts against the peak-copy budget
     st.stacks.clear();
-    if (has_stacks && with_stacks) st.stacks = stacks_of(d);
+    if (with_stacks) st.stacks = stacks_of(view);
     std::size_t n = std::min(opt.top_n, live.size());
     std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
                       [](const LiveAllocation& a, const LiveAllocation& b) {
@@ -295,6 +367,12 @@ struct TraceModelBuilder::Impl {
                       });
     live.resize(n);
     st.biggest = std::move(live);
+  }
+
+  // The whole state now (an OOM's, the end's).
+  void capture(const DeviceState& d, StateAt& st, i64 t, u64 index) const {
+    capture_figures(d, st, t, index);
+    capture_layout(d, st, view_now(d), has_stacks);
   }
 
   // Note [checkpoints of the state] in trace_model.h: after the first event of a slot.
@@ -320,11 +398,10 @@ struct TraceModelBuilder::Impl {
       rel.resize(w);
       if (same_slot(rel.back(), now)) return;
     }
-    // Not a peak copy: the peak's budget is not charged.
-    const u64 cost = d.snapshot_cost;
+    // The layout now, without stacks (the page shows a checkpoint's biggest allocations only).
     StateAt st;
-    capture(d, st, d.out.last_time_ns, index, false);
-    d.snapshot_cost = cost;
+    capture_figures(d, st, d.out.last_time_ns, index);
+    capture_layout(d, st, view_now(d), false);
     auto& segs = st.layout.segments;
     if (segs.size() > opt.checkpoint_max_segments) {
       const auto keep = static_cast<std::ptrdiff_t>(opt.checkpoint_max_segments);
@@ -340,8 +417,8 @@ struct TraceModelBuilder::Impl {
     rel.push_back(now);
   }
 
-  // Allocated bytes per stack now, by stack id: what a sites table reads at a peak or an OOM.
-  static std::vector<StackBytes> stacks_of(const DeviceState& d) {
+  // Allocated bytes per stack, by stack id: what a sites table reads at a peak or an OOM.
+  static std::vector<StackBytes> stacks_of(const LayoutView& view) {
     std::unordered_map<std::uint32_t, StackBytes> by;
     auto add_block = [&](const Block& b) {
       if (b.state != BlockState::active_allocated) return;
@@ -350,9 +427,9 @@ struct TraceModelBuilder::Impl {
       e.bytes += b.size;
       e.blocks += 1;
     };
-    for (const auto& [addr, seg] : d.segments)
-      for (const auto& [baddr, b] : seg.blocks) add_block(b);
-    for (const auto& [addr, b] : d.orphans) add_block(b);
+    for (const auto& [addr, seg] : view.segments)
+      for (const auto& [baddr, b] : seg->blocks) add_block(b);
+    for (const auto& [addr, b] : view.orphans) add_block(*b);
     std::vector<StackBytes> out;
     out.reserve(by.size());
     for (const auto& [id, e] : by) out.push_back(e);
@@ -392,29 +469,17 @@ struct TraceModelBuilder::Impl {
   }
 
   // Takes the pending peak state before an event that is not a further increase (Note [state at
-  // the peak] in vramtrace/stats.h).
+  // the peak] in vramtrace/stats.h): its figures now, its layout through the journal (Note [the
+  // layout at the peak]).
   void settle_peak(DeviceState& d) {
     if (!d.peak.take()) return;
     // The event that made the peak (events of other devices may have come since; this device's
     // state has not changed since it).
-    const u64 index = d.peak.event();
-    if (!opt.capture_peak_after_event.empty()) return;  // second pass: only the given event
-    if (d.snapshot_cost > opt.peak_copy_budget_per_event * events + opt.peak_copy_budget_base) {
-      // Too many new peaks to copy the layout at each: keep the exact figures, defer the layout.
-      StateAt& st = d.out.at_peak;
-      st.captured = true;
-      st.event_index = index;
-      st.time_ns = d.out.last_time_ns;
-      st.stats = d.out.stats;
-      st.largest_free_block = d.free_sizes.empty() ? 0 : *d.free_sizes.rbegin();
-      st.layout.segments.clear();
-      st.biggest.clear();
-      st.stacks.clear();
-      d.out.peak_layout_deferred = true;
-      return;
-    }
-    d.out.peak_layout_deferred = false;
-    capture(d, d.out.at_peak, d.out.last_time_ns, index);
+    capture_figures(d, d.out.at_peak, d.out.last_time_ns, d.peak.event());
+    d.peak_has_stacks = has_stacks;
+    d.peak_items = d.segments.size() + d.orphans.size();
+    d.peak_segments.start();
+    d.peak_orphans.start();
   }
 
   void note_peak(DeviceState& d) { d.peak.after_increase(d.out.stats.allocated_bytes[kStatAll], events); }
@@ -442,6 +507,7 @@ struct TraceModelBuilder::Impl {
       u64 seg_addr = 0;
       Segment* prev = r.addr > 0 ? segment_of(d, r.addr - 1, &seg_addr) : nullptr;
       if (prev && prev->expandable && prev->stream == r.stream && seg_addr + prev->size == r.addr) {
+        before_segment_change(d, seg_addr, prev);
         split_contrib(d.out.stats, *prev, -1);
         prev->size += r.size;
         prev->expandable = true;
@@ -470,6 +536,7 @@ struct TraceModelBuilder::Impl {
       conflict(d, fmt::format("segment at 0x{:x} overlaps a live segment; the old one is dropped", r.addr));
       drop_segment(d, existing);
     }
+    before_segment_change(d, r.addr);
     Segment s;
     s.size = r.size;
     s.stream = r.stream;
@@ -497,6 +564,8 @@ struct TraceModelBuilder::Impl {
     auto nit = d.segments.find(seg_addr + s.size);
     if (nit == d.segments.end() || !s.expandable || !nit->second.expandable || nit->second.stream != s.stream) return;
     Segment& n = nit->second;
+    before_segment_change(d, seg_addr, &s);
+    before_segment_change(d, nit->first, &n);
     split_contrib(d.out.stats, s, -1);
     split_contrib(d.out.stats, n, -1);
     // the free block that ends at the boundary and the one that starts there become one
@@ -527,6 +596,7 @@ struct TraceModelBuilder::Impl {
     auto it = d.segments.find(addr);
     if (it == d.segments.end()) return;
     Segment& s = it->second;
+    before_segment_change(d, addr, &s);
     split_contrib(d.out.stats, s, -1);
     for (auto b = s.blocks.begin(); b != s.blocks.end();) {
       if (b->second.state == BlockState::inactive) {
@@ -597,6 +667,8 @@ struct TraceModelBuilder::Impl {
     }
     const int pool = pool_of(*s);
     const u64 seg_end = seg_addr + s->size;
+    before_segment_change(d, seg_addr, s);
+    if (end < seg_end) before_segment_change(d, end);
     split_contrib(d.out.stats, *s, -1);
     remove_free(d, *s, it);
     if (r.addr > baddr) {
@@ -659,6 +731,7 @@ struct TraceModelBuilder::Impl {
       int pool = in_small_pool(rounded) ? kStatSmall : kStatLarge;
       nb.size = rounded;
       if (d.orphans.count(r.addr)) conflict(d, fmt::format("alloc at 0x{:x}, which is already allocated", r.addr));
+      before_orphan_change(d, r.addr);
       d.orphans[r.addr] = nb;
       ++d.out.orphan_allocs;
       count_alloc(d.out.stats, pool, rounded, r.size);
@@ -671,10 +744,12 @@ struct TraceModelBuilder::Impl {
                fmt::format("alloc at 0x{:x} inside a block that is in use; counted without a layout change", r.addr));
       int pool = pool_of(*s);
       nb.size = rounded;
+      before_orphan_change(d, r.addr);
       d.orphans[r.addr] = nb;
       count_alloc(d.out.stats, pool, rounded, r.size);
       return;
     }
+    before_segment_change(d, seg_addr, s);
     split_contrib(d.out.stats, *s, -1);
     u64 baddr = it->first;
     Block freeb = it->second;
@@ -709,6 +784,7 @@ struct TraceModelBuilder::Impl {
   void on_free_requested(DeviceState& d, const TraceRecord& r) {
     if (auto o = d.orphans.find(r.addr); o != d.orphans.end()) {
       if (o->second.state != BlockState::active_allocated) return;
+      before_orphan_change(d, r.addr);
       int pool = in_small_pool(o->second.size) ? kStatSmall : kStatLarge;
       bump(d.out.stats.allocation, pool, -1);
       bump(d.out.stats.allocated_bytes, pool, -static_cast<i64>(o->second.size));
@@ -723,6 +799,7 @@ struct TraceModelBuilder::Impl {
       if (!s) free_before_history(d, r, false);
       return;
     }
+    before_segment_change(d, seg_addr, s);
     release_live_stats(d, *s, it->second, false);
     if (it->second.size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.decrease(1);
     it->second.state = BlockState::active_pending_free;
@@ -776,6 +853,7 @@ struct TraceModelBuilder::Impl {
       bump(d.out.stats.active, pool, -1);
       bump(d.out.stats.active_bytes, pool, -static_cast<i64>(b.size));
       bump(d.out.stats.requested_bytes, pool, -static_cast<i64>(b.requested));
+      before_orphan_change(d, r.addr);
       d.orphans.erase(o);
       return;
     }
@@ -787,6 +865,7 @@ struct TraceModelBuilder::Impl {
       if (!s) free_before_history(d, r, true);
       return;
     }
+    before_segment_change(d, seg_addr, s);
     if (it->second.state == BlockState::active_allocated) {  // free_completed without free_requested
       release_live_stats(d, *s, it->second, false);
       if (it->second.size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.decrease(1);
@@ -919,11 +998,6 @@ struct TraceModelBuilder::Impl {
         break;
     }
     if (raises) note_peak(d);
-    if (!opt.capture_peak_after_event.empty()) {
-      auto it = opt.capture_peak_after_event.find(r.device);
-      if (it != opt.capture_peak_after_event.end() && it->second == events)
-        capture(d, d.out.at_peak, d.out.last_time_ns, events);
-    }
     sample(d, r.time_ns);
     if (opt.checkpoints) checkpoint(d, events);
     d.last_event = events;
@@ -1124,6 +1198,7 @@ struct TraceModelBuilder::Impl {
       }
       count_ooms(d);
       settle_peak(d);
+      take_peak_layout(d);
       capture(d, d.out.at_end, d.out.last_time_ns, d.last_event);
       d.out.timeline = std::move(d.buckets);
       place_against_end_state(d, end);

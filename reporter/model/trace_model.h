@@ -146,7 +146,7 @@ struct DeviceModel {
   std::uint64_t events = 0;
   std::int64_t first_time_ns = 0;
   std::int64_t last_time_ns = 0;
-  StateAt at_peak;  ///< when allocated_bytes.all reached its peak (first time)
+  StateAt at_peak;  ///< when allocated_bytes.all reached its peak (first time; Note [the layout at the peak])
   StateAt at_end;   ///< after the last event
   /// Every `oom` entry, retried ones included (OomRecord::fate); at most kMaxOomStates keep a
   /// layout. The count of OOMs is oom_count, not the size of this list.
@@ -170,10 +170,6 @@ struct DeviceModel {
   History history = History::complete;
   std::int64_t lower_bound_until_ns = 0;  ///< history `late`: figures before this time are lower bounds
   std::uint64_t layout_conflicts = 0;     ///< events the layout could not place (described in notes)
-  /// The peak's layout and biggest allocations were not copied in the pass (the trace set new
-  /// peaks too often to copy the layout each time); load_models fills them by a second pass.
-  /// at_peak's statistics, time and largest free block are always exact.
-  bool peak_layout_deferred = false;
   /// Every segment event of the device, in trace order (a few hundred in a training run: one per
   /// cudaMalloc of the allocator, not per tensor).
   std::vector<SegmentEvent> segment_events;
@@ -216,12 +212,6 @@ struct ModelOptions {
   std::size_t max_oom_states = 64;      ///< OOMs beyond this keep figures, not the layout
   /// Settings override (else the trace header's settings are used).
   std::optional<std::string> settings;
-  /// Layout copies allowed for peak states, in blocks per event read so far (plus a base); beyond
-  /// it the peak's layout is deferred (DeviceModel::peak_layout_deferred).
-  std::uint64_t peak_copy_budget_per_event = 8;
-  std::uint64_t peak_copy_budget_base = 1u << 20;
-  /// Second pass: for these devices, capture at_peak's layout right after this global event index.
-  std::map<std::int32_t, std::uint64_t> capture_peak_after_event;
   /// load_models: build the memory ledger of snapshots that have their companions (model/ledger.h).
   bool ledger = true;
   /// Note [checkpoints of the state]: per device, keep between this many and twice this many

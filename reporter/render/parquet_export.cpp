@@ -12,7 +12,6 @@
 
 #include "analyses/oom_report.h"
 #include "analyses/sites.h"
-#include "model/load_models.h"
 #include "model/trace_model.h"
 #include "readers/read_progress.h"
 
@@ -178,7 +177,6 @@ void ParquetJobWriter::add_trace(const std::string& path, TraceReader& reader) {
 
   TraceModel m = builder.finish(reader);
   if (m.header.path.empty()) m.header.path = path;
-  complete_deferred_peaks(m, path, options);
 
   DuckDb::Appender sites(db_, "sites");
   const std::vector<DeviceSites> by_device = trace_sites(m);

@@ -25,8 +25,7 @@ class ParquetJobWriter {
   /// (letters, digits, '.', '_' and '-'; the caller checks). Throws DuckDbError.
   ParquetJobWriter(DuckDb& db, std::string dir, std::string job, std::uint64_t flush_events = 4u << 20);
 
-  /// Reads the trace at `path` through `reader` (one pass, and a second one only when the model
-  /// deferred a peak's layout, complete_deferred_peaks) and adds its rows. Throws TraceError on
+  /// Reads the trace at `path` through `reader` (one pass) and adds its rows. Throws TraceError on
   /// malformed input (naming the file and position), DuckDbError.
   void add_trace(const std::string& path, TraceReader& reader);
   /// Copies the rows still buffered out. Throws DuckDbError (a full disk, an unwritable folder).

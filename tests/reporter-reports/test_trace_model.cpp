@@ -1,9 +1,14 @@
 // The analysis model: statistics, block sizes from the layout, peak and OOM states, timeline.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
 #include <random>
+#include <string>
 
+#include "model/checkpoint_journal.h"
 #include "model/trace_model.h"
+#include "peak_check.h"
 #include "vector_reader.h"
 #include "vramtrace/caching_allocator.h"
 #include "vramtrace/sim_device.h"
@@ -332,19 +337,173 @@ TEST_CASE("the block size a trace records is used, not the rounding rule", "[mod
   CHECK(m.devices[0].stats.requested_bytes[kStatAll].current == 2000000);
 }
 
-TEST_CASE("allocations in no segment count against the peak-copy budget", "[model][peak]") {
-  // Every alloc is a new peak and every copy of the state holds all earlier allocations: without
-  // the budget this is quadratic (found by a fresh-user trial: minutes for a 2-million-event trace).
+TEST_CASE("a new peak at every allocation in no segment stays linear and keeps the last peak's layout",
+          "[model][peak]") {
+  // Every alloc is a new peak and each state holds all earlier allocations: copying the layout at
+  // each was quadratic (found by a fresh-user trial: minutes for a 2-million-event trace).
   RecordList l;
   for (std::uint64_t i = 0; i < 20000; ++i) {
     l.add(Action::alloc, 0x100000000ull + i * 4096, 4096);
     l.add(Action::snapshot, 0, 0);  // settles each peak
   }
+  l.add(Action::free_requested, 0x100000000ull, 4096);  // below the peak from here on
+  l.add(Action::free_completed, 0x100000000ull, 4096);
   auto m = build(l);
   REQUIRE(m.devices.size() == 1);
-  CHECK(m.devices[0].orphan_allocs == 20000);
-  CHECK(m.devices[0].peak_layout_deferred);
-  CHECK(m.devices[0].at_peak.stats.allocated_bytes[kStatAll].current == static_cast<std::int64_t>(20000 * 4096));
+  const auto& d = m.devices[0];
+  CHECK(d.orphan_allocs == 20000);
+  CHECK(d.at_peak.stats.allocated_bytes[kStatAll].current == static_cast<std::int64_t>(20000 * 4096));
+  CHECK(d.at_peak.outside_segments_bytes == 20000u * 4096u);
+  REQUIRE(d.at_peak.biggest.size() == 10);
+  CHECK(d.at_peak.biggest[0].address == 0x100000000ull);  // freed after the peak, there at it
+  CHECK(d.at_end.outside_segments_bytes == 19999u * 4096u);
+}
+
+TEST_CASE("a checkpoint journal gives back the entries as they were at the checkpoint", "[model][peak]") {
+  std::map<int, std::string> now = {{1, "a"}, {2, "b"}, {3, "c"}};
+  CheckpointJournal<int, std::string> j;
+  j.before_change(1, &now[1]);  // no checkpoint yet: nothing kept
+  CHECK(j.size() == 0);
+  j.start();
+  j.before_change(1, &now.at(1));
+  now[1] = "a2";
+  j.before_change(1, &now.at(1));  // a second change of the same key keeps the first value
+  now[1] = "a3";
+  j.before_change(2, &now.at(2));
+  now.erase(2);
+  j.before_change(4, nullptr);  // created after the checkpoint
+  now[4] = "d";
+  CHECK(j.size() == 3);
+  auto at = j.at_checkpoint(now);
+  std::sort(at.begin(), at.end());
+  REQUIRE(at.size() == 3);
+  CHECK(at[0].first == 1);
+  CHECK(*at[0].second == "a");
+  CHECK(at[1].first == 2);
+  CHECK(*at[1].second == "b");
+  CHECK(at[2].first == 3);
+  CHECK(*at[2].second == "c");
+  j.start();  // a new checkpoint forgets the old one's values
+  CHECK(j.size() == 0);
+  CHECK(j.at_checkpoint(now).size() == now.size());
+  j.stop();
+  CHECK_FALSE(j.active());
+}
+
+TEST_CASE("the layout at the peak survives each kind of change after it", "[model][peak]") {
+  // Note [the layout at the peak]: each change below meets its segment (or orphan) for the first
+  // time since the peak, so a change that does not hand the old value to the journal first shows
+  // in the peak's layout.
+  const DevicePtr base = 0x1000000000ull;
+  auto seg = [&](int i) { return base + static_cast<DevicePtr>(i) * 64 * MiB; };
+  RecordList l;
+  for (int i = 0; i < 8; ++i) {
+    l.add(Action::segment_alloc, seg(i), 20 * MiB);
+    l.add(Action::alloc, seg(i), 2 * MiB);
+    l.add(Action::alloc, seg(i) + 2 * MiB, 2 * MiB);
+  }
+  l.add(Action::free_requested, seg(0) + 2 * MiB, 2 * MiB);                               // pending at the peak
+  l.add(Action::segment_alloc, seg(8), 20 * MiB);                                         // empty at the peak
+  for (int k = 0; k < 4; ++k) l.add(Action::segment_map, seg(9) + k * 2 * MiB, 2 * MiB);  // expandable
+  l.add(Action::alloc, seg(9), 2 * MiB);
+  l.add(Action::segment_map, seg(10), 2 * MiB);  // two mapped ranges with a hole between them
+  l.add(Action::segment_map, seg(10) + 4 * MiB, 2 * MiB);
+  for (int k = 0; k < 3; ++k) l.add(Action::segment_map, seg(12) + k * 2 * MiB, 2 * MiB);  // expandable, free
+  l.add(Action::alloc, 0x900000000ull, 4096);                                              // orphans
+  l.add(Action::alloc, 0x900100000ull, 4096);
+  l.add(Action::alloc, 0x900200000ull, 4096);
+  l.add(Action::free_requested, 0x900200000ull, 4096);
+  l.add(Action::alloc, seg(7) + 4 * MiB, 8 * MiB);           // the peak
+  l.add(Action::free_completed, seg(0) + 2 * MiB, 2 * MiB);  // 0: a pending free completes, merging
+  l.add(Action::free_requested, seg(1), 2 * MiB);            // 1: a free requested
+  l.add(Action::free_requested, seg(2), 2 * MiB);            // 2: a free requested and completed
+  l.add(Action::free_completed, seg(2), 2 * MiB);
+  l.add(Action::segment_free, seg(8), 20 * MiB);             // 8: a segment released
+  l.add(Action::segment_map, seg(9) + 8 * MiB, 2 * MiB);     // 9: a mapped range grows
+  l.add(Action::segment_map, seg(10) + 2 * MiB, 2 * MiB);    // 10: the hole mapped: two ranges join
+  l.add(Action::free_requested, 0x900000000ull, 4096);       // orphans: a free requested,
+  l.add(Action::free_completed, 0x900200000ull, 4096);       // a pending free completed,
+  l.add(Action::alloc, 0x900300000ull, 4096);                // a new one
+  l.add(Action::alloc, seg(3) + 4 * MiB, 4096);              // 3: an allocation splits a free block
+  l.add(Action::segment_unmap, seg(12) + 2 * MiB, 2 * MiB);  // 12: its middle unmapped, cut in two
+  l.add(Action::segment_alloc, seg(11), 20 * MiB);           // 11: a segment created
+  l.add(Action::segment_alloc, seg(4) + MiB, 2 * MiB);       // 4: overlapped, dropped with its blocks
+  const TraceModel m = testing::check_peak_layouts(l.records);
+  REQUIRE(m.devices.size() == 1);
+  const auto& peak = m.devices[0].at_peak;
+  CHECK(peak.layout.segments.size() == 13);  // 0-9, 10 in two ranges, 12
+  // 8 released, 10 joined, 11 created, 4 replaced, 12 cut in two by the unmap
+  CHECK(m.devices[0].at_end.layout.segments.size() == 13);
+  CHECK(m.devices[0].at_end.layout.segments.back().address == seg(12) + 4 * MiB);
+}
+
+TEST_CASE("the layout at the peak equals the end of the trace cut there, on seeded random traces", "[model][peak]") {
+  // Note [the layout at the peak]: segments, blocks and orphans changed after the peak in every
+  // way the model knows (splits, merges, pending frees, mapped and unmapped ranges, dropped
+  // segments, conflicts), then enough segments made and released after it that the journal is
+  // bounded and the peak's layout taken before the end.
+  for (unsigned seed : {1u, 2u, 3u, 4u}) {
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    auto pick = [&](std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng); };
+    RecordList l;
+    std::vector<DevicePtr> live, pending;  // allocated; freed and waiting for their free_completed
+    const DevicePtr base = 0x100000000ull;
+    auto random_ops = [&](int n, std::uint64_t alloc_weight) {
+      for (int i = 0; i < n; ++i) {
+        const std::uint64_t seg = pick(256);  // many: most changes after the peak meet a segment first
+        const DevicePtr seg_addr = base + seg * 64 * MiB;
+        const std::uint64_t op = pick(10 + alloc_weight);
+        if (op == 0) {
+          l.add(Action::segment_alloc, seg_addr, (1 + pick(4)) * 8 * MiB, pick(2));
+        } else if (op == 1) {
+          l.add(Action::segment_free, seg_addr, 8 * MiB);
+        } else if (op == 2) {
+          l.add(Action::segment_map, seg_addr + pick(8) * 2 * MiB, 2 * MiB, pick(2));
+        } else if (op == 3) {
+          l.add(Action::segment_unmap, seg_addr + pick(8) * 2 * MiB, 2 * MiB);
+        } else if ((op == 4 || op == 5) && !live.empty()) {
+          const std::size_t k = pick(live.size());
+          l.add(Action::free_requested, live[k], 512);
+          if (op == 5)
+            l.add(Action::free_completed, live[k], 512);
+          else
+            pending.push_back(live[k]);
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+        } else if (op == 7 && !pending.empty()) {
+          const std::size_t k = pick(pending.size());
+          l.add(Action::free_completed, pending[k], 512);
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
+        } else if (op == 6) {
+          const DevicePtr orphan = 0x900000000ull + pick(64) * MiB;  // in no segment
+          l.add(Action::alloc, orphan, (1 + pick(4)) * 4096);
+          live.push_back(orphan);
+        } else {
+          const DevicePtr a = seg_addr + pick(32) * MiB / 2;
+          l.add(Action::alloc, a, (1 + pick(8)) * 512 * 1024);
+          l.records.back().stack_id = static_cast<std::uint32_t>(pick(4));
+          live.push_back(a);
+        }
+      }
+    };
+    random_ops(3000, 12);  // mostly allocations: the peak
+    const std::size_t peak_phase = l.records.size();
+    for (DevicePtr a : pending) l.add(Action::free_completed, a, 512);
+    pending.clear();
+    for (DevicePtr a : live) {
+      l.add(Action::free_requested, a, 512);
+      l.add(Action::free_completed, a, 512);
+    }
+    live.clear();
+    for (std::uint64_t i = 0; i < 6000; ++i) {  // far more segment changes than the peak had
+      l.add(Action::segment_alloc, 0x2000000000ull + i * 4 * MiB, 2 * MiB);
+      l.add(Action::segment_free, 0x2000000000ull + i * 4 * MiB, 2 * MiB);
+    }
+    random_ops(3000, 0);
+    const TraceModel m = testing::check_peak_layouts(l.records);
+    REQUIRE(m.devices.size() == 1);
+    CHECK(m.devices[0].at_peak.event_index < peak_phase);
+  }
 }
 
 TEST_CASE("marks belong to the process: on every device's timeline, with their names, and no device of their own",
