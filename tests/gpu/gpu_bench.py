@@ -4,9 +4,13 @@
 
 Each round runs every variant once, in an order rotated from round to round, so that clock and
 thermal drift spread over all variants; a variant's figure is the median over rounds of each
-run's median step time, and its ratio is that over the native figure of the same model.
+run's median step time, and its ratio is that over the native figure of the same model. The
+paired ratio is the median over rounds of a run's total step time over the native run's of the
+same round: every run takes the same steps with the same shapes, so where step times vary from
+step to step (BERT's variable lengths) the pairing cancels what a median of step medians keeps.
 
-Variants (torch_train.py: GPT-2 124M, Llama-style 1.1B and BERT-base with variable lengths, training steps):
+Variants (torch_train.py: GPT-2 124M, Llama-style 1.1B and BERT-base with variable lengths, training steps;
+models gpt2, llama, bert, bert-fixed (a control at one length), each also as MODEL_side):
   native          PyTorch's own caching allocator, no shim
   front           the shim in front of PyTorch's allocator (target <= 1.01x native)
   tensor          tensor mode: PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the shim, reuse:lazy_sync
@@ -37,7 +41,7 @@ which also holds what libraries allocate with cudaMalloc outside PyTorch's alloc
 front run's shim peak is the like-for-like native figure for the tensor runs).
 
 Usage: gpu_bench.py [--rounds N] [--budget SECONDS] [--build DIR] [--models gpt2,llama]
-                    [--variants native,front,...] [--gpt2-steps N]
+                    [--variants native,front,...] [--gpt2-steps N] [--steps MODEL=N ...]
 Writes $OUT/gpu-bench.md and gpu-bench.json (logs under $OUT/logs).
 """
 import argparse
@@ -135,6 +139,8 @@ def main():
     ap.add_argument("--models", default="gpt2,llama,bert")
     ap.add_argument("--variants", help="comma-separated subset of the variants (default: all)")
     ap.add_argument("--gpt2-steps", type=int, default=12, help="timed GPT-2 steps per run")
+    ap.add_argument("--steps", action="append", default=[], metavar="MODEL=N",
+                    help="timed steps per run of one model (repeatable), e.g. bert=40")
     args = ap.parse_args()
     wanted = set(args.variants.split(",")) if args.variants else None
     build = gc.find_build(args.build)
@@ -144,7 +150,12 @@ def main():
     os.makedirs(trace_dir, exist_ok=True)
     script = os.path.join(gc.GPU_DIR, "torch_train.py")
     plans = {"gpt2": ["--steps", str(args.gpt2_steps), "--warmup", "3"], "llama": ["--steps", "6", "--warmup", "2"],
-             "bert": ["--steps", "12", "--warmup", "3"]}
+             "bert": ["--steps", "12", "--warmup", "3"], "bert-fixed": ["--steps", "12", "--warmup", "3"]}
+    for item in args.steps:
+        m, _, n = item.partition("=")
+        if m not in plans or not n.isdigit():
+            raise SystemExit(f"--steps {item}: expected MODEL=N with MODEL one of {', '.join(plans)}")
+        plans[m] = ["--steps", n] + plans[m][2:]
     # The same models with DDP-like gradient work on a side stream during backward (torch_train.py).
     for m in list(plans):
         plans[m + "_side"] = plans[m] + ["--side-stream"]
@@ -168,6 +179,7 @@ def main():
                 r = R.run(f"{model}_{name}_r{rnd}",
                           [sys.executable, script, "--model", model.removesuffix("_side")] + plans[model],
                           shim, env, timeout=240)
+                r["round"] = rnd
                 res = r["result"] or {}
                 print(f"  round {rnd} {model} {name}: rc={r['rc']} step={res.get('step_ms_median')} "
                       f"lazy_syncs={r['stats'].get('shim.lazy_syncs')} "
@@ -188,6 +200,18 @@ def main():
             return (statistics.median(ms), ms) if ms else (None, ms)
 
         base, base_all = fig("native")
+
+        def paired(name):
+            """The run's total step time over the native run's of the same round (same steps, same
+            shapes, so variable lengths cancel), per round, and their median."""
+            nat_by_round = {r["round"]: (r["result"] or {}).get("step_ms") for r in runs.get((model, "native"), [])}
+            out = []
+            for r in runs.get((model, name), []):
+                mine = (r["result"] or {}).get("step_ms")
+                theirs = nat_by_round.get(r["round"])
+                if mine and theirs and len(mine) == len(theirs):
+                    out.append(sum(mine) / sum(theirs))
+            return (statistics.median(out), out) if out else (None, out)
         nat = [r for r in runs.get((model, "native"), []) if r["result"]]
         native_peak = nat[0]["result"].get("peak_reserved") if nat else None
         front_peak = None
@@ -206,8 +230,10 @@ def main():
             native_losses = {json.dumps(r["result"].get("losses")) for r in nat}
             target = {"front": 1.01, "tensor": 1.03, "run": 1.02, "front_stacks": 1.01}.get(name)
             ratio = m / base if m and base else None
+            pr, pr_all = paired(name)
             row = {"model": model, "variant": name, "step_ms": round(m, 2) if m else None,
                    "runs_ms": [round(x, 2) for x in allm], "ratio": round(ratio, 4) if ratio else None,
+                   "paired_ratio": round(pr, 4) if pr else None, "round_ratios": [round(x, 3) for x in pr_all],
                    "target": target, "ok": all(gc.ok(r) for r in rs),
                    "losses_identical_to_native": len(losses) == 1 if len(native_losses) == 1 else None,
                    "peak_reserved": native_peak if name == "native" else st.get("allocator.reserved_bytes.all.peak"),
@@ -233,7 +259,7 @@ def main():
 
     head = (f"GPU benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.rounds} rounds, "
             f"{round(time.time() - gc.T0)} s; command: tests/gpu/gpu_bench.py {' '.join(sys.argv[1:])}")
-    keys = ["model", "variant", "step_ms", "ratio", "target", "runs_ms", "peak_reserved", "front_shim_peak_reserved",
+    keys = ["model", "variant", "step_ms", "ratio", "paired_ratio", "round_ratios", "target", "runs_ms", "peak_reserved", "front_shim_peak_reserved",
             "ratio_vs_untraced", "ratio_vs_nostacks", "trace_bytes", "lazy_syncs", "gpu_barriers", "other_streams_seen", "runtime_fast_allocs",
             "calls_cudaMalloc", "losses_identical_to_native", "snapshot_matches_stats", "ok"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]

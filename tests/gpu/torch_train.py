@@ -6,7 +6,7 @@ Models are built from configs (no download): gpt2-small (4 layers, eager attenti
 algorithms: the correctness rows), gpt2 (124M, batch 8 x 1024, bf16 autocast, AdamW: as in
 docs/h200.md), llama (1.1B, seq 2048, batch 4, gradient checkpointing), bert (BERT-base masked
 LM, batch 16, a sequence length drawn from 64..512 for every step with seed 0: variable shapes, so
-the allocator sees new sizes from step to step). `--side-stream` adds what DDP does to a step: as
+the allocator sees new sizes from step to step; bert-fixed: the same model at 288 tokens every step). `--side-stream` adds what DDP does to a step: as
 backward accumulates each bucket of gradients (25 MB, DDP's default bucket), work on those
 gradients is queued on a side stream (a stand-in for the all-reduce on NCCL's stream), which the
 main stream waits for before the optimizer step; the losses stay those of the plain run.
@@ -34,11 +34,12 @@ def eager(cfg):
 def build(name):
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-    if name == "bert":
+    if name in ("bert", "bert-fixed"):
         from transformers import BertConfig, BertForMaskedLM
 
         cfg = BertConfig()  # base: 12 layers, 768 hidden
-        return BertForMaskedLM(cfg), 16, None, cfg.vocab_size
+        # bert-fixed: every step at 288 tokens, the mean of bert's lengths (a control without new shapes).
+        return BertForMaskedLM(cfg), 16, 288 if name == "bert-fixed" else None, cfg.vocab_size
 
     if name == "gpt2-small":
         cfg = GPT2Config(n_layer=4, n_head=8, n_embd=512, n_positions=512, vocab_size=8192)
