@@ -69,9 +69,9 @@ CLI::Validator size_check(bool allow_zero) {
 void add_level_option(CLI::App* cmd, std::string& level) {
   cmd->add_option("--level", level,
                   "For PyTorch runs of `vramtrace run`: auto (default: PyTorch's tensor level where a trace has "
-                  "one beside it), tensors, or device (the shim's trace: PyTorch's segments and every other "
-                  "allocation)")
-      ->check(CLI::IsMember({"auto", "tensors", "device"}));
+                  "one beside it), tensors (or torch), or device (the shim's trace: PyTorch's segments and every "
+                  "other allocation)")
+      ->check(CLI::IsMember({"auto", "tensors", "torch", "device"}));
 }
 
 std::vector<std::string> traces_to_read(const std::vector<std::string>& args, const std::string& level,

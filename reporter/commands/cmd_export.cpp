@@ -286,10 +286,7 @@ void register_export(CLI::App& app) {
                   "parquet: the job's name, its partition value (letters, digits, . _ -; default: the output "
                   "folder's name)");
   cmd->add_flag("--force", opts->force, "Overwrite the output file if it exists");
-  cmd->add_option("--level", opts->level,
-                  "For PyTorch runs of `vramtrace run`: auto (default: PyTorch's tensor level where a trace has "
-                  "one beside it), torch (the same as tensors), or device (the shim's trace)")
-      ->check(CLI::IsMember({"auto", "torch", "tensors", "device"}));
+  add_level_option(cmd, opts->level);
   cmd->callback([opts]() {
     if (opts->format == "parquet") {
       namespace fs = std::filesystem;
@@ -307,8 +304,7 @@ void register_export(CLI::App& app) {
         return;
       }
       try {
-        const std::string level = opts->level == "torch" ? "tensors" : opts->level;
-        export_parquet(traces_to_read(opts->traces, level, "export"), opts->output, job, opts->force);
+        export_parquet(traces_to_read(opts->traces, opts->level, "export"), opts->output, job, opts->force);
         set_exit_code(0);
       } catch (const DuckDbUnavailable& e) {
         logger().error("vramtrace export: {}", e.what());
@@ -326,12 +322,11 @@ void register_export(CLI::App& app) {
       return;
     }
     try {
-      const std::string level = opts->level == "torch" ? "tensors" : opts->level;
       std::vector<LoadedTrace> traces;
       {
         const ReadProgressScope progress("export");
         // Several traces read at once (model/parallel_map.h), kept in the order given.
-        const std::vector<std::string> paths = traces_to_read(opts->traces, level, "export");
+        const std::vector<std::string> paths = traces_to_read(opts->traces, opts->level, "export");
         traces = parallel_map<LoadedTrace>(paths.size(), [&paths](std::size_t i) { return load_trace(paths[i]); });
       }
       if (opts->format == "memory-viz" && traces.size() != 1) {

@@ -172,7 +172,8 @@ std::vector<std::string> expand_trace_paths(const std::vector<std::string>& args
 
 std::optional<TraceLevel> parse_trace_level(const std::string& text) {
   if (text == "auto") return TraceLevel::automatic;
-  if (text == "tensors") return TraceLevel::tensors;
+  // "torch": the name `export` took first, kept so that scripts written for it still run.
+  if (text == "tensors" || text == "torch") return TraceLevel::tensors;
   if (text == "device") return TraceLevel::device;
   return std::nullopt;
 }

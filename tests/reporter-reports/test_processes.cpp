@@ -415,6 +415,7 @@ TEST_CASE("trace level: a run's tensor-level snapshot is read in place of its sh
   REQUIRE(notes.size() == 1);
   CHECK_THAT(notes[0], Catch::Contains("no tensor level"));
   CHECK(parse_trace_level("device") == TraceLevel::device);
+  CHECK(parse_trace_level("torch") == TraceLevel::tensors);
   CHECK_FALSE(parse_trace_level("segments").has_value());
   fs::remove_all(dir);
 }
