@@ -269,8 +269,10 @@ def main():
     print("\n" + text)
     with open(os.path.join(out, "gpu-bench.md"), "w") as f:
         f.write(text)
+    # Every run's step times too, for a look at a round that stands out.
+    steps = {f"{m}/{n}/r{r['round']}": (r["result"] or {}).get("step_ms") for (m, n), rs in runs.items() for r in rs}
     with open(os.path.join(out, "gpu-bench.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump({"rows": rows, "step_ms": steps}, f, indent=1)
 
 
 if __name__ == "__main__":
