@@ -29,12 +29,9 @@ void write_frames(PickleWriter& w, const std::vector<Frame>* frames) {
   if (frames) {
     for (const Frame& f : *frames) {
       w.begin_dict();
-      w.key("filename");
-      w.string(!f.filename.empty() ? f.filename : f.module);
-      w.key("line");
-      w.unsigned_integer(f.line);
-      w.key("name");
-      w.string(f.name);
+      w.string_entry("filename", !f.filename.empty() ? f.filename : f.module);
+      w.unsigned_entry("line", f.line);
+      w.string_entry("name", f.name);
       w.end_dict();
     }
   }
@@ -45,29 +42,20 @@ void write_segments(PickleWriter& w, const std::vector<SegmentSnapshot>& segment
   w.begin_list();
   for (const SegmentSnapshot& s : segments) {
     w.begin_dict();
-    w.key("device");
-    w.integer(s.device);
-    w.key("address");
-    w.unsigned_integer(s.address);
-    w.key("total_size");
-    w.unsigned_integer(s.total_size);
-    w.key("allocated_size");
-    w.unsigned_integer(s.allocated_size);
-    w.key("active_size");
-    w.unsigned_integer(s.active_size);
-    w.key("requested_size");
-    w.unsigned_integer(s.requested_size);
-    w.key("stream");
-    w.unsigned_integer(s.stream);
-    w.key("segment_type");
-    w.string(s.is_large ? "large" : "small");
+    w.integer_entry("device", s.device);
+    w.unsigned_entry("address", s.address);
+    w.unsigned_entry("total_size", s.total_size);
+    w.unsigned_entry("allocated_size", s.allocated_size);
+    w.unsigned_entry("active_size", s.active_size);
+    w.unsigned_entry("requested_size", s.requested_size);
+    w.unsigned_entry("stream", s.stream);
+    w.string_entry("segment_type", s.is_large ? "large" : "small");
     w.key("segment_pool_id");
     w.begin_list();
     w.integer(0);
     w.integer(0);
     w.end_list();
-    w.key("is_expandable");
-    w.boolean(s.is_expandable);
+    w.boolean_entry("is_expandable", s.is_expandable);
     w.key("frames");
     w.begin_list();
     w.end_list();
@@ -75,17 +63,12 @@ void write_segments(PickleWriter& w, const std::vector<SegmentSnapshot>& segment
     w.begin_list();
     for (const BlockSnapshot& b : s.blocks) {
       w.begin_dict();
-      w.key("address");
-      w.unsigned_integer(b.address);
-      w.key("size");
-      w.unsigned_integer(b.size);
-      w.key("requested_size");
-      w.unsigned_integer(b.requested_size);
-      w.key("state");
-      w.string(block_state_name(b.state));
+      w.unsigned_entry("address", b.address);
+      w.unsigned_entry("size", b.size);
+      w.unsigned_entry("requested_size", b.requested_size);
+      w.string_entry("state", block_state_name(b.state));
       if (!b.mapped) {
-        w.key("mapped");
-        w.boolean(false);
+        w.boolean_entry("mapped", false);
       }
       w.key("frames");
       write_frames(w, stacks && b.stack_id != 0 ? stacks->get(b.stack_id) : nullptr);
@@ -101,21 +84,15 @@ void write_segments(PickleWriter& w, const std::vector<SegmentSnapshot>& segment
 // oom carries "device_free" where the others carry "addr".
 void write_entry(PickleWriter& w, const char* action, const TraceRecord& r, const std::vector<Frame>* frames) {
   w.begin_dict();
-  w.key("action");
-  w.string(action);
+  w.string_entry("action", action);
   if (r.action == Action::oom) {
-    w.key("device_free");
-    w.unsigned_integer(r.device_free);
+    w.unsigned_entry("device_free", r.device_free);
   } else {
-    w.key("addr");
-    w.unsigned_integer(r.addr);
+    w.unsigned_entry("addr", r.addr);
   }
-  w.key("size");
-  w.unsigned_integer(r.size);
-  w.key("stream");
-  w.unsigned_integer(r.stream);
-  w.key("time_us");
-  w.integer(r.time_ns / 1000);
+  w.unsigned_entry("size", r.size);
+  w.unsigned_entry("stream", r.stream);
+  w.integer_entry("time_us", r.time_ns / 1000);
   w.key("frames");
   write_frames(w, frames);
   w.end_dict();
@@ -271,8 +248,7 @@ void write_memory_viz(const TraceModel& model, const Snapshot* recorded_end, con
   w.key("allocator_settings");
   w.begin_dict();
   if (!model.header.settings.empty()) {
-    w.key("PYTORCH_CUDA_ALLOC_CONF");
-    w.string(model.header.settings);
+    w.string_entry("PYTORCH_CUDA_ALLOC_CONF", model.header.settings);
   }
   w.end_dict();
   w.end_dict();

@@ -59,6 +59,24 @@ class PickleWriter {
   void boolean(bool v);
   void none();
 
+  /// One entry of the dict being written: key(k), then the value (the forms above).
+  void string_entry(std::string_view k, std::string_view v) {
+    key(k);
+    string(v);
+  }
+  void integer_entry(std::string_view k, std::int64_t v) {
+    key(k);
+    integer(v);
+  }
+  void unsigned_entry(std::string_view k, std::uint64_t v) {
+    key(k);
+    unsigned_integer(v);
+  }
+  void boolean_entry(std::string_view k, bool v) {
+    key(k);
+    boolean(v);
+  }
+
   /// Ends the pickle (STOP) after its one top-level value. Throws std::logic_error when a
   /// container is still open or no value was written.
   void finish();
