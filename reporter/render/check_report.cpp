@@ -182,7 +182,10 @@ std::string render_check_junit(const std::vector<BudgetResult>& results) {
   return out;
 }
 
-std::string github_escape_data(std::string_view s) {
+namespace {
+// GitHub's workflow-command escaping (actions/toolkit, command.ts): '%', CR and LF everywhere, and
+// ':' and ',' inside a property, where they separate properties.
+std::string github_escape(std::string_view s, bool property) {
   std::string out;
   for (char c : s) {
     if (c == '%')
@@ -191,30 +194,20 @@ std::string github_escape_data(std::string_view s) {
       out += "%0D";
     else if (c == '\n')
       out += "%0A";
-    else
-      out += c;
-  }
-  return out;
-}
-
-std::string github_escape_property(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '%')
-      out += "%25";
-    else if (c == '\r')
-      out += "%0D";
-    else if (c == '\n')
-      out += "%0A";
-    else if (c == ':')
+    else if (property && c == ':')
       out += "%3A";
-    else if (c == ',')
+    else if (property && c == ',')
       out += "%2C";
     else
       out += c;
   }
   return out;
 }
+}  // namespace
+
+std::string github_escape_data(std::string_view s) { return github_escape(s, false); }
+
+std::string github_escape_property(std::string_view s) { return github_escape(s, true); }
 
 std::string render_check_github(const std::vector<BudgetResult>& results, const std::string& budget_file) {
   std::string out;
