@@ -133,6 +133,12 @@ struct TraceModelBuilder::Impl {
   // entry per OutOfMemoryError; Note [one OOM per failed request]).
   bool group_failures = false;
   FailedRequestGrouper failed_requests;
+  // The event's net change of inactive_split so far, per pool (split_contrib).
+  struct SplitNet {
+    i64 blocks = 0;
+    i64 bytes = 0;
+  };
+  SplitNet split_net[3];
 
   DeviceState& dev(std::int32_t d) {
     auto it = devices.find(d);
@@ -144,11 +150,25 @@ struct TraceModelBuilder::Impl {
 
   static int pool_of(const Segment& s) { return s.small ? kStatSmall : kStatLarge; }
 
-  // inactive_split: free blocks in segments that hold more than one block.
-  static void split_contrib(DeviceStats& st, const Segment& s, int sign) {
+  // inactive_split: free blocks in segments that hold more than one block. An event takes a
+  // segment's share out before it changes the segment and puts it back after; what the allocator
+  // counts is the event's net change (CUDACachingAllocator's free_block sums
+  // net_change_inactive_split_* and then increases or decreases once), so the shares add up here
+  // and flush_split() applies the net: counting the round trip would add the segment's free bytes
+  // to both the allocated and the freed totals at every event.
+  void split_contrib(const Segment& s, int sign) {
     if (s.blocks.size() <= 1 || s.n_free == 0) return;
-    bump(st.inactive_split, pool_of(s), sign * static_cast<i64>(s.n_free));
-    bump(st.inactive_split_bytes, pool_of(s), sign * static_cast<i64>(s.free_bytes));
+    SplitNet& n = split_net[pool_of(s)];
+    n.blocks += sign * static_cast<i64>(s.n_free);
+    n.bytes += sign * static_cast<i64>(s.free_bytes);
+  }
+  void flush_split(DeviceStats& st) {
+    for (int pool : {kStatSmall, kStatLarge}) {
+      SplitNet& n = split_net[pool];
+      if (n.blocks != 0) bump(st.inactive_split, pool, n.blocks);
+      if (n.bytes != 0) bump(st.inactive_split_bytes, pool, n.bytes);
+      n = SplitNet{};
+    }
   }
 
   void add_free(DeviceState& d, Segment& s, u64 addr, Block b) {
@@ -508,7 +528,7 @@ struct TraceModelBuilder::Impl {
       Segment* prev = r.addr > 0 ? segment_of(d, r.addr - 1, &seg_addr) : nullptr;
       if (prev && prev->expandable && prev->stream == r.stream && seg_addr + prev->size == r.addr) {
         before_segment_change(d, seg_addr, prev);
-        split_contrib(d.out.stats, *prev, -1);
+        split_contrib(*prev, -1);
         prev->size += r.size;
         prev->expandable = true;
         Block b;
@@ -524,7 +544,7 @@ struct TraceModelBuilder::Impl {
         } else {
           add_free(d, *prev, r.addr, b);
         }
-        split_contrib(d.out.stats, *prev, +1);
+        split_contrib(*prev, +1);
         bump(d.out.stats.reserved_bytes, pool_of(*prev), static_cast<i64>(r.size));
         ++d.out.stats.num_device_alloc;
         join_next(d, seg_addr);
@@ -566,8 +586,8 @@ struct TraceModelBuilder::Impl {
     Segment& n = nit->second;
     before_segment_change(d, seg_addr, &s);
     before_segment_change(d, nit->first, &n);
-    split_contrib(d.out.stats, s, -1);
-    split_contrib(d.out.stats, n, -1);
+    split_contrib(s, -1);
+    split_contrib(n, -1);
     // the free block that ends at the boundary and the one that starts there become one
     auto last = std::prev(s.blocks.end());
     auto first = n.blocks.begin();
@@ -589,7 +609,7 @@ struct TraceModelBuilder::Impl {
     s.size += n.size;
     bump(d.out.stats.segment, pool_of(s), -1);
     d.segments.erase(nit);
-    split_contrib(d.out.stats, s, +1);
+    split_contrib(s, +1);
   }
 
   void drop_segment(DeviceState& d, u64 addr) {
@@ -597,7 +617,7 @@ struct TraceModelBuilder::Impl {
     if (it == d.segments.end()) return;
     Segment& s = it->second;
     before_segment_change(d, addr, &s);
-    split_contrib(d.out.stats, s, -1);
+    split_contrib(s, -1);
     for (auto b = s.blocks.begin(); b != s.blocks.end();) {
       if (b->second.state == BlockState::inactive) {
         auto next = std::next(b);
@@ -669,7 +689,7 @@ struct TraceModelBuilder::Impl {
     const u64 seg_end = seg_addr + s->size;
     before_segment_change(d, seg_addr, s);
     if (end < seg_end) before_segment_change(d, end);
-    split_contrib(d.out.stats, *s, -1);
+    split_contrib(*s, -1);
     remove_free(d, *s, it);
     if (r.addr > baddr) {
       Block left = b;
@@ -699,12 +719,12 @@ struct TraceModelBuilder::Impl {
       }
       auto& ts = d.segments[end];
       ts = std::move(tail);
-      split_contrib(d.out.stats, ts, +1);
+      split_contrib(ts, +1);
       bump(d.out.stats.segment, pool, 1);
     }
     if (r.addr > seg_addr) {
       s->size = r.addr - seg_addr;
-      split_contrib(d.out.stats, *s, +1);
+      split_contrib(*s, +1);
     } else {
       // Nothing is left before the hole (r.addr == baddr == seg_addr, so no block is).
       d.segments.erase(seg_addr);
@@ -750,7 +770,7 @@ struct TraceModelBuilder::Impl {
       return;
     }
     before_segment_change(d, seg_addr, s);
-    split_contrib(d.out.stats, *s, -1);
+    split_contrib(*s, -1);
     u64 baddr = it->first;
     Block freeb = it->second;
     remove_free(d, *s, it);
@@ -775,7 +795,7 @@ struct TraceModelBuilder::Impl {
       rest.stream = freeb.stream;
       add_free(d, *s, r.addr + size, rest);
     }
-    split_contrib(d.out.stats, *s, +1);
+    split_contrib(*s, +1);
     int pool = pool_of(*s);
     count_alloc(d.out.stats, pool, size, r.size);
     if (size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.increase(1);
@@ -870,7 +890,7 @@ struct TraceModelBuilder::Impl {
       release_live_stats(d, *s, it->second, false);
       if (it->second.size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.decrease(1);
     }
-    split_contrib(d.out.stats, *s, -1);
+    split_contrib(*s, -1);
     int pool = pool_of(*s);
     bump(d.out.stats.active, pool, -1);
     bump(d.out.stats.active_bytes, pool, -static_cast<i64>(it->second.size));
@@ -895,7 +915,7 @@ struct TraceModelBuilder::Impl {
       }
     }
     add_free(d, *s, addr, b);
-    split_contrib(d.out.stats, *s, +1);
+    split_contrib(*s, +1);
   }
 
   static void note_segment_event(DeviceState& d, const TraceRecord& r) {
@@ -997,6 +1017,7 @@ struct TraceModelBuilder::Impl {
       case Action::snapshot:
         break;
     }
+    flush_split(d.out.stats);
     if (raises) note_peak(d);
     sample(d, r.time_ns);
     if (opt.checkpoints) checkpoint(d, events);
