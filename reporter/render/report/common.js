@@ -3,9 +3,10 @@ window.addEventListener('error',function(e){errors.push(String(e.message));});
 var DATA=JSON.parse(document.getElementById('vt-data').textContent);
 // Note [the timeline in the page] in report_html.cpp: each device's buckets from their short
 // whole numbers into the arrays the charts read (times in ms, as ns / 1e6, values in bytes).
-function decodeTimeline(e){var n=e.b.length,tl={t:new Array(n),te:new Array(n)},end=0;
+// Typed arrays: the charts read them for every bucket in view at each redraw.
+function decodeTimeline(e){var n=e.b.length,tl={t:new Float64Array(n),te:new Float64Array(n)},end=0;
  for(var i=0;i<n;i++){var b=end+e.b[i];end=b+e.d[i];tl.t[i]=b/1e6;tl.te[i]=end/1e6;}
- ['a','c','r','q'].forEach(function(k){var last=0,L=new Array(n),mn=new Array(n),mx=new Array(n);
+ ['a','c','r','q'].forEach(function(k){var last=0,L=new Float64Array(n),mn=new Float64Array(n),mx=new Float64Array(n);
   for(var i=0;i<n;i++){last+=e[k+'l'][i];L[i]=last;mn[i]=last-e[k+'n'][i];mx[i]=last+e[k+'x'][i];}
   tl[k+'last']=L;tl[k+'min']=mn;tl[k+'max']=mx;});return tl;}
 DATA.traces.forEach(function(tr){tr.devices.forEach(function(dev){dev.tl=decodeTimeline(dev.tl);});});

@@ -19,14 +19,22 @@ function checkpointNote(dev,n){var k=dev.checkpoints_every||1,taken=dev.checkpoi
 function StateView(dev,host,tln,S){var moments=stateMoments(dev),self=this;this.moments=moments;this.shown=null;
  host.appendChild(el('h3',null,'Allocator state at a clicked moment'));
  var head=el('div',{'class':'sub'}),body=el('div',{'class':'stateview'});host.appendChild(head);host.appendChild(body);
+ // The segment map's width, read once here: a click then lays the page out once, after its changes.
+ var width=body.clientWidth;
  if(!moments.length){head.textContent='no state of this device is in the page';return;}
  head.textContent='Click the chart above to see the state then: the page keeps it at '+checkpointNote(dev,moments.length)+', spread over the run, and shows the nearest before the click.';
+ // Built on the first click and kept: a click replaces the texts and tables and redraws the same
+ // segment map (its canvas made once; see Segments).
+ var parts=null;
  this.show=function(t){var k=momentAt(moments,t),m=moments[k],s=m.s;
   self.shown={t:s.t,event:s.event,clicked:t,what:m.what,index:k,allocated:s.allocated,reserved:s.reserved};
-  tln.picked={t:s.t,clicked:t};tln.draw();body.textContent='';
+  tln.picked={t:s.t,clicked:t};tln.draw();
+  if(!parts){parts={head:el('div',{'class':'diag statehead'}),figures:el('div'),map:el('div'),big:el('div')};
+   [parts.head,parts.figures,parts.map,el('h3',null,'The biggest allocations alive then'),parts.big].forEach(function(e){body.appendChild(e);});}
   var how=s.t<=t?'the checkpoint nearest before':'the first checkpoint, after';
-  body.appendChild(el('div',{'class':'diag statehead'},'State at +'+fmtT(s.t)+' (event '+s.event+', '+m.what+'), '+how+' the click at +'+fmtT(t)));
-  stateFigures(body,s);var sh=el('div');body.appendChild(sh);Segments(s,sh);
-  body.appendChild(el('h3',null,'The biggest allocations alive then'));biggest(body,s.biggest,S);};
+  parts.head.textContent='State at +'+fmtT(s.t)+' (event '+s.event+', '+m.what+'), '+how+' the click at +'+fmtT(t);
+  parts.figures.textContent='';stateFigures(parts.figures,s);
+  if(parts.segments)parts.segments.show(s);else parts.segments=new Segments(s,parts.map,width);
+  parts.big.textContent='';biggest(parts.big,s.biggest,S);};
  tln.onPick=this.show;}
 var stateViews=[];

@@ -45,23 +45,36 @@ function Timeline(dev,host){
  function X(t){return ml+(t-view[0])/(view[1]-view[0])*(W-ml-mr);}
  function T(x){return view[0]+(x-ml)/(W-ml-mr)*(view[1]-view[0]);}
  function Y(v){return mt+(1-v/ymax)*(H-mt-mb);}
+ // Per-pixel-column minimum and maximum of each series (SERIES order), reused across redraws.
+ var pmin=[],pmax=[];
  function draw(sel){ctx.setTransform(dpr,0,0,dpr,0,0);ctx.clearRect(0,0,W,H);ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);
-  // per-pixel min/max of every series over the buckets in view
-  var cols=W-ml-mr,pmin={},pmax={};SERIES.forEach(function(s){pmin[s[0]]=new Float64Array(cols).fill(NaN);pmax[s[0]]=new Float64Array(cols).fill(NaN);});
+  var cols=W-ml-mr,ns=SERIES.length;
+  if(!pmin.length||pmin[0].length!==cols){pmin=[];pmax=[];for(var k=0;k<ns;k++){pmin.push(new Float64Array(cols));pmax.push(new Float64Array(cols));}}
+  for(var k=0;k<ns;k++){pmin[k].fill(NaN);pmax[k].fill(NaN);}
   // A bucket covers [t, te]; after it, until the next bucket, its last values hold (an idle
-  // stretch draws as a flat line at every zoom, and a change draws as a step).
-  function cover(a,b,i,held){if(b<view[0]||a>view[1])return;var x0=Math.max(0,Math.floor(X(a))-ml),x1=Math.min(cols-1,Math.max(x0,Math.floor(X(b))-ml));
-   SERIES.forEach(function(s){var k=s[0],mn=tl[s[1]+(held?'last':'min')][i],mx=tl[s[1]+(held?'last':'max')][i];
-    for(var x=x0;x<=x1;x++){if(!(pmin[k][x]<=mn))pmin[k][x]=mn;if(!(pmax[k][x]>=mx))pmax[k][x]=mx;}});}
-  for(var i=Math.max(0,bucketAt(tl,view[0]));i<n&&tl.t[i]<=view[1];i++){cover(tl.t[i],tl.te[i],i,false);if(i+1<n&&tl.t[i+1]>tl.te[i])cover(tl.te[i],tl.t[i+1],i,true);}
+  // stretch draws as a flat line at every zoom, and a change draws as a step). One pass over the
+  // buckets in view, each written into the columns it covers: a redraw costs the buckets in view
+  // plus the columns, whatever the zoom.
+  var v0=view[0],v1=view[1],sc=cols/(v1-v0),LO=[],HI=[],LA=[];
+  for(var k=0;k<ns;k++){LO.push(tl[SERIES[k][1]+'min']);HI.push(tl[SERIES[k][1]+'max']);LA.push(tl[SERIES[k][1]+'last']);}
+  function cover(a,b,i,held){if(b<v0||a>v1)return;var x0=Math.max(0,Math.floor((a-v0)*sc)),x1=Math.min(cols-1,Math.max(x0,Math.floor((b-v0)*sc)));
+   for(var k=0;k<ns;k++){var mn=held?LA[k][i]:LO[k][i],mx=held?LA[k][i]:HI[k][i],lo=pmin[k],hi=pmax[k];
+    for(var x=x0;x<=x1;x++){if(!(lo[x]<=mn))lo[x]=mn;if(!(hi[x]>=mx))hi[x]=mx;}}}
+  for(var i=Math.max(0,bucketAt(tl,v0));i<n&&tl.t[i]<=v1;i++){cover(tl.t[i],tl.te[i],i,false);if(i+1<n&&tl.t[i+1]>tl.te[i])cover(tl.te[i],tl.t[i+1],i,true);}
   // The y axis fits what is in view (and the capacity when it is near), in one unit per axis.
-  var top=0;SERIES.forEach(function(s){var a=pmax[s[0]];for(var x=0;x<cols;x++)if(a[x]>top)top=a[x];});
+  var top=0;for(var k=0;k<ns;k++){var a=pmax[k];for(var x=0;x<cols;x++)if(a[x]>top)top=a[x];}
   capIn=!!dev.capacity&&dev.capacity<=2.5*top;if(capIn)top=Math.max(top,dev.capacity);ymax=(top>0?top:1)*1.08;
   axes();
-  SERIES.forEach(function(s){var k=s[0];ctx.fillStyle=COLORS[k];ctx.globalAlpha=k==='reserved'?0.35:0.55;
-   for(var x=0;x<cols;x++){if(isNaN(pmax[k][x]))continue;var y0=Y(pmax[k][x]),y1=Y(pmin[k][x]);ctx.fillRect(ml+x,y0,1,Math.max(1,y1-y0));}
-   ctx.globalAlpha=1;ctx.strokeStyle=COLORS[k];ctx.lineWidth=1.4;ctx.beginPath();var started=false;
-   for(var x=0;x<cols;x++){if(isNaN(pmax[k][x]))continue;var y=Y(pmax[k][x]);if(!started){ctx.moveTo(ml+x,y);started=true;}else ctx.lineTo(ml+x,y);}ctx.stroke();});
+  // Each series' band (min..max of each column, at least a pixel high) as one filled outline per
+  // run of drawn columns, and its line of maxima as one path: a few canvas calls per series
+  // instead of one per column.
+  SERIES.forEach(function(s,k){var lo=pmin[k],hi=pmax[k];ctx.fillStyle=COLORS[s[0]];ctx.globalAlpha=s[0]==='reserved'?0.35:0.55;ctx.beginPath();
+   for(var x=0;x<cols;){if(isNaN(hi[x])){x++;continue;}var x0=x;while(x<cols&&!isNaN(hi[x]))x++;
+    ctx.moveTo(ml+x0,Y(hi[x0]));for(var c=x0;c<x;c++){var y=Y(hi[c]);ctx.lineTo(ml+c,y);ctx.lineTo(ml+c+1,y);}
+    for(var c=x-1;c>=x0;c--){var y=Math.max(Y(lo[c]),Y(hi[c])+1);ctx.lineTo(ml+c+1,y);ctx.lineTo(ml+c,y);}ctx.closePath();}
+   ctx.fill();
+   ctx.globalAlpha=1;ctx.strokeStyle=COLORS[s[0]];ctx.lineWidth=1.4;ctx.beginPath();var started=false;
+   for(var x=0;x<cols;x++){if(isNaN(hi[x]))continue;var y=Y(hi[x]);if(!started){ctx.moveTo(ml+x,y);started=true;}else ctx.lineTo(ml+x,y);}ctx.stroke();});
   if(dev.capacity&&!capIn){ctx.fillStyle=COLORS.cap;ctx.textAlign='right';ctx.fillText('capacity '+fmtB(dev.capacity)+' (above the scale)',W-mr-4,mt+12);}
   if(capIn){ctx.strokeStyle=COLORS.cap;ctx.setLineDash([6,4]);ctx.lineWidth=1.5;var yc=Y(dev.capacity);ctx.beginPath();ctx.moveTo(ml,yc);ctx.lineTo(W-mr,yc);ctx.stroke();ctx.setLineDash([]);
    ctx.fillStyle=COLORS.cap;ctx.textAlign='left';ctx.fillText('capacity '+fmtB(dev.capacity),ml+4,yc-4);}
