@@ -528,3 +528,41 @@ TEST_CASE("marks belong to the process: on every device's timeline, with their n
   }
   CHECK(m.events == 5);  // but they keep their place in the trace's numbering
 }
+
+TEST_CASE("the timeline's exact points: consecutive events around the first peak, each exact", "[model][timeline]") {
+  // Allocations rise to a peak at event 60 (of 1 MiB blocks), fall, and rise again to the same
+  // height later: the window is around the first moment of the maximum.
+  constexpr std::uint64_t MiB = 1ull << 20;
+  testing::RecordList l;
+  l.add(Action::segment_alloc, 0x100000000, 512 * MiB);
+  for (int i = 0; i < 60; ++i) l.add(Action::alloc, 0x100000000 + i * 2 * MiB, MiB);
+  for (int i = 0; i < 60; ++i) {
+    l.add(Action::free_requested, 0x100000000 + i * 2 * MiB, MiB);
+    l.add(Action::free_completed, 0x100000000 + i * 2 * MiB, MiB);
+  }
+  for (int i = 0; i < 60; ++i) l.add(Action::alloc, 0x100000000 + i * 2 * MiB, MiB);
+  ModelOptions opt;
+  opt.exact_points = 8;
+  testing::VectorReader reader(l.records);
+  const TraceModel m = build_trace_model(reader, opt);
+  const auto& x = m.devices.at(0).exact;
+  REQUIRE(x.size() == 17);  // 8 before the peak, the peak, 8 after
+  // Record k (0-based) is at (k + 1) us; the peak is record 60, the 60th alloc.
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t k = 52 + i;
+    INFO(i);
+    CHECK(x[i].t_ns == static_cast<std::int64_t>(k + 1) * 1000);
+    // Each point is the state after its record: a prefix of the trace as its own model.
+    testing::VectorReader prefix({l.records.begin(), l.records.begin() + static_cast<std::ptrdiff_t>(k + 1)});
+    const TraceModel p = build_trace_model(prefix);
+    const DeviceStats& s = p.devices.at(0).stats;
+    CHECK(x[i].value[0] == s.allocated_bytes[kStatAll].current);
+    CHECK(x[i].value[1] == s.active_bytes[kStatAll].current);
+    CHECK(x[i].value[2] == s.reserved_bytes[kStatAll].current);
+    CHECK(x[i].value[3] == s.requested_bytes[kStatAll].current);
+  }
+  CHECK(x[8].value[0] == static_cast<std::int64_t>(60 * MiB));
+  // Without the option, none.
+  testing::VectorReader again(l.records);
+  CHECK(build_trace_model(again).devices.at(0).exact.empty());
+}
