@@ -19,7 +19,7 @@ def main():
     out_path = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 600.0
     t0 = 1_000_000_000
-    seg, seg_size = 0x7F0000000000, 4096 * MiB
+    seg, seg_size = 0x7F0000000000, 512 * MiB
     act = seg  # the activation of each step: the first 4 MiB
     kv = seg + 4 * MiB  # the KV cache's blocks, 256 KiB each, in a ring of 100
     burst = seg + 64 * MiB  # the burst, after the KV ring

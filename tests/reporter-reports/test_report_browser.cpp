@@ -764,3 +764,220 @@ TEST_CASE("browser: the stacked per-process chart zooms on a drag and draws its 
   CHECK(b.eval("vtPage.stacks[0].view()") == before["view"]);
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
 }
+
+namespace {
+
+// A long run in the shape of an LLM's decode loop (as tests/bench/gen_long_trace.py writes it):
+// `seconds` of steps 20 ms apart, each a 4 MiB activation freed 1 ms later and a KV cache growing
+// by 256 KiB blocks in a ring of 100; at 61.8 % of the run a burst of 64 allocations 6 us apart,
+// freed 400 us later: the run's peak, in a window far below a bucket's width.
+std::vector<TraceRecord> long_decode_records(double seconds, std::int64_t* burst_ns) {
+  constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB;
+  const std::int64_t t0 = 1'000'000'000'000;  // ns
+  const DevicePtr seg = 0x7F0000000000, act = seg, kv = seg + 4 * MiB, burst = seg + 64 * MiB;
+  std::vector<TraceRecord> r;
+  auto add = [&](Action a, DevicePtr addr, std::uint64_t size, std::int64_t t) {
+    TraceRecord x;
+    x.action = a;
+    x.addr = addr;
+    x.size = size;
+    x.time_ns = t;
+    r.push_back(x);
+  };
+  add(Action::segment_alloc, seg, 512 * MiB, t0);
+  const auto steps = static_cast<int>(seconds * 1000 / 20);
+  const std::int64_t b = t0 + static_cast<std::int64_t>(seconds * 1e9 * 0.618);
+  *burst_ns = b;
+  bool burst_done = false;
+  for (int k = 0; k < steps; ++k) {
+    const std::int64_t t = t0 + 10'000 + std::int64_t{k} * 20'000'000;
+    if (!burst_done && t > b) {
+      DevicePtr a = burst;
+      for (int j = 0; j < 64; ++j) {
+        add(Action::alloc, a, 64 * KiB * (1 + j), b + j * 6'000);
+        a += 64 * KiB * (1 + j);
+      }
+      a = burst;
+      for (int j = 0; j < 64; ++j) {
+        add(Action::free_requested, a, 64 * KiB * (1 + j), b + 400'000 + j * 6'000);
+        add(Action::free_completed, a, 64 * KiB * (1 + j), b + 401'000 + j * 6'000);
+        a += 64 * KiB * (1 + j);
+      }
+      burst_done = true;
+    }
+    add(Action::alloc, act, 4 * MiB, t);
+    const DevicePtr slot = kv + (k % 100) * 256 * KiB;
+    if (k >= 100) {
+      add(Action::free_requested, slot, 256 * KiB, t + 1000);
+      add(Action::free_completed, slot, 256 * KiB, t + 2000);
+    }
+    add(Action::alloc, slot, 256 * KiB, t + 3000);
+    add(Action::free_requested, act, 4 * MiB, t + 1'000'000);
+    add(Action::free_completed, act, 4 * MiB, t + 1'001'000);
+  }
+  std::stable_sort(r.begin(), r.end(),
+                   [](const TraceRecord& x, const TraceRecord& y) { return x.time_ns < y.time_ns; });
+  return r;
+}
+
+// The four series (kSeriesNames) after the last record at or before `t_ns`: a model of that
+// prefix of the run, independent of the page and of the timeline.
+std::array<std::int64_t, 4> series_at(const std::vector<TraceRecord>& records, std::int64_t t_ns) {
+  std::vector<TraceRecord> prefix;
+  for (const auto& x : records)
+    if (x.time_ns <= t_ns) prefix.push_back(x);
+  testing::VectorReader reader(prefix);
+  const TraceModel m = build_trace_model(reader);
+  const DeviceStats& s = m.devices.at(0).stats;
+  return {s.allocated_bytes[kStatAll].current, s.active_bytes[kStatAll].current, s.reserved_bytes[kStatAll].current,
+          s.requested_bytes[kStatAll].current};
+}
+
+// What the page shows at time `t` (ms) of its first chart: its view, valuesAt, the tooltip under
+// the mouse there, and the allocated line's pixels in that column.
+nlohmann::json read_at(Browser& b, double t) {
+  const std::string ts = std::to_string(t);
+  const auto at = b.eval(
+      "(function(){var tln=vtPage.timelines[0];tln.canvas.scrollIntoView({block:'center'});"
+      "var r=tln.canvas.getBoundingClientRect();return {x:r.left+tln.xOf(" +
+      ts + "),y:r.top+60};})()");
+  b.move_mouse(at["x"].get<double>(), at["y"].get<double>());
+  return b.eval(
+      "(function(){var tln=vtPage.timelines[0],d=vtPage.data.traces[0].devices[0],t=" + ts +
+      ",c=tln.canvas,g=c.getContext('2d'),x=Math.round(tln.xOf(t)),col=g.getImageData(x,0,1,c.height).data,ys=[];"
+      "for(var y=0;y<c.height;y++){var p=y*4;if(col[p]<40&&col[p+1]>80&&col[p+1]<150&&col[p+2]>150)ys.push(y);}"
+      "var pw=c.width-100,plot=g.getImageData(80,12,pw,c.height-52).data,hit=new Uint8Array(pw),drawn=0;"
+      "for(var k=0;k<plot.length;k+=4)if(Math.min(plot[k],plot[k+1],plot[k+2])<200)hit[(k>>2)%pw]=1;"
+      "for(var k=0;k<pw;k++)drawn+=hit[k];"
+      "var tip=document.querySelector('.plot .tip');"
+      "return {view:tln.view(),v:vtPage.valuesAt(d,t),ys:ys,drawn:drawn,cols:pw,coarse:tln.coarse,tip:tip.textContent,"
+      "tip_shown:tip.style.display,y_alloc:tln.yOf(vtPage.valuesAt(d,t).allocated.max)};})()");
+}
+
+}  // namespace
+
+TEST_CASE("browser: a long run zooms by drags to a millisecond at its peak, drawn and read exactly",
+          "[browser][deepzoom]") {
+  skip_without_chromium();
+  // Ten minutes of decode steps: the timeline's buckets are about 65 ms wide.
+  std::int64_t burst_ns = 0;
+  const auto records = long_decode_records(600, &burst_ns);
+  testing::VectorReader reader(records);
+  std::vector<TraceModel> models;
+  models.push_back(build_trace_model(reader, report_model_options()));
+  const DeviceModel& d = models[0].devices.at(0);
+  REQUIRE(d.timeline.size() > 1);
+  const double bucket_ms = ms_since(d.timeline[1].t_begin_ns, d.timeline[0].t_begin_ns);
+  INFO("bucket " << bucket_ms << " ms");
+  REQUIRE(bucket_ms > 10);
+  auto report = open_report(models, "deepzoom");
+  Browser& b = report.b();
+
+  // Halfway between the 20th and 21st allocation of the burst: 3 us from either event.
+  const std::int64_t target_ns = burst_ns + 20 * 6'000 + 3'000;
+  const double target = ms_since(target_ns, d.first_time_ns);
+  // Drag around the target, each time a 60-pixel window, until the view is at most 1 ms.
+  nlohmann::json view;
+  for (int k = 0; k < 12; ++k) {
+    view = b.eval("vtPage.timelines[0].view()");
+    if (view[1].get<double>() - view[0].get<double>() <= 1.0) break;
+    const auto at = b.eval(
+        "(function(){var tln=vtPage.timelines[0];tln.canvas.scrollIntoView({block:'center'});"
+        "var r=tln.canvas.getBoundingClientRect();return {x:r.left+tln.xOf(" +
+        std::to_string(target) + "),y:r.top+150};})()");
+    b.drag(at["x"].get<double>() - 30, at["x"].get<double>() + 30, at["y"].get<double>());
+  }
+  INFO(view.dump());
+  REQUIRE(view[1].get<double>() - view[0].get<double>() <= 1.0);
+  REQUIRE(view[0].get<double>() < target);
+  REQUIRE(view[1].get<double>() > target);
+
+  const auto shown = read_at(b, target);
+  INFO(shown.dump(1));
+  screenshot(b, "deep-zoom-at-peak");
+  const auto want = series_at(records, target_ns);
+  // The values read there are the model's at that moment, exactly (not a bucket's range).
+  const char* names[4] = {"allocated", "active", "reserved", "requested"};
+  for (int k = 0; k < 4; ++k) {
+    INFO(names[k]);
+    CHECK(shown["v"][names[k]]["min"].get<std::int64_t>() == want[k]);
+    CHECK(shown["v"][names[k]]["max"].get<std::int64_t>() == want[k]);
+  }
+  CHECK(shown["v"]["exact"] == true);
+  CHECK(shown["coarse"] == 0);
+  CHECK(shown["tip_shown"] == "block");
+  CHECK_THAT(shown["tip"].get<std::string>(), Catch::Contains("allocated: " + fmt_b(static_cast<double>(want[0]))));
+  CHECK_THAT(shown["tip"].get<std::string>(), Catch::Contains("(exact: "));
+  // Drawn: the series run across the view (a drawn pixel in nearly every column), and in the
+  // target's column the allocated line is at the height of the model's value.
+  CHECK(shown["drawn"].get<int>() > 0.9 * shown["cols"].get<int>());
+  REQUIRE_FALSE(shown["ys"].empty());
+  double nearest = 1e9;
+  for (const auto& y : shown["ys"])
+    nearest = std::min(nearest, std::abs(y.get<double>() - shown["y_alloc"].get<double>()));
+  CHECK(nearest <= 2.0);
+
+  // Away from the peak, a 1 ms view is inside one bucket: the page says so, and reads the bucket's
+  // range there, which holds the model's value.
+  const std::int64_t away_ns = d.first_time_ns + static_cast<std::int64_t>(100.5e9);
+  const double away = ms_since(away_ns, d.first_time_ns);
+  b.eval("(function(){vtPage.timelines[0].zoom(" + std::to_string(away - 0.5) + "," + std::to_string(away + 0.5) +
+         ");return 0;})()");
+  const auto coarse = read_at(b, away);
+  INFO(coarse.dump(1));
+  CHECK(coarse["coarse"].get<double>() > 1.0);
+  CHECK_FALSE(coarse["v"].contains("exact"));
+  const auto there = series_at(records, away_ns);
+  for (int k = 0; k < 4; ++k) {
+    CHECK(coarse["v"][names[k]]["min"].get<std::int64_t>() <= there[k]);
+    CHECK(coarse["v"][names[k]]["max"].get<std::int64_t>() >= there[k]);
+  }
+  CHECK_THAT(coarse["tip"].get<std::string>(), !Catch::Contains("(exact"));
+  CHECK(report.errors() == nlohmann::json::array());
+}
+
+TEST_CASE("browser: 2 to 16 long traces share the page's bound on timelines", "[browser][bounded]") {
+  skip_without_chromium();
+  // Ten-minute decode runs, each with a full timeline (8,192 to 16,384 buckets in the model) and
+  // its exact points: what made two long traces exceed 2 MB when each brought its own.
+  std::int64_t burst_ns = 0;
+  const auto records = long_decode_records(600, &burst_ns);
+  const ReportOptions o;
+  for (const std::size_t n : {2u, 4u, 8u, 16u}) {
+    INFO(n << " traces");
+    std::vector<TraceModel> models;
+    for (std::size_t r = 0; r < n; ++r) {
+      TraceHeader h;
+      h.pid = 200 + static_cast<int>(r);
+      h.rank = std::to_string(r);
+      testing::VectorReader reader(records, h);
+      models.push_back(build_trace_model(reader, report_model_options(o, n)));
+    }
+    const nlohmann::json data = report_data(models, o);
+    std::size_t timeline_bytes = 0;
+    for (const auto& t : data["traces"])
+      for (const auto& dj : t["devices"]) {
+        timeline_bytes += dj["tl"].dump().size();
+        CHECK(dj["tl"]["b"].size() >= kMinPageBuckets);
+        CHECK(dj["tl"]["b"].size() <= o.max_page_buckets / n);
+      }
+    INFO("timeline bytes " << timeline_bytes);
+    CHECK(timeline_bytes <= o.max_timeline_bytes);
+    const std::string page = render_report_html(models, o);
+    INFO("page bytes " << page.size());
+    CHECK(page.size() < 2'000'000);  // docs/reports.md: under 2 MB for any number of these traces
+    if (n != 8) continue;
+    auto report = open_page(page, "bounded-long");
+    Browser& b = report.b();
+    // Every device's chart is drawn, and its highest drawn value is the model's peak: merging
+    // buckets for the page's bound loses no peak.
+    const auto drawn = b.eval("JSON.parse(document.getElementById('vt-probe').textContent)");
+    REQUIRE(drawn["drawn_pixels"].size() == n);
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(drawn["drawn_pixels"][i].get<int>() > 1000);
+      CHECK(drawn["devices"][i]["max_allocated"].get<std::int64_t>() ==
+            models[i].devices.at(0).stats.allocated_bytes[kStatAll].peak);
+    }
+    screenshot(b, "bounded-8-long-traces");
+  }
+}

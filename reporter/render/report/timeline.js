@@ -61,6 +61,20 @@ function Timeline(dev,host){
    for(var k=0;k<ns;k++){var mn=held?LA[k][i]:LO[k][i],mx=held?LA[k][i]:HI[k][i],lo=pmin[k],hi=pmax[k];
     for(var x=x0;x<=x1;x++){if(!(lo[x]<=mn))lo[x]=mn;if(!(hi[x]>=mx))hi[x]=mx;}}}
   for(var i=Math.max(0,bucketAt(tl,v0));i<n&&tl.t[i]<=v1;i++){cover(tl.t[i],tl.te[i],i,false);if(i+1<n&&tl.t[i+1]>tl.te[i])cover(tl.te[i],tl.t[i+1],i,true);}
+  // Columns wholly inside the exact points' span are drawn from them instead: each point's values
+  // hold until the next point (Note [the timeline's exact points around the peak]).
+  var xm=tl.xt.length,ex0=0,ex1=-1;
+  if(xm>1&&tl.xt[0]<v1&&tl.xt[xm-1]>v0){ex0=Math.max(0,Math.ceil((tl.xt[0]-v0)*sc));ex1=Math.min(cols-1,Math.floor((tl.xt[xm-1]-v0)*sc)-1);}
+  if(ex1>=ex0){for(var k=0;k<ns;k++){pmin[k].fill(NaN,ex0,ex1+1);pmax[k].fill(NaN,ex0,ex1+1);}
+   var XV=SERIES.map(function(s){return tl['x'+s[1]];});
+   for(var j=Math.max(0,exactAt(tl,Math.max(v0,tl.xt[0])));j+1<xm&&tl.xt[j]<=v1;j++){var a=tl.xt[j],b=tl.xt[j+1];if(b<v0)continue;
+    var x0=Math.max(ex0,Math.floor((a-v0)*sc)),x1=Math.min(ex1,Math.max(x0,Math.floor((b-v0)*sc)));
+    for(var k=0;k<ns;k++){var val=XV[k][j],lo=pmin[k],hi=pmax[k];for(var x=x0;x<=x1;x++){if(!(lo[x]<=val))lo[x]=val;if(!(hi[x]>=val))hi[x]=val;}}}}
+  self.exactCols=ex1>=ex0?[ex0,ex1]:null;
+  // Zoomed in below the width of a bucket (outside the exact points), the plot shows each
+  // bucket's range, not the events: say so.
+  var mid=(v0+v1)/2,bi=bucketAt(tl,mid),coarse=exactAt(tl,mid)<0&&bi>=0&&mid>=tl.t[bi]&&mid<=tl.te[bi]&&tl.te[bi]-tl.t[bi]>(v1-v0)/4;
+  self.coarse=coarse?tl.te[bi]-tl.t[bi]:0;
   // The y axis fits what is in view (and the capacity when it is near), in one unit per axis.
   var top=0;for(var k=0;k<ns;k++){var a=pmax[k];for(var x=0;x<cols;x++)if(a[x]>top)top=a[x];}
   capIn=!!dev.capacity&&dev.capacity<=2.5*top;if(capIn)top=Math.max(top,dev.capacity);ymax=(top>0?top:1)*1.08;
@@ -75,6 +89,7 @@ function Timeline(dev,host){
    ctx.fill();
    ctx.globalAlpha=1;ctx.strokeStyle=COLORS[s[0]];ctx.lineWidth=1.4;ctx.beginPath();var started=false;
    for(var x=0;x<cols;x++){if(isNaN(hi[x]))continue;var y=Y(hi[x]);if(!started){ctx.moveTo(ml+x,y);started=true;}else ctx.lineTo(ml+x,y);}ctx.stroke();});
+  if(coarse){ctx.fillStyle='#5b6475';ctx.textAlign='left';ctx.fillText('finer than the timeline here: each band is the range within a bucket of '+fmtT(self.coarse)+(tl.xt.length?' (events are exact around the peak)':''),ml+6,H-mb-14);}
   if(dev.capacity&&!capIn){ctx.fillStyle=COLORS.cap;ctx.textAlign='right';ctx.fillText('capacity '+fmtB(dev.capacity)+' (above the scale)',W-mr-4,mt+12);}
   if(capIn){ctx.strokeStyle=COLORS.cap;ctx.setLineDash([6,4]);ctx.lineWidth=1.5;var yc=Y(dev.capacity);ctx.beginPath();ctx.moveTo(ml,yc);ctx.lineTo(W-mr,yc);ctx.stroke();ctx.setLineDash([]);
    ctx.fillStyle=COLORS.cap;ctx.textAlign='left';ctx.fillText('capacity '+fmtB(dev.capacity),ml+4,yc-4);}
@@ -106,7 +121,8 @@ function Timeline(dev,host){
   cv.style.cursor='';var t=T(x),v=valuesAt(dev,t);if(!v){tip.style.display='none';return;}
   var lines=['t = '+fmtT(t)];SERIES.concat([['requested','q']]).slice().reverse().forEach(function(s){var q=v[s[0]];
    lines.push(s[0]+': '+(q.min===q.max?fmtB(q.max):fmtB(q.min)+' .. '+fmtB(q.max)));});
-  if(v.t_end>v.t_begin)lines.push((v.gap?'(no event from ':'(range ')+fmtT(v.t_begin)+' .. '+fmtT(v.t_end)+')');
+  if(v.exact)lines.push('(exact: after the event at '+fmtT(v.t_begin)+(v.t_end>v.t_begin?', until '+fmtT(v.t_end):'')+')');
+  else if(v.t_end>v.t_begin)lines.push((v.gap?'(no event from ':'(range ')+fmtT(v.t_begin)+' .. '+fmtT(v.t_end)+')');
   placeTip(tip,lines.join('\n'),x,e.offsetY,W);});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  window.addEventListener('mouseup',function(){if(!drag)return;var a=Math.min(drag[0],drag[1]),b=Math.max(drag[0],drag[1]);drag=null;
@@ -115,7 +131,7 @@ function Timeline(dev,host){
    else if(self.onPick&&a>=ml&&a<=W-mr)self.onPick(T(a));}draw();});
  var lastY=0;cv.addEventListener('mousedown',function(e){lastY=e.offsetY;});
  window.addEventListener('resize',function(){var w=width();if(w!==W||(window.devicePixelRatio||1)!==dpr){size();draw();}});
- this.xOf=function(t){return X(t);};this.yOf=function(v){return Y(v);};
+ this.xOf=function(t){return X(t);};this.yOf=function(v){return Y(v);};this.view=function(){return view.slice();};
  this.zoom=function(t0,t1){t0=Math.max(0,t0);t1=Math.min(tmax,t1);if(t1-t0>minSpan)view=[t0,t1];draw();return self.shown;};
  cv.addEventListener('dblclick',function(){view=[0,tmax];draw();});reset.addEventListener('click',function(){view=[0,tmax];draw();});
  draw();
