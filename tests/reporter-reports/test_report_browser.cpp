@@ -376,8 +376,33 @@ TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and 
   CHECK(tip["left"].get<double>() >= tip["box_left"].get<double>() - 1);
   CHECK_THAT(tip["text"].get<std::string>(), Catch::StartsWith("OOM at "));
   CHECK_THAT(tip["text"].get<std::string>(), Catch::Contains("Diagnosis: capacity"));
+  CHECK_THAT(tip["text"].get<std::string>(), Catch::Contains("(click: the state at this OOM"));
   screenshot(b, "oom-hover");
+  // A click on it shows the allocator's state at that OOM under the chart, as the model has it.
   b.click(at["x"].get<double>(), at["y"].get<double>());
+  const auto& oom = models[0].devices.at(0).ooms.at(0);
+  REQUIRE(oom.state.captured);
+  const auto state = b.eval(
+      "(function(){var v=vtPage.stateViews[0],s=v.shown;if(!s)return null;var "
+      "body=document.querySelectorAll('.stateview')[0],"
+      "a=body.querySelector('a');return {what:s.what,event:s.event,allocated:s.allocated,reserved:s.reserved,"
+      "head:body.querySelector('.statehead').textContent,link:a?a.textContent:null,"
+      "link_shown:a?getComputedStyle(a.parentNode).display!=='none':false};})()");
+  INFO(state.dump(1));
+  REQUIRE(state.is_object());
+  CHECK(state["what"] == "OOM 1");
+  CHECK(state["event"].get<std::uint64_t>() == oom.state.event_index);
+  CHECK(state["allocated"].get<std::int64_t>() == oom.state.stats.allocated_bytes[kStatAll].current);
+  CHECK(state["reserved"].get<std::int64_t>() == oom.state.stats.reserved_bytes[kStatAll].current);
+  CHECK_THAT(state["head"].get<std::string>(), Catch::EndsWith("OOM 1), the OOM clicked on the chart"));
+  CHECK(state["link_shown"] == true);
+  b.eval("(function(){document.querySelector('.stateview').scrollIntoView({block:'start'});return 0;})()");
+  screenshot(b, "state-at-oom-click");
+  // Its section stays a click away: the link in the state view.
+  const auto link = b.eval(
+      "(function(){var a=document.querySelector('.stateview a');a.scrollIntoView({block:'center'});"
+      "var r=a.getBoundingClientRect();return {x:r.left+r.width/2,y:r.top+r.height/2};})()");
+  b.click(link["x"].get<double>(), link["y"].get<double>());
   auto top = b.eval("document.getElementById('" + at["anchor"].get<std::string>() + "').getBoundingClientRect().top");
   CHECK(std::abs(top.get<double>()) < 40);
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());

@@ -26,7 +26,7 @@ function Timeline(dev,host){
  var marks=dev.markers.filter(function(m){return m.kind==='mark';});
  function markAt(x,y){for(var k=0;k<oomMarks.length;k++){var o=oomMarks[k];if(o.t<view[0]||o.t>view[1])continue;if(Math.abs(X(o.t)-x)<=5){
     var lines=['OOM at '+fmtT(o.t)+(o.request?', request '+fmtB(o.request):'')];
-    if(o.oom){lines.push('Diagnosis: '+o.oom.diagnosis+' \u2014 '+o.oom.headline);if(o.oom.next_step)lines.push('Next step: '+o.oom.next_step);lines.push('(click: its section)');}
+    if(o.oom){lines.push('Diagnosis: '+o.oom.diagnosis+' \u2014 '+o.oom.headline);if(o.oom.next_step)lines.push('Next step: '+o.oom.next_step);lines.push(o.oom.state?'(click: the state at this OOM, below the chart)':'(click: its section)');}
     return {text:lines.join('\n'),oom:o};}}
   if(y>=H-mb-12&&y<=H-mb+2)for(var k=0;k<marks.length;k++){var m=marks[k];if(m.t>=view[0]&&m.t<=view[1]&&Math.abs(X(m.t)-x)<=3)
    return {text:'mark '+(m.name!==undefined?'\u201c'+m.name+'\u201d ':'')+'at '+fmtT(m.t)};}
@@ -126,7 +126,8 @@ function Timeline(dev,host){
   placeTip(tip,lines.join('\n'),x,e.offsetY,W);});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  window.addEventListener('mouseup',function(){if(!drag)return;var a=Math.min(drag[0],drag[1]),b=Math.max(drag[0],drag[1]);drag=null;
-  if(b-a>4){var t0=Math.max(0,T(a)),t1=Math.min(tmax,T(b));if(t1-t0>minSpan)view=[t0,t1];}else{var hit=markAt(a,lastY);if(hit&&hit.oom&&hit.oom.anchor){
+  if(b-a>4){var t0=Math.max(0,T(a)),t1=Math.min(tmax,T(b));if(t1-t0>minSpan)view=[t0,t1];}else{var hit=markAt(a,lastY);if(hit&&hit.oom&&hit.oom.oom&&self.onOom&&self.onOom(hit.oom)){}
+   else if(hit&&hit.oom&&hit.oom.anchor){
    var target=document.getElementById(hit.oom.anchor);if(target)target.scrollIntoView({block:'start'});}
    else if(self.onPick&&a>=ml&&a<=W-mr)self.onPick(T(a));}draw();});
  var lastY=0;cv.addEventListener('mousedown',function(e){lastY=e.offsetY;});
