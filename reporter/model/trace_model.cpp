@@ -438,6 +438,38 @@ struct TraceModelBuilder::Impl {
     }
     for (auto& g : segs)
       if (g.blocks.size() > opt.checkpoint_max_blocks + 1) g.blocks.resize(opt.checkpoint_max_blocks + 1);
+    // The capture gathers every live allocation to pick the biggest: keep the top_n, not the room.
+    st.biggest.shrink_to_fit();
+    // Its share of checkpoint_max_bytes: over it, the largest segments that fit, in address order.
+    const std::size_t share = opt.checkpoint_max_bytes / (2 * opt.checkpoints);
+    if (state_bytes(st) > share) {
+      std::vector<std::size_t> order(segs.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t a, std::size_t b) { return segs[a].total_size > segs[b].total_size; });
+      std::size_t used = state_bytes(st);
+      for (const auto& g : segs) used -= sizeof(SegmentSnapshot) + g.blocks.capacity() * sizeof(BlockSnapshot);
+      std::vector<char> keep(segs.size(), 0);
+      std::size_t left_out = 0;
+      for (std::size_t i : order) {
+        const std::size_t cost = sizeof(SegmentSnapshot) + segs[i].blocks.size() * sizeof(BlockSnapshot);
+        if (used + cost <= share) {
+          keep[i] = 1;
+          used += cost;
+        } else {
+          ++left_out;
+        }
+      }
+      std::vector<SegmentSnapshot> kept_segs;
+      kept_segs.reserve(segs.size() - left_out);
+      for (std::size_t i = 0; i < segs.size(); ++i)
+        if (keep[i]) {
+          kept_segs.push_back(std::move(segs[i]));
+          kept_segs.back().blocks.shrink_to_fit();
+        }
+      segs = std::move(kept_segs);
+      st.segments_left_out += left_out;
+    }
     kept.push_back(std::move(st));
     rel.push_back(now);
   }
@@ -1318,6 +1350,13 @@ void drop_detail(TraceModel& m) {
   m.stacks.reset();
   m.recorded_end_stacks.clear();
   m.recorded_end_stacks.shrink_to_fit();
+}
+
+std::size_t state_bytes(const StateAt& s) noexcept {
+  std::size_t n = sizeof(StateAt) + s.layout.segments.capacity() * sizeof(SegmentSnapshot) +
+                  s.biggest.capacity() * sizeof(LiveAllocation) + s.stacks.capacity() * sizeof(StackBytes);
+  for (const auto& g : s.layout.segments) n += g.blocks.capacity() * sizeof(BlockSnapshot);
+  return n;
 }
 
 std::string lost_events_warning(std::uint64_t lost) {

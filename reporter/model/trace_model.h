@@ -237,7 +237,16 @@ struct ModelOptions {
   /// (what render/report_html.cpp draws of a state, ReportOptions::max_segments_drawn and
   /// max_blocks_per_segment).
   std::size_t checkpoint_max_blocks = 600;
+  /// ... and the checkpoints of a device take at most this many bytes of the model's memory
+  /// together (checkpoint_bytes): each of the at most 2 * checkpoints kept gets an equal share,
+  /// and one over it keeps fewer of its largest segments (StateAt::segments_left_out).
+  std::size_t checkpoint_max_bytes = 32u << 20;
 };
+
+/// The bytes of the model's memory that `s` holds: the struct, its layout's segments and blocks,
+/// its biggest allocations and bytes per stack (the vectors' capacities). What
+/// ModelOptions::checkpoint_max_bytes counts. Pure.
+std::size_t state_bytes(const StateAt& s) noexcept;
 
 /// Note [checkpoints of the state]
 /// The report shows the allocator's state at a clicked moment of its time axis from states taken
@@ -247,7 +256,8 @@ struct ModelOptions {
 /// kept; when 2N are kept, the slots double and each keeps its first checkpoint. The checkpoints
 /// are therefore spread evenly over the run's time (where it has events), N to 2N of them for a
 /// run long enough, each exactly the state after its event. Each copies at most
-/// checkpoint_max_segments segments of at most checkpoint_max_blocks + 1 blocks, and no stacks:
+/// checkpoint_max_segments segments of at most checkpoint_max_blocks + 1 blocks, and no stacks,
+/// within its share of checkpoint_max_bytes (the largest segments first; state_bytes counts):
 /// the model holds at most 2N such layouts a device, and the pass copies about
 /// N * log2(duration / N us) of them. The peak, the OOMs and the end are states of their own
 /// (at_peak, ooms, at_end), which the page adds to the checkpoints.
