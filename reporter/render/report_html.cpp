@@ -341,7 +341,9 @@ nlohmann::json encoded_timeline(const std::vector<TimelineBucket>& buckets, cons
     tl[std::string(keys[k]) + "n"] = dn[k];
     tl[std::string(keys[k]) + "x"] = dx[k];
   }
-  if (!d.exact.empty() && max_exact > 0) {
+  // A history that begins late has lower bounds for figures, not exact ones (Note [a history that
+  // begins late]): no exact points then.
+  if (!d.exact.empty() && max_exact > 0 && d.history == DeviceModel::History::complete) {
     // Centred on the peak: the first point at the highest allocated value.
     std::size_t peak = 0;
     for (std::size_t i = 1; i < d.exact.size(); ++i)
