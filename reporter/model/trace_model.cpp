@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <deque>
 #include "model/checkpoint_journal.h"
 #include "model/forwarded_memory.h"
 #include "readers/read_progress.h"
@@ -102,6 +103,11 @@ struct DeviceState {
   // timeline
   std::vector<TimelineBucket> buckets;
   i64 bucket_ns = 0;
+  // Note [the timeline's exact points around the peak]: the last events (a ring), the window
+  // around the highest allocated value so far, and how many events the window still takes.
+  std::deque<TimelinePoint> exact_ring, exact_window;
+  i64 exact_max = -1;
+  std::size_t exact_after = 0;
   i64 t0 = 0;
   bool started = false;
   // Memory of before the history (Note [a history that begins late]): blocks whose free_requested
@@ -212,6 +218,7 @@ struct TraceModelBuilder::Impl {
       d.t0 = t;
       d.bucket_ns = 1000;  // 1 us to start; doubles as needed
     }
+    if (opt.exact_points) keep_exact(d, t, v);
     i64 rel = t - d.t0;
     if (rel < 0) rel = 0;  // clocks stepping back: keep order
     i64 start = (rel / d.bucket_ns) * d.bucket_ns + d.t0;
@@ -240,6 +247,24 @@ struct TraceModelBuilder::Impl {
       }
       b.last = v;
     }
+  }
+
+  // Note [the timeline's exact points around the peak].
+  void keep_exact(DeviceState& d, i64 t, const std::array<i64, 4>& v) {
+    const std::size_t k = opt.exact_points;
+    const TimelinePoint p{t, v};
+    if (v[0] > d.exact_max) {
+      d.exact_max = v[0];
+      if (d.exact_after == 0) d.exact_window.assign(d.exact_ring.begin(), d.exact_ring.end());
+      d.exact_window.push_back(p);
+      while (d.exact_window.size() > k + 1) d.exact_window.pop_front();
+      d.exact_after = k;
+    } else if (d.exact_after > 0) {
+      d.exact_window.push_back(p);
+      --d.exact_after;
+    }
+    d.exact_ring.push_back(p);
+    if (d.exact_ring.size() > k) d.exact_ring.pop_front();
   }
 
   void coarsen(DeviceState& d) {
@@ -433,6 +458,38 @@ struct TraceModelBuilder::Impl {
     }
     for (auto& g : segs)
       if (g.blocks.size() > opt.checkpoint_max_blocks + 1) g.blocks.resize(opt.checkpoint_max_blocks + 1);
+    // The capture gathers every live allocation to pick the biggest: keep the top_n, not the room.
+    st.biggest.shrink_to_fit();
+    // Its share of checkpoint_max_bytes: over it, the largest segments that fit, in address order.
+    const std::size_t share = opt.checkpoint_max_bytes / (2 * opt.checkpoints);
+    if (state_bytes(st) > share) {
+      std::vector<std::size_t> order(segs.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t a, std::size_t b) { return segs[a].total_size > segs[b].total_size; });
+      std::size_t used = state_bytes(st);
+      for (const auto& g : segs) used -= sizeof(SegmentSnapshot) + g.blocks.capacity() * sizeof(BlockSnapshot);
+      std::vector<char> keep(segs.size(), 0);
+      std::size_t left_out = 0;
+      for (std::size_t i : order) {
+        const std::size_t cost = sizeof(SegmentSnapshot) + segs[i].blocks.size() * sizeof(BlockSnapshot);
+        if (used + cost <= share) {
+          keep[i] = 1;
+          used += cost;
+        } else {
+          ++left_out;
+        }
+      }
+      std::vector<SegmentSnapshot> kept_segs;
+      kept_segs.reserve(segs.size() - left_out);
+      for (std::size_t i = 0; i < segs.size(); ++i)
+        if (keep[i]) {
+          kept_segs.push_back(std::move(segs[i]));
+          kept_segs.back().blocks.shrink_to_fit();
+        }
+      segs = std::move(kept_segs);
+      st.segments_left_out += left_out;
+    }
     kept.push_back(std::move(st));
     rel.push_back(now);
   }
@@ -1124,6 +1181,8 @@ struct TraceModelBuilder::Impl {
         b.max[i] = std::max<i64>(0, b.max[i] + series_add[i]);
         b.last[i] = std::max<i64>(0, b.last[i] + series_add[i]);
       }
+    for (auto& p : o.exact)
+      for (int i = 0; i < 4; ++i) p.value[i] = std::max<i64>(0, p.value[i] + series_add[i]);
     // The first bucket also spans the start, where the memory of before the history was all there
     // (the series' peak may be that moment).
     if (!o.timeline.empty())
@@ -1222,6 +1281,7 @@ struct TraceModelBuilder::Impl {
       take_peak_layout(d);
       capture(d, d.out.at_end, d.out.last_time_ns, d.last_event);
       d.out.timeline = std::move(d.buckets);
+      d.out.exact.assign(d.exact_window.begin(), d.exact_window.end());
       place_against_end_state(d, end);
       const bool placed = end && d.out.history != DeviceModel::History::complete;
       if (d.out.orphan_allocs && placed)
@@ -1304,12 +1364,20 @@ void drop_detail(TraceModel& m) {
     for (auto& o : d.ooms) drop_state(o.state);
     std::vector<StateAt>().swap(d.checkpoints);
     std::vector<TimelineBucket>().swap(d.timeline);
+    std::vector<TimelinePoint>().swap(d.exact);
     std::vector<TimelineMarker>().swap(d.markers);
     std::vector<SegmentEvent>().swap(d.segment_events);
   }
   m.stacks.reset();
   m.recorded_end_stacks.clear();
   m.recorded_end_stacks.shrink_to_fit();
+}
+
+std::size_t state_bytes(const StateAt& s) noexcept {
+  std::size_t n = sizeof(StateAt) + s.layout.segments.capacity() * sizeof(SegmentSnapshot) +
+                  s.biggest.capacity() * sizeof(LiveAllocation) + s.stacks.capacity() * sizeof(StackBytes);
+  for (const auto& g : s.layout.segments) n += g.blocks.capacity() * sizeof(BlockSnapshot);
+  return n;
 }
 
 std::string lost_events_warning(std::uint64_t lost) {

@@ -54,6 +54,13 @@ struct TimelineBucket {
 };
 inline constexpr const char* kSeriesNames[4] = {"allocated", "active", "reserved", "requested"};
 
+/// One exact point of the timeline: the value of each series (kSeriesNames) after the event at
+/// `t_ns`, held until the next point (Note [the timeline's exact points around the peak]).
+struct TimelinePoint {
+  std::int64_t t_ns = 0;
+  std::array<std::int64_t, 4> value{};
+};
+
 /// A live allocation, for "biggest at the peak" and "still allocated at the end".
 struct LiveAllocation {
   DevicePtr address = 0;
@@ -155,6 +162,9 @@ struct DeviceModel {
   /// reports.
   OomCount oom_count;
   std::vector<TimelineBucket> timeline;
+  /// Note [the timeline's exact points around the peak]: consecutive events of the device, each
+  /// with every series after it, around the first moment allocated memory reached its peak.
+  std::vector<TimelinePoint> exact;
   std::vector<TimelineMarker> markers;
   std::uint64_t orphan_allocs = 0;  ///< allocs at an address in no known segment
   std::uint64_t unknown_frees = 0;  ///< frees of an address never allocated in the trace
@@ -208,8 +218,11 @@ struct TraceModel {
 
 struct ModelOptions {
   std::size_t timeline_buckets = 4096;  ///< the timeline keeps between this and twice this many
-  std::size_t top_n = 10;               ///< biggest allocations kept per state
-  std::size_t max_oom_states = 64;      ///< OOMs beyond this keep figures, not the layout
+  /// Note [the timeline's exact points around the peak]: this many events before the peak and as
+  /// many after it (DeviceModel::exact); 0 keeps none.
+  std::size_t exact_points = 0;
+  std::size_t top_n = 10;           ///< biggest allocations kept per state
+  std::size_t max_oom_states = 64;  ///< OOMs beyond this keep figures, not the layout
   /// Settings override (else the trace header's settings are used).
   std::optional<std::string> settings;
   /// load_models: build the memory ledger of snapshots that have their companions (model/ledger.h).
@@ -224,7 +237,16 @@ struct ModelOptions {
   /// (what render/report_html.cpp draws of a state, ReportOptions::max_segments_drawn and
   /// max_blocks_per_segment).
   std::size_t checkpoint_max_blocks = 600;
+  /// ... and the checkpoints of a device take at most this many bytes of the model's memory
+  /// together (checkpoint_bytes): each of the at most 2 * checkpoints kept gets an equal share,
+  /// and one over it keeps fewer of its largest segments (StateAt::segments_left_out).
+  std::size_t checkpoint_max_bytes = 32u << 20;
 };
+
+/// The bytes of the model's memory that `s` holds: the struct, its layout's segments and blocks,
+/// its biggest allocations and bytes per stack (the vectors' capacities). What
+/// ModelOptions::checkpoint_max_bytes counts. Pure.
+std::size_t state_bytes(const StateAt& s) noexcept;
 
 /// Note [checkpoints of the state]
 /// The report shows the allocator's state at a clicked moment of its time axis from states taken
@@ -234,10 +256,21 @@ struct ModelOptions {
 /// kept; when 2N are kept, the slots double and each keeps its first checkpoint. The checkpoints
 /// are therefore spread evenly over the run's time (where it has events), N to 2N of them for a
 /// run long enough, each exactly the state after its event. Each copies at most
-/// checkpoint_max_segments segments of at most checkpoint_max_blocks + 1 blocks, and no stacks:
+/// checkpoint_max_segments segments of at most checkpoint_max_blocks + 1 blocks, and no stacks,
+/// within its share of checkpoint_max_bytes (the largest segments first; state_bytes counts):
 /// the model holds at most 2N such layouts a device, and the pass copies about
 /// N * log2(duration / N us) of them. The peak, the OOMs and the end are states of their own
 /// (at_peak, ooms, at_end), which the page adds to the checkpoints.
+
+/// Note [the timeline's exact points around the peak]
+/// A bucket of a long run is wide (a run of an hour: 0.22 to 0.44 s), and within it the page can
+/// show only the bucket's minimum, maximum and last value. Where a reader zooms in most, at the
+/// peak, the model keeps the events themselves: the exact_points events before the first moment
+/// allocated memory reached its maximum and as many after it, each with the value of every series
+/// after it. The pass keeps the last exact_points events in a ring; at a new maximum it starts a
+/// window from the ring, and a new maximum inside the window extends it (its events before the
+/// new maximum trimmed to exact_points). Cost: 2 * exact_points + 1 points a device, and one copy
+/// of the ring per new maximum that comes more than exact_points events after the last one.
 
 /// Note [a history that begins late]
 /// PyTorch keeps only the last max_entries (100,000 by default) of its allocator history, and a

@@ -291,7 +291,34 @@ nlohmann::json icicle_json(const StateAt& st, const StackTable* table, const Rep
 // value; "kn" last - min; "kx" max - last (bytes). Every number is an integer below 2^53, exact
 // in JSON's doubles, and the page's times are ns / 1e6 as ms() computes them here. About 0.44
 // of the arrays written out, so the page holds twice the buckets for the same size.
-nlohmann::json timeline_json(const std::vector<TimelineBucket>& buckets, i64 t0) {
+//
+// The page's share of buckets: a device whose timeline has more than `max_buckets` merges
+// neighbours two by two until it fits (as the model coarsens: the minimum and maximum of the pair,
+// the second's last value), so no peak is lost and the whole page stays bounded
+// (ReportOptions::max_page_buckets). Its exact points (Note [the timeline's exact points around
+// the peak]), at most `max_exact` centred on the peak, go in "x": "t" each point's time minus the
+// previous one's (the first: minus t0) and per series k "k" its value minus the previous one's.
+std::vector<TimelineBucket> merged_pairs(const std::vector<TimelineBucket>& in) {
+  std::vector<TimelineBucket> out;
+  out.reserve(in.size() / 2 + 1);
+  for (std::size_t i = 0; i < in.size(); i += 2) {
+    TimelineBucket m = in[i];
+    if (i + 1 < in.size()) {
+      const TimelineBucket& b = in[i + 1];
+      m.t_end_ns = std::max(m.t_end_ns, b.t_end_ns);
+      for (int k = 0; k < 4; ++k) {
+        m.min[k] = std::min(m.min[k], b.min[k]);
+        m.max[k] = std::max(m.max[k], b.max[k]);
+      }
+      m.last = b.last;
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+nlohmann::json encoded_timeline(const std::vector<TimelineBucket>& buckets, const DeviceModel& d, i64 t0,
+                                std::size_t max_exact) {
   std::vector<i64> begin, dur;
   std::array<std::vector<i64>, 4> dl, dn, dx;
   i64 prev_end = 0;
@@ -314,7 +341,51 @@ nlohmann::json timeline_json(const std::vector<TimelineBucket>& buckets, i64 t0)
     tl[std::string(keys[k]) + "n"] = dn[k];
     tl[std::string(keys[k]) + "x"] = dx[k];
   }
+  // A history that begins late has lower bounds for figures, not exact ones (Note [a history that
+  // begins late]): no exact points then.
+  if (!d.exact.empty() && max_exact > 0 && d.history == DeviceModel::History::complete) {
+    // Centred on the peak: the first point at the highest allocated value.
+    std::size_t peak = 0;
+    for (std::size_t i = 1; i < d.exact.size(); ++i)
+      if (d.exact[i].value[0] > d.exact[peak].value[0]) peak = i;
+    std::size_t lo = peak > max_exact / 2 ? peak - max_exact / 2 : 0;
+    const std::size_t hi = std::min(d.exact.size(), lo + max_exact);
+    if (hi - lo < max_exact) lo = hi > max_exact ? hi - max_exact : 0;
+    std::vector<i64> xt;
+    std::array<std::vector<i64>, 4> xv;
+    i64 prev_t = t0;
+    std::array<i64, 4> prev_v{};
+    for (std::size_t i = lo; i < hi; ++i) {
+      xt.push_back(d.exact[i].t_ns - prev_t);
+      prev_t = d.exact[i].t_ns;
+      for (int k = 0; k < 4; ++k) {
+        xv[k].push_back(d.exact[i].value[k] - prev_v[k]);
+        prev_v[k] = d.exact[i].value[k];
+      }
+    }
+    nlohmann::json x = {{"t", xt}};
+    for (int k = 0; k < 4; ++k) x[keys[k]] = xv[k];
+    tl["x"] = std::move(x);
+  }
   return tl;
+}
+
+// A device's timeline in at most `max_buckets` buckets and `max_bytes` bytes of JSON: pairs
+// merged until both hold, down to kMinPageBuckets buckets; then fewer exact points.
+nlohmann::json timeline_json(const DeviceModel& d, i64 t0, std::size_t max_buckets, std::size_t max_exact,
+                             std::size_t max_bytes) {
+  std::vector<TimelineBucket> buckets = d.timeline;
+  while (buckets.size() > std::max<std::size_t>(1, max_buckets)) buckets = merged_pairs(buckets);
+  for (;;) {
+    nlohmann::json tl = encoded_timeline(buckets, d, t0, max_exact);
+    if (tl.dump().size() <= max_bytes) return tl;
+    if (buckets.size() > kMinPageBuckets)
+      buckets = merged_pairs(buckets);
+    else if (max_exact > 1)
+      max_exact /= 2;
+    else
+      return tl;  // the least the page keeps of a device
+  }
 }
 
 // Note [checkpoints of the state] (model/trace_model.h) in the page: each device's checkpoints,
@@ -385,6 +456,7 @@ ModelOptions report_model_options(const ReportOptions& options, std::size_t trac
   m.checkpoints = traces <= kMaxTracesWithCheckpoints ? options.checkpoints : 0;
   m.checkpoint_max_segments = options.max_segments_drawn;
   m.checkpoint_max_blocks = options.max_blocks_per_segment;
+  m.exact_points = options.exact_points;
   // Note [the timeline in the page]: twice the buckets of other commands, in the same room.
   if (traces <= kMaxTracesWithCheckpoints) m.timeline_buckets = 2 * ModelOptions{}.timeline_buckets;
   return m;
@@ -434,6 +506,12 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   nlohmann::json traces = nlohmann::json::array();
   std::size_t all_devices = 0;
   for (const auto& m : models) all_devices += m.devices.size();
+  // Note [the timeline in the page]: each device's share of the page's buckets and exact points.
+  const std::size_t page_buckets =
+      std::max(kMinPageBuckets, o.max_page_buckets / std::max<std::size_t>(1, all_devices));
+  const std::size_t page_exact =
+      std::min(2 * o.exact_points + 1, o.max_page_exact_points / std::max<std::size_t>(1, all_devices));
+  const std::size_t page_timeline_bytes = o.max_timeline_bytes / std::max<std::size_t>(1, all_devices);
   for (const auto& m : models) {
     auto cases = oom_cases(m);
     const std::vector<DeviceSites> sites = trace_sites(m);  // empty without stacks: the page as before
@@ -453,7 +531,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       else
         dj["capacity"] = nullptr;
       dj["oom_count"] = oom_count_text(d.oom_count);
-      dj["tl"] = timeline_json(d.timeline, t0);
+      dj["tl"] = timeline_json(d, t0, page_buckets, page_exact, page_timeline_bytes);
       // Marks are bounded so that the page stays small whatever the program marks: at most
       // kMaxPageMarks a device, every k-th in time order, names cut at kMaxMarkName bytes (a note
       // says so). OOM and retry markers are all kept (each is a case of the report).

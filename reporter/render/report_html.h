@@ -38,7 +38,21 @@ struct ReportOptions {
   /// The icicle of bytes alive at the peak by call stack: at most this many frames (nodes),
   /// each at least 1/1000 of the bytes; smaller callees are counted in their caller only.
   std::size_t max_icicle_nodes = 1500;
+  /// Note [the timeline's exact points around the peak] (model/trace_model.h): the model keeps
+  /// this many events before a device's peak and as many after it (report_model_options).
+  std::size_t exact_points = 1024;
+  /// Note [the timeline in the page]: the timelines of all devices of the page together hold at
+  /// most this many buckets (each device an equal share, at least kMinPageBuckets) ...
+  std::size_t max_page_buckets = 16384;
+  /// ... and at most this many exact points (each device an equal share, centred on its peak) ...
+  std::size_t max_page_exact_points = 4096;
+  /// ... in at most this many bytes of the page's data together (each device an equal share;
+  /// over it, a device's buckets merge two by two, down to kMinPageBuckets, then its exact
+  /// points halve).
+  std::size_t max_timeline_bytes = 1024 * 1024;
 };
+/// The fewest buckets a device's timeline keeps in the page, whatever the number of devices.
+inline constexpr std::size_t kMinPageBuckets = 64;
 
 /// The model options a report of `traces` traces needs: ModelOptions' defaults with its
 /// checkpoints, their layouts capped as the page draws a state, and twice the timeline's buckets

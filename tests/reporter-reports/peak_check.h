@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "layout_check.h"
 #include "model/trace_model.h"
 #include "vector_reader.h"
 
@@ -15,25 +16,7 @@ namespace vramtrace::testing {
 inline void check_same_layout(const StateAt& a, const StateAt& b) {
   CHECK(a.outside_segments_bytes == b.outside_segments_bytes);
   CHECK(a.largest_free_block == b.largest_free_block);
-  REQUIRE(a.layout.segments.size() == b.layout.segments.size());
-  for (std::size_t i = 0; i < a.layout.segments.size(); ++i) {
-    const auto& x = a.layout.segments[i];
-    const auto& y = b.layout.segments[i];
-    CHECK(x.address == y.address);
-    CHECK(x.total_size == y.total_size);
-    CHECK(x.allocated_size == y.allocated_size);
-    CHECK(x.active_size == y.active_size);
-    CHECK(x.requested_size == y.requested_size);
-    CHECK(x.is_expandable == y.is_expandable);
-    REQUIRE(x.blocks.size() == y.blocks.size());
-    for (std::size_t j = 0; j < x.blocks.size(); ++j) {
-      CHECK(x.blocks[j].address == y.blocks[j].address);
-      CHECK(x.blocks[j].size == y.blocks[j].size);
-      CHECK(x.blocks[j].requested_size == y.blocks[j].requested_size);
-      CHECK(x.blocks[j].state == y.blocks[j].state);
-      CHECK(x.blocks[j].stack_id == y.blocks[j].stack_id);
-    }
-  }
+  check_same_segments(a.layout.segments, b.layout.segments);
   REQUIRE(a.biggest.size() == b.biggest.size());
   for (std::size_t i = 0; i < a.biggest.size(); ++i) {
     CHECK(a.biggest[i].address == b.biggest[i].address);

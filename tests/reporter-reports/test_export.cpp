@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analyses/summary.h"
+#include "layout_check.h"
 #include "model/load_models.h"
 #include "readers/open_trace.h"
 #include "readers/pickle.h"
@@ -193,28 +194,7 @@ TEST_CASE("memory-viz: a PyTorch snapshot round-trips through our own reader", "
     const Snapshot* sb = b->final_state();
     REQUIRE(sa);
     REQUIRE(sb);
-    REQUIRE(sa->segments.size() == sb->segments.size());
-    for (std::size_t i = 0; i < sa->segments.size(); ++i) {
-      const SegmentSnapshot& x = sa->segments[i];
-      const SegmentSnapshot& y = sb->segments[i];
-      CHECK(x.device == y.device);
-      CHECK(x.address == y.address);
-      CHECK(x.total_size == y.total_size);
-      CHECK(x.allocated_size == y.allocated_size);
-      CHECK(x.active_size == y.active_size);
-      CHECK(x.requested_size == y.requested_size);
-      CHECK(x.stream == y.stream);
-      CHECK(x.is_large == y.is_large);
-      CHECK(x.is_expandable == y.is_expandable);
-      REQUIRE(x.blocks.size() == y.blocks.size());
-      for (std::size_t k = 0; k < x.blocks.size(); ++k) {
-        CHECK(x.blocks[k].address == y.blocks[k].address);
-        CHECK(x.blocks[k].size == y.blocks[k].size);
-        CHECK(x.blocks[k].requested_size == y.blocks[k].requested_size);
-        CHECK(x.blocks[k].state == y.blocks[k].state);
-        CHECK((x.blocks[k].stack_id == 0) == (y.blocks[k].stack_id == 0));
-      }
-    }
+    testing::check_same_segments(sa->segments, sb->segments, testing::StackIds::presence);
     CHECK(a->header().settings == b->header().settings);
     CHECK(n > 0);
 

@@ -25,34 +25,16 @@
 
 #include "analyses/sites.h"
 #include "analyses/summary.h"
+#include "browser.h"
 #include "model/load_models.h"
 #include "render/report_html.h"
 #include "vector_reader.h"
 
 using namespace vramtrace;
+using namespace vramtrace::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string chromium_path() {
-  for (const char* p : {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chromium/chromium"})
-    if (fs::exists(p)) return p;
-  return "";
-}
-
-void skip_without_chromium() {
-  if (chromium_path().empty()) {
-    std::fprintf(stderr, "SKIP: chromium is not installed (scripts/setup-deps.sh --with-browser)\n");
-    std::exit(77);
-  }
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 /// Runs chromium headless on `html`; returns stdout; stderr goes to `err_file`.
 std::string run_chromium(const fs::path& html, const std::string& extra, const fs::path& err_file) {
@@ -105,181 +87,6 @@ std::string probe_of(const std::string& dom) {
   return out;
 }
 
-/// Fraction of the PNG's decompressed scanline bytes that differ from the most common byte: 0
-/// for a blank (uniform) image.
-double png_variety(const std::string& png) {
-  REQUIRE(png.size() > 8);
-  REQUIRE(png.compare(1, 3, "PNG") == 0);
-  std::string idat;
-  std::size_t pos = 8;
-  while (pos + 8 <= png.size()) {
-    std::uint32_t len = (static_cast<unsigned char>(png[pos]) << 24) |
-                        (static_cast<unsigned char>(png[pos + 1]) << 16) |
-                        (static_cast<unsigned char>(png[pos + 2]) << 8) | static_cast<unsigned char>(png[pos + 3]);
-    std::string type = png.substr(pos + 4, 4);
-    if (type == "IDAT") idat += png.substr(pos + 8, len);
-    pos += 12 + len;
-  }
-  std::string raw(64u << 20, '\0');
-  uLongf raw_len = raw.size();
-  REQUIRE(uncompress(reinterpret_cast<Bytef*>(raw.data()), &raw_len, reinterpret_cast<const Bytef*>(idat.data()),
-                     idat.size()) == Z_OK);
-  std::array<std::size_t, 256> hist{};
-  for (uLongf i = 0; i < raw_len; ++i) ++hist[static_cast<unsigned char>(raw[i])];
-  std::size_t mode = 0;
-  for (auto h : hist) mode = std::max(mode, h);
-  return 1.0 - static_cast<double>(mode) / static_cast<double>(raw_len);
-}
-
-/// Headless chromium driven through the DevTools protocol over a pipe (--remote-debugging-pipe:
-/// the browser reads commands from fd 3 and writes replies to fd 4, each message JSON ended by a
-/// NUL byte), so that the test moves the mouse, presses keys and clicks as a user does: input
-/// goes through the browser's own event pipeline, not through script in the page.
-class Browser {
- public:
-  Browser(const fs::path& html, const fs::path& err_file) {
-    ::signal(SIGPIPE, SIG_IGN);  // a browser that died answers with EPIPE, not with a signal
-    profile_ = fs::temp_directory_path() / ("vt-cdp-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
-    fs::create_directories(profile_);
-    int to[2], from[2];
-    REQUIRE(::pipe(to) == 0);
-    REQUIRE(::pipe(from) == 0);
-    const std::string exe = chromium_path(), profile_arg = "--user-data-dir=" + profile_.string();
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      const int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int null = ::open("/dev/null", O_RDWR);
-      ::dup2(null, 0);
-      ::dup2(null, 1);
-      if (err >= 0) ::dup2(err, 2);
-      // Out of the way of 3 and 4 first: the pipes may be those numbers already.
-      const int r = ::fcntl(to[0], F_DUPFD, 10), w = ::fcntl(from[1], F_DUPFD, 10);
-      ::dup2(r, 3);
-      ::dup2(w, 4);
-      for (int fd = 5; fd < 1024; ++fd) ::close(fd);
-      ::execl(exe.c_str(), exe.c_str(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-              "--window-size=1400,900", "--remote-debugging-pipe", profile_arg.c_str(), "about:blank",
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(to[0]);
-    ::close(from[1]);
-    out_ = to[1];
-    in_ = from[0];
-    const auto target = call("Target.createTarget", {{"url", "file://" + html.string()}}, false);
-    const auto attached = call("Target.attachToTarget", {{"targetId", target["targetId"]}, {"flatten", true}}, false);
-    session_ = attached["sessionId"].get<std::string>();
-  }
-  Browser(const Browser&) = delete;
-  Browser& operator=(const Browser&) = delete;
-  ~Browser() {
-    nlohmann::json close = {{"id", ++id_}, {"method", "Browser.close"}, {"params", nlohmann::json::object()}};
-    const std::string msg = close.dump() + '\0';
-    [[maybe_unused]] auto n = ::write(out_, msg.data(), msg.size());
-    ::close(out_);
-    ::close(in_);
-    int status = 0;
-    for (int i = 0; i < 100 && ::waitpid(pid_, &status, WNOHANG) == 0; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (::waitpid(pid_, &status, WNOHANG) == 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, &status, 0);
-    }
-    std::error_code ec;
-    fs::remove_all(profile_, ec);
-  }
-
-  /// Sends one command (to the page's session unless `to_page` is false) and returns its
-  /// "result"; fails the test on an error reply or after 30 s without one.
-  nlohmann::json call(const std::string& method, nlohmann::json params = nlohmann::json::object(),
-                      bool to_page = true) {
-    nlohmann::json m = {{"id", ++id_}, {"method", method}, {"params", std::move(params)}};
-    if (to_page) m["sessionId"] = session_;
-    const std::string msg = m.dump() + '\0';
-    REQUIRE(::write(out_, msg.data(), msg.size()) == static_cast<ssize_t>(msg.size()));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (;;) {
-      for (auto nul = buf_.find('\0'); nul != std::string::npos; nul = buf_.find('\0')) {
-        auto reply = nlohmann::json::parse(buf_.substr(0, nul), nullptr, false);
-        buf_.erase(0, nul + 1);
-        if (!reply.is_object() || reply.value("id", -1) != id_) continue;  // events, other replies
-        INFO(method << ": " << reply.dump());
-        REQUIRE_FALSE(reply.contains("error"));
-        return reply["result"];
-      }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      INFO(method << ": no reply from the browser");
-      REQUIRE(left.count() > 0);
-      pollfd p{in_, POLLIN, 0};
-      REQUIRE(::poll(&p, 1, static_cast<int>(left.count())) >= 0);
-      if (!(p.revents & (POLLIN | POLLHUP))) continue;
-      char chunk[65536];
-      const ssize_t n = ::read(in_, chunk, sizeof chunk);
-      INFO(method << ": the browser closed the pipe");
-      REQUIRE(n > 0);
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
-  /// The value of a script expression in the page (JSON-serialisable).
-  nlohmann::json eval(const std::string& expression) {
-    auto r = call("Runtime.evaluate", {{"expression", expression}, {"returnByValue", true}});
-    INFO(expression << " -> " << r.dump());
-    REQUIRE_FALSE(r.contains("exceptionDetails"));
-    return r["result"].value("value", nlohmann::json());
-  }
-
-  void move_mouse(double x, double y) {
-    call("Input.dispatchMouseEvent", {{"type", "mouseMoved"}, {"x", x}, {"y", y}});
-  }
-  void click(double x, double y) {
-    move_mouse(x, y);
-    for (const char* type : {"mousePressed", "mouseReleased"})
-      call("Input.dispatchMouseEvent",
-           {{"type", type}, {"x", x}, {"y", y}, {"button", "left"}, {"buttons", 1}, {"clickCount", 1}});
-  }
-  /// Presses the left button at (x0, y), moves to (x1, y) with it held and releases it there.
-  void drag(double x0, double x1, double y) {
-    move_mouse(x0, y);
-    call("Input.dispatchMouseEvent",
-         {{"type", "mousePressed"}, {"x", x0}, {"y", y}, {"button", "left"}, {"buttons", 1}, {"clickCount", 1}});
-    for (int k = 1; k <= 8; ++k)
-      call("Input.dispatchMouseEvent",
-           {{"type", "mouseMoved"}, {"x", x0 + (x1 - x0) * k / 8}, {"y", y}, {"button", "left"}, {"buttons", 1}});
-    call("Input.dispatchMouseEvent",
-         {{"type", "mouseReleased"}, {"x", x1}, {"y", y}, {"button", "left"}, {"buttons", 0}, {"clickCount", 1}});
-  }
-  void key(const std::string& key, int code) {
-    for (const char* type : {"rawKeyDown", "keyUp"})
-      call("Input.dispatchKeyEvent", {{"type", type},
-                                      {"key", key},
-                                      {"code", key},
-                                      {"windowsVirtualKeyCode", code},
-                                      {"nativeVirtualKeyCode", code}});
-  }
-
- private:
-  fs::path profile_;
-  pid_t pid_ = -1;
-  int out_ = -1, in_ = -1;
-  int id_ = 0;
-  std::string session_, buf_;
-};
-
-// Waits until the page's script has run (it fills the probe last); fails after 15 s.
-void wait_for_page(Browser& b) {
-  const char* ready = "(function(){var p=document.getElementById('vt-probe');return !!p&&p.textContent.length>0;})()";
-  bool done = false;
-  for (int i = 0; i < 300 && !done; ++i) {
-    done = b.eval(ready).get<bool>();
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  REQUIRE(done);
-}
-
 // The stack box as the page shows it: visible or not, its heading and its lines, each with the
 // user's-line mark.
 nlohmann::json read_stack_box(Browser& b) {
@@ -309,72 +116,6 @@ std::vector<std::string> expected_lines(const StackTable& table, std::uint32_t i
   return out;
 }
 
-/// The bytes of standard base64 text (RFC 4648; the DevTools protocol's binary fields). Padding
-/// and characters outside the alphabet end the data.
-std::string from_base64(const std::string& text) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    return c == '+' ? 62 : c == '/' ? 63 : -1;
-  };
-  std::string out;
-  unsigned acc = 0;
-  int bits = 0;
-  for (char c : text) {
-    const int v = value(c);
-    if (v < 0) break;
-    acc = (acc << 6) | static_cast<unsigned>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  return out;
-}
-
-/// Saves what the page shows now as VRAMTRACE_BROWSER_ARTIFACTS/<name>.png (the build's
-/// test-artifacts/report/, which CI keeps) and checks that it is not blank.
-void screenshot(Browser& b, const std::string& name) {
-  const std::string png = from_base64(b.call("Page.captureScreenshot", {{"format", "png"}})["data"].get<std::string>());
-  REQUIRE(png.size() > 1000);
-  CHECK(png_variety(png) > 0.005);
-  const fs::path dir = VRAMTRACE_BROWSER_ARTIFACTS;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  std::ofstream(dir / (name + ".png"), std::ios::binary) << png;
-}
-
-// The page's byte and time formats (common.js: fmtB, fmtT), for the texts it must show.
-std::string fmt_b(double b) {
-  const double n = std::abs(b);
-  const char* sign = b < 0 ? "-" : "";
-  char buf[64];
-  if (n <= 1024)
-    std::snprintf(buf, sizeof buf, "%s%.0f bytes", sign, n);
-  else if (n <= 1048576)
-    std::snprintf(buf, sizeof buf, "%s%.2f KiB", sign, n / 1024);
-  else if (n <= 1073741824)
-    std::snprintf(buf, sizeof buf, "%s%.2f MiB", sign, n / 1048576);
-  else
-    std::snprintf(buf, sizeof buf, "%s%.2f GiB", sign, n / 1073741824);
-  return buf;
-}
-std::string fmt_t(double ms) {
-  char buf[64];
-  const double a = std::abs(ms);
-  if (ms == 0) return "0";
-  if (a >= 1000)
-    std::snprintf(buf, sizeof buf, "%.3f s", ms / 1000);
-  else if (a >= 1)
-    std::snprintf(buf, sizeof buf, "%.3f ms", ms);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f us", ms * 1000);
-  return buf;
-}
-double ms_since(std::int64_t ns, std::int64_t t0) { return static_cast<double>(ns - t0) / 1e6; }
-
 std::vector<std::string> shown_lines(const nlohmann::json& box) {
   std::vector<std::string> out;
   for (const auto& l : box["lines"]) out.push_back(l["text"].get<std::string>());
@@ -392,14 +133,8 @@ TEST_CASE("browser: a site's call stack shows on hover, keyboard focus and click
   const auto sites = trace_sites(models[0]);
   const Site& top = sites.at(0).at_peak.sites.at(0);
   REQUIRE(table.get(top.stack)->size() <= ReportOptions{}.max_stack_frames);  // shown whole
-  fs::path dir = fs::temp_directory_path() / ("vt-report-stacks-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path html = dir / "report.html";
-  std::ofstream(html, std::ios::binary) << render_report_html(models);
-  Browser b(html, dir / "browser.err");
-  // The page has run when the probe is filled.
-  wait_for_page(b);
-  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  auto report = open_report(models, "stacks");
+  Browser& b = report.b();
 
   // Hover: the first site at the peak.
   const auto row = target(b, "table.sites tr.hasstack");
@@ -453,8 +188,6 @@ TEST_CASE("browser: a site's call stack shows on hover, keyboard focus and click
   b.click(3, 3);
   CHECK_FALSE(read_stack_box(b)["shown"].get<bool>());
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 TEST_CASE("browser: the gpt2 report draws, reads back the summary's figures, logs no error", "[browser]") {
@@ -578,19 +311,14 @@ TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and 
   // A BERT-style encoder that ran out of memory under a 10 GiB cap on the H200
   // (tests/data/oom/encoder_10g): PyTorch's history with its OOM, and idle stretches between steps.
   auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/oom/encoder_10g/encoder.484.torch.pickle.gz"});
-  fs::path dir = fs::temp_directory_path() / ("vt-report-marks-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path html = dir / "report.html";
   const std::string page = render_report_html(models);
-  std::ofstream(html, std::ios::binary) << page;
   // Without JavaScript the page says so, and which commands give the figures as text.
   auto ns = page.find("<noscript>");
   REQUIRE(ns != std::string::npos);
   CHECK(page.find("vramtrace summary TRACE", ns) < page.find("</noscript>", ns));
 
-  Browser b(html, dir / "browser.err");
-  wait_for_page(b);
-  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  auto report = open_page(page, "marks");
+  Browser& b = report.b();
   // The whole run: one OOM marker, the peak's dot.
   auto shown = b.eval("JSON.parse(document.getElementById('vt-probe').textContent).marks[0]");
   CHECK(shown["oom"] == 1);
@@ -648,14 +376,37 @@ TEST_CASE("browser: idle stretches hold their values at every zoom, the OOM and 
   CHECK(tip["left"].get<double>() >= tip["box_left"].get<double>() - 1);
   CHECK_THAT(tip["text"].get<std::string>(), Catch::StartsWith("OOM at "));
   CHECK_THAT(tip["text"].get<std::string>(), Catch::Contains("Diagnosis: capacity"));
+  CHECK_THAT(tip["text"].get<std::string>(), Catch::Contains("(click: the state at this OOM"));
   screenshot(b, "oom-hover");
+  // A click on it shows the allocator's state at that OOM under the chart, as the model has it.
   b.click(at["x"].get<double>(), at["y"].get<double>());
+  const auto& oom = models[0].devices.at(0).ooms.at(0);
+  REQUIRE(oom.state.captured);
+  const auto state = b.eval(
+      "(function(){var v=vtPage.stateViews[0],s=v.shown;if(!s)return null;var "
+      "body=document.querySelectorAll('.stateview')[0],"
+      "a=body.querySelector('a');return {what:s.what,event:s.event,allocated:s.allocated,reserved:s.reserved,"
+      "head:body.querySelector('.statehead').textContent,link:a?a.textContent:null,"
+      "link_shown:a?getComputedStyle(a.parentNode).display!=='none':false};})()");
+  INFO(state.dump(1));
+  REQUIRE(state.is_object());
+  CHECK(state["what"] == "OOM 1");
+  CHECK(state["event"].get<std::uint64_t>() == oom.state.event_index);
+  CHECK(state["allocated"].get<std::int64_t>() == oom.state.stats.allocated_bytes[kStatAll].current);
+  CHECK(state["reserved"].get<std::int64_t>() == oom.state.stats.reserved_bytes[kStatAll].current);
+  CHECK_THAT(state["head"].get<std::string>(), Catch::EndsWith("OOM 1), the OOM clicked on the chart"));
+  CHECK(state["link_shown"] == true);
+  b.eval("(function(){document.querySelector('.stateview').scrollIntoView({block:'start'});return 0;})()");
+  screenshot(b, "state-at-oom-click");
+  // Its section stays a click away: the link in the state view.
+  const auto link = b.eval(
+      "(function(){var a=document.querySelector('.stateview a');a.scrollIntoView({block:'center'});"
+      "var r=a.getBoundingClientRect();return {x:r.left+r.width/2,y:r.top+r.height/2};})()");
+  b.click(link["x"].get<double>(), link["y"].get<double>());
   auto top = b.eval("document.getElementById('" + at["anchor"].get<std::string>() + "').getBoundingClientRect().top");
   CHECK(std::abs(top.get<double>()) < 40);
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
   CHECK(b.eval("window.__vtErrors||[]") == nlohmann::json::array());
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 namespace {
@@ -711,13 +462,8 @@ TEST_CASE("browser: colours stay apart under colour-vision deficiency, segment m
   skip_without_chromium();
   // A fragmentation OOM (tests/data/oom/bert_16g): states with many segments.
   auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/oom/bert_16g/bert.485.torch.pickle.gz"});
-  fs::path dir = fs::temp_directory_path() / ("vt-report-colours-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path html = dir / "report.html";
-  std::ofstream(html, std::ios::binary) << render_report_html(models);
-  Browser b(html, dir / "browser.err");
-  wait_for_page(b);
-  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  auto report = open_report(models, "colours");
+  Browser& b = report.b();
 
   const auto c = b.eval("vtPage.colors");
   std::map<std::string, std::string> series, blocks, processes;
@@ -751,8 +497,6 @@ TEST_CASE("browser: colours stay apart under colour-vision deficiency, segment m
   CHECK(scrolled["top"].get<double>() > 0);
   CHECK(scrolled["drawn"].get<int>() > 1000);
   screenshot(b, "segment-map-scrolled");
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 TEST_CASE("browser: 2 M marks over 8 ranks give a bounded page that loads and draws", "[browser][bounded]") {
@@ -778,16 +522,11 @@ TEST_CASE("browser: 2 M marks over 8 ranks give a bounded page that loads and dr
     testing::VectorReader reader(l.records, h);
     models.push_back(build_trace_model(reader));
   }
-  fs::path dir = fs::temp_directory_path() / ("vt-report-bounded-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path html = dir / "report.html";
   const std::string page = render_report_html(models);
   INFO("page bytes " << page.size());
   CHECK(page.size() < 2'000'000);  // docs/reports.md: about 2 MB whatever the number of marks and ranks
-  std::ofstream(html, std::ios::binary) << page;
-  Browser b(html, dir / "browser.err");
-  wait_for_page(b);
-  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  auto report = open_page(page, "bounded");
+  Browser& b = report.b();
   // Each rank's device has its own chart, with its marks thinned to the page's bound.
   const auto per = b.eval(
       "(function(){var out=[];vtPage.data.traces.forEach(function(t){t.devices.forEach(function(d){"
@@ -802,8 +541,6 @@ TEST_CASE("browser: 2 M marks over 8 ranks give a bounded page that loads and dr
   }
   screenshot(b, "bounded-8-ranks-2M-marks");
   CHECK(b.eval("window.__vtErrors||[]") == nlohmann::json::array());
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 namespace {
@@ -864,16 +601,11 @@ TEST_CASE("browser: a click on the memory chart shows the state at the checkpoin
                             report_model_options());
   const DeviceModel& d = models.at(0).devices.at(0);
   REQUIRE(d.checkpoints.size() >= ReportOptions{}.checkpoints);
-  fs::path dir = fs::temp_directory_path() / ("vt-report-state-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path html = dir / "report.html";
   const std::string page = render_report_html(models);
   INFO("page bytes " << page.size());
   CHECK(page.size() < 2'000'000);
-  std::ofstream(html, std::ios::binary) << page;
-  Browser b(html, dir / "browser.err");
-  wait_for_page(b);
-  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  auto report = open_page(page, "state");
+  Browser& b = report.b();
   CHECK(b.eval("vtPage.stateViews[0].shown") == nullptr);  // nothing before a click
   // The page keeps the model's checkpoints, one in k for its size, and the end.
   const auto every = b.eval("vtPage.data.traces[0].devices[0].checkpoints_every").get<std::size_t>();
@@ -923,8 +655,6 @@ TEST_CASE("browser: a click on the memory chart shows the state at the checkpoin
   }
   CHECK(events.size() == 3);  // three clicks, three moments
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover, and zooms on a click",
@@ -942,13 +672,8 @@ TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover,
     total += sb.bytes;
   }
   REQUIRE(total > 0);
-  fs::path dir = fs::temp_directory_path() / ("vt-report-icicle-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path html = dir / "report.html";
-  std::ofstream(html, std::ios::binary) << render_report_html(models);
-  Browser b(html, dir / "browser.err");
-  wait_for_page(b);
-  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  auto report = open_report(models, "icicle");
+  Browser& b = report.b();
   // The page's tree adds up: its total, and the sum of its outermost frames, are the model's bytes.
   const auto sums = b.eval(
       "(function(){var ic=vtPage.data.traces[0].devices[0].peak.icicle,top=0;"
@@ -1003,8 +728,6 @@ TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover,
   CHECK(zoomed["focus"] == at["node"]);
   CHECK(zoomed["w"].get<double>() == at["W"].get<double>());
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 TEST_CASE("browser: the stacked per-process chart zooms on a drag and draws its steps", "[browser][stacked]") {
@@ -1013,13 +736,8 @@ TEST_CASE("browser: the stacked per-process chart zooms on a drag and draws its 
   auto models = load_models(
       {data + "/torch-h200/gpt2_train.torchtrace.jsonl.gz", data + "/torch-h200/resnet50_train.torchtrace.jsonl.gz"},
       report_model_options());
-  fs::path dir = fs::temp_directory_path() / ("vt-report-stacked-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path html = dir / "report.html";
-  std::ofstream(html, std::ios::binary) << render_report_html(models);
-  Browser b(html, dir / "browser.err");
-  wait_for_page(b);
-  CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
+  auto report = open_report(models, "stacked");
+  Browser& b = report.b();
   const auto before = b.eval(
       "(function(){var s=vtPage.stacks[0];s.canvas.scrollIntoView({block:'center'});var "
       "r=s.canvas.getBoundingClientRect();"
@@ -1070,6 +788,221 @@ TEST_CASE("browser: the stacked per-process chart zooms on a drag and draws its 
   b.eval("(function(){vtPage.stacks[0].canvas.dispatchEvent(new MouseEvent('dblclick'));return 0;})()");
   CHECK(b.eval("vtPage.stacks[0].view()") == before["view"]);
   CHECK(b.eval("JSON.parse(document.getElementById('vt-probe').textContent).errors") == nlohmann::json::array());
-  std::error_code ec;
-  fs::remove_all(dir, ec);
+}
+
+namespace {
+
+// A long run in the shape of an LLM's decode loop (as tests/bench/gen_long_trace.py writes it):
+// `seconds` of steps 20 ms apart, each a 4 MiB activation freed 1 ms later and a KV cache growing
+// by 256 KiB blocks in a ring of 100; at 61.8 % of the run a burst of 64 allocations 6 us apart,
+// freed 400 us later: the run's peak, in a window far below a bucket's width.
+std::vector<TraceRecord> long_decode_records(double seconds, std::int64_t* burst_ns) {
+  constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB;
+  const std::int64_t t0 = 1'000'000'000'000;  // ns
+  const DevicePtr seg = 0x7F0000000000, act = seg, kv = seg + 4 * MiB, burst = seg + 64 * MiB;
+  std::vector<TraceRecord> r;
+  auto add = [&](Action a, DevicePtr addr, std::uint64_t size, std::int64_t t) {
+    TraceRecord x;
+    x.action = a;
+    x.addr = addr;
+    x.size = size;
+    x.time_ns = t;
+    r.push_back(x);
+  };
+  add(Action::segment_alloc, seg, 512 * MiB, t0);
+  const auto steps = static_cast<int>(seconds * 1000 / 20);
+  const std::int64_t b = t0 + static_cast<std::int64_t>(seconds * 1e9 * 0.618);
+  *burst_ns = b;
+  bool burst_done = false;
+  for (int k = 0; k < steps; ++k) {
+    const std::int64_t t = t0 + 10'000 + std::int64_t{k} * 20'000'000;
+    if (!burst_done && t > b) {
+      DevicePtr a = burst;
+      for (int j = 0; j < 64; ++j) {
+        add(Action::alloc, a, 64 * KiB * (1 + j), b + j * 6'000);
+        a += 64 * KiB * (1 + j);
+      }
+      a = burst;
+      for (int j = 0; j < 64; ++j) {
+        add(Action::free_requested, a, 64 * KiB * (1 + j), b + 400'000 + j * 6'000);
+        add(Action::free_completed, a, 64 * KiB * (1 + j), b + 401'000 + j * 6'000);
+        a += 64 * KiB * (1 + j);
+      }
+      burst_done = true;
+    }
+    add(Action::alloc, act, 4 * MiB, t);
+    const DevicePtr slot = kv + (k % 100) * 256 * KiB;
+    if (k >= 100) {
+      add(Action::free_requested, slot, 256 * KiB, t + 1000);
+      add(Action::free_completed, slot, 256 * KiB, t + 2000);
+    }
+    add(Action::alloc, slot, 256 * KiB, t + 3000);
+    add(Action::free_requested, act, 4 * MiB, t + 1'000'000);
+    add(Action::free_completed, act, 4 * MiB, t + 1'001'000);
+  }
+  std::stable_sort(r.begin(), r.end(),
+                   [](const TraceRecord& x, const TraceRecord& y) { return x.time_ns < y.time_ns; });
+  return r;
+}
+
+// The four series (kSeriesNames) after the last record at or before `t_ns`: a model of that
+// prefix of the run, independent of the page and of the timeline.
+std::array<std::int64_t, 4> series_at(const std::vector<TraceRecord>& records, std::int64_t t_ns) {
+  std::vector<TraceRecord> prefix;
+  for (const auto& x : records)
+    if (x.time_ns <= t_ns) prefix.push_back(x);
+  testing::VectorReader reader(prefix);
+  const TraceModel m = build_trace_model(reader);
+  const DeviceStats& s = m.devices.at(0).stats;
+  return {s.allocated_bytes[kStatAll].current, s.active_bytes[kStatAll].current, s.reserved_bytes[kStatAll].current,
+          s.requested_bytes[kStatAll].current};
+}
+
+// What the page shows at time `t` (ms) of its first chart: its view, valuesAt, the tooltip under
+// the mouse there, and the allocated line's pixels in that column.
+nlohmann::json read_at(Browser& b, double t) {
+  const std::string ts = std::to_string(t);
+  const auto at = b.eval(
+      "(function(){var tln=vtPage.timelines[0];tln.canvas.scrollIntoView({block:'center'});"
+      "var r=tln.canvas.getBoundingClientRect();return {x:r.left+tln.xOf(" +
+      ts + "),y:r.top+60};})()");
+  b.move_mouse(at["x"].get<double>(), at["y"].get<double>());
+  return b.eval(
+      "(function(){var tln=vtPage.timelines[0],d=vtPage.data.traces[0].devices[0],t=" + ts +
+      ",c=tln.canvas,g=c.getContext('2d'),x=Math.round(tln.xOf(t)),col=g.getImageData(x,0,1,c.height).data,ys=[];"
+      "for(var y=0;y<c.height;y++){var p=y*4;if(col[p]<40&&col[p+1]>80&&col[p+1]<150&&col[p+2]>150)ys.push(y);}"
+      "var pw=c.width-100,plot=g.getImageData(80,12,pw,c.height-52).data,hit=new Uint8Array(pw),drawn=0;"
+      "for(var k=0;k<plot.length;k+=4)if(Math.min(plot[k],plot[k+1],plot[k+2])<200)hit[(k>>2)%pw]=1;"
+      "for(var k=0;k<pw;k++)drawn+=hit[k];"
+      "var tip=document.querySelector('.plot .tip');"
+      "return {view:tln.view(),v:vtPage.valuesAt(d,t),ys:ys,drawn:drawn,cols:pw,coarse:tln.coarse,tip:tip.textContent,"
+      "tip_shown:tip.style.display,y_alloc:tln.yOf(vtPage.valuesAt(d,t).allocated.max)};})()");
+}
+
+}  // namespace
+
+TEST_CASE("browser: a long run zooms by drags to a millisecond at its peak, drawn and read exactly",
+          "[browser][deepzoom]") {
+  skip_without_chromium();
+  // Ten minutes of decode steps: the timeline's buckets are about 65 ms wide.
+  std::int64_t burst_ns = 0;
+  const auto records = long_decode_records(600, &burst_ns);
+  testing::VectorReader reader(records);
+  std::vector<TraceModel> models;
+  models.push_back(build_trace_model(reader, report_model_options()));
+  const DeviceModel& d = models[0].devices.at(0);
+  REQUIRE(d.timeline.size() > 1);
+  const double bucket_ms = ms_since(d.timeline[1].t_begin_ns, d.timeline[0].t_begin_ns);
+  INFO("bucket " << bucket_ms << " ms");
+  REQUIRE(bucket_ms > 10);
+  auto report = open_report(models, "deepzoom");
+  Browser& b = report.b();
+
+  // Halfway between the 20th and 21st allocation of the burst: 3 us from either event.
+  const std::int64_t target_ns = burst_ns + 20 * 6'000 + 3'000;
+  const double target = ms_since(target_ns, d.first_time_ns);
+  // Drag around the target, each time a 60-pixel window, until the view is at most 1 ms.
+  nlohmann::json view;
+  for (int k = 0; k < 12; ++k) {
+    view = b.eval("vtPage.timelines[0].view()");
+    if (view[1].get<double>() - view[0].get<double>() <= 1.0) break;
+    const auto at = b.eval(
+        "(function(){var tln=vtPage.timelines[0];tln.canvas.scrollIntoView({block:'center'});"
+        "var r=tln.canvas.getBoundingClientRect();return {x:r.left+tln.xOf(" +
+        std::to_string(target) + "),y:r.top+150};})()");
+    b.drag(at["x"].get<double>() - 30, at["x"].get<double>() + 30, at["y"].get<double>());
+  }
+  INFO(view.dump());
+  REQUIRE(view[1].get<double>() - view[0].get<double>() <= 1.0);
+  REQUIRE(view[0].get<double>() < target);
+  REQUIRE(view[1].get<double>() > target);
+
+  const auto shown = read_at(b, target);
+  INFO(shown.dump(1));
+  screenshot(b, "deep-zoom-at-peak");
+  const auto want = series_at(records, target_ns);
+  // The values read there are the model's at that moment, exactly (not a bucket's range).
+  const char* names[4] = {"allocated", "active", "reserved", "requested"};
+  for (int k = 0; k < 4; ++k) {
+    INFO(names[k]);
+    CHECK(shown["v"][names[k]]["min"].get<std::int64_t>() == want[k]);
+    CHECK(shown["v"][names[k]]["max"].get<std::int64_t>() == want[k]);
+  }
+  CHECK(shown["v"]["exact"] == true);
+  CHECK(shown["coarse"] == 0);
+  CHECK(shown["tip_shown"] == "block");
+  CHECK_THAT(shown["tip"].get<std::string>(), Catch::Contains("allocated: " + fmt_b(static_cast<double>(want[0]))));
+  CHECK_THAT(shown["tip"].get<std::string>(), Catch::Contains("(exact: "));
+  // Drawn: the series run across the view (a drawn pixel in nearly every column), and in the
+  // target's column the allocated line is at the height of the model's value.
+  CHECK(shown["drawn"].get<int>() > 0.9 * shown["cols"].get<int>());
+  REQUIRE_FALSE(shown["ys"].empty());
+  double nearest = 1e9;
+  for (const auto& y : shown["ys"])
+    nearest = std::min(nearest, std::abs(y.get<double>() - shown["y_alloc"].get<double>()));
+  CHECK(nearest <= 2.0);
+
+  // Away from the peak, a 1 ms view is inside one bucket: the page says so, and reads the bucket's
+  // range there, which holds the model's value.
+  const std::int64_t away_ns = d.first_time_ns + static_cast<std::int64_t>(100.5e9);
+  const double away = ms_since(away_ns, d.first_time_ns);
+  b.eval("(function(){vtPage.timelines[0].zoom(" + std::to_string(away - 0.5) + "," + std::to_string(away + 0.5) +
+         ");return 0;})()");
+  const auto coarse = read_at(b, away);
+  INFO(coarse.dump(1));
+  CHECK(coarse["coarse"].get<double>() > 1.0);
+  CHECK_FALSE(coarse["v"].contains("exact"));
+  const auto there = series_at(records, away_ns);
+  for (int k = 0; k < 4; ++k) {
+    CHECK(coarse["v"][names[k]]["min"].get<std::int64_t>() <= there[k]);
+    CHECK(coarse["v"][names[k]]["max"].get<std::int64_t>() >= there[k]);
+  }
+  CHECK_THAT(coarse["tip"].get<std::string>(), !Catch::Contains("(exact"));
+  CHECK(report.errors() == nlohmann::json::array());
+}
+
+TEST_CASE("browser: 2 to 16 long traces share the page's bound on timelines", "[browser][bounded]") {
+  skip_without_chromium();
+  // Ten-minute decode runs, each with a full timeline (8,192 to 16,384 buckets in the model) and
+  // its exact points: what made two long traces exceed 2 MB when each brought its own.
+  std::int64_t burst_ns = 0;
+  const auto records = long_decode_records(600, &burst_ns);
+  const ReportOptions o;
+  for (const std::size_t n : {2u, 4u, 8u, 16u}) {
+    INFO(n << " traces");
+    std::vector<TraceModel> models;
+    for (std::size_t r = 0; r < n; ++r) {
+      TraceHeader h;
+      h.pid = 200 + static_cast<int>(r);
+      h.rank = std::to_string(r);
+      testing::VectorReader reader(records, h);
+      models.push_back(build_trace_model(reader, report_model_options(o, n)));
+    }
+    const nlohmann::json data = report_data(models, o);
+    std::size_t timeline_bytes = 0;
+    for (const auto& t : data["traces"])
+      for (const auto& dj : t["devices"]) {
+        timeline_bytes += dj["tl"].dump().size();
+        CHECK(dj["tl"]["b"].size() >= kMinPageBuckets);
+        CHECK(dj["tl"]["b"].size() <= o.max_page_buckets / n);
+      }
+    INFO("timeline bytes " << timeline_bytes);
+    CHECK(timeline_bytes <= o.max_timeline_bytes);
+    const std::string page = render_report_html(models, o);
+    INFO("page bytes " << page.size());
+    CHECK(page.size() < 2'000'000);  // docs/reports.md: under 2 MB for any number of these traces
+    if (n != 8) continue;
+    auto report = open_page(page, "bounded-long");
+    Browser& b = report.b();
+    // Every device's chart is drawn, and its highest drawn value is the model's peak: merging
+    // buckets for the page's bound loses no peak.
+    const auto drawn = b.eval("JSON.parse(document.getElementById('vt-probe').textContent)");
+    REQUIRE(drawn["drawn_pixels"].size() == n);
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(drawn["drawn_pixels"][i].get<int>() > 1000);
+      CHECK(drawn["devices"][i]["max_allocated"].get<std::int64_t>() ==
+            models[i].devices.at(0).stats.allocated_bytes[kStatAll].peak);
+    }
+    screenshot(b, "bounded-8-long-traces");
+  }
 }

@@ -528,3 +528,102 @@ TEST_CASE("marks belong to the process: on every device's timeline, with their n
   }
   CHECK(m.events == 5);  // but they keep their place in the trace's numbering
 }
+
+TEST_CASE("the timeline's exact points: consecutive events around the first peak, each exact", "[model][timeline]") {
+  // Allocations rise to a peak at event 60 (of 1 MiB blocks), fall, and rise again to the same
+  // height later: the window is around the first moment of the maximum.
+  constexpr std::uint64_t MiB = 1ull << 20;
+  testing::RecordList l;
+  l.add(Action::segment_alloc, 0x100000000, 512 * MiB);
+  for (int i = 0; i < 60; ++i) l.add(Action::alloc, 0x100000000 + i * 2 * MiB, MiB);
+  for (int i = 0; i < 60; ++i) {
+    l.add(Action::free_requested, 0x100000000 + i * 2 * MiB, MiB);
+    l.add(Action::free_completed, 0x100000000 + i * 2 * MiB, MiB);
+  }
+  for (int i = 0; i < 60; ++i) l.add(Action::alloc, 0x100000000 + i * 2 * MiB, MiB);
+  ModelOptions opt;
+  opt.exact_points = 8;
+  testing::VectorReader reader(l.records);
+  const TraceModel m = build_trace_model(reader, opt);
+  const auto& x = m.devices.at(0).exact;
+  REQUIRE(x.size() == 17);  // 8 before the peak, the peak, 8 after
+  // Record k (0-based) is at (k + 1) us; the peak is record 60, the 60th alloc.
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t k = 52 + i;
+    INFO(i);
+    CHECK(x[i].t_ns == static_cast<std::int64_t>(k + 1) * 1000);
+    // Each point is the state after its record: a prefix of the trace as its own model.
+    testing::VectorReader prefix({l.records.begin(), l.records.begin() + static_cast<std::ptrdiff_t>(k + 1)});
+    const TraceModel p = build_trace_model(prefix);
+    const DeviceStats& s = p.devices.at(0).stats;
+    CHECK(x[i].value[0] == s.allocated_bytes[kStatAll].current);
+    CHECK(x[i].value[1] == s.active_bytes[kStatAll].current);
+    CHECK(x[i].value[2] == s.reserved_bytes[kStatAll].current);
+    CHECK(x[i].value[3] == s.requested_bytes[kStatAll].current);
+  }
+  CHECK(x[8].value[0] == static_cast<std::int64_t>(60 * MiB));
+  // Without the option, none.
+  testing::VectorReader again(l.records);
+  CHECK(build_trace_model(again).devices.at(0).exact.empty());
+}
+
+TEST_CASE("checkpoints stay within their byte budget, keeping their largest segments", "[model][checkpoints]") {
+  // 200 segments of 2 MiB, each filled with 600 blocks of 1 KiB, then each segment's blocks freed:
+  // a full checkpoint holds 120,000 blocks, far above a 4 MiB budget shared by 16 checkpoints.
+  constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB;
+  testing::RecordList l;
+  for (int s = 0; s < 200; ++s) {
+    const DevicePtr seg = 0x100000000 + static_cast<DevicePtr>(s) * 4 * MiB;
+    l.add(Action::segment_alloc, seg, 2 * MiB + static_cast<std::uint64_t>(s) * KiB);
+    for (int b = 0; b < 600; ++b) l.add(Action::alloc, seg + static_cast<DevicePtr>(b) * KiB, KiB);
+  }
+  for (int s = 0; s < 200; ++s)
+    for (int b = 0; b < 600; b += 2) {
+      const DevicePtr a = 0x100000000 + static_cast<DevicePtr>(s) * 4 * MiB + static_cast<DevicePtr>(b) * KiB;
+      l.add(Action::free_requested, a, KiB).add(Action::free_completed, a, KiB);
+    }
+  ModelOptions opt;
+  opt.checkpoints = 8;
+  auto total = [](const DeviceModel& d) {
+    std::size_t n = 0;
+    for (const auto& c : d.checkpoints) n += state_bytes(c);
+    return n;
+  };
+  // Unbounded, the checkpoints would take far more.
+  opt.checkpoint_max_bytes = std::size_t{1} << 40;
+  testing::VectorReader unbounded(l.records);
+  const TraceModel big = build_trace_model(unbounded, opt);
+  REQUIRE(total(big.devices.at(0)) > 16 * MiB);
+
+  opt.checkpoint_max_bytes = 4 * MiB;
+  testing::VectorReader reader(l.records);
+  const TraceModel m = build_trace_model(reader, opt);
+  const DeviceModel& d = m.devices.at(0);
+  REQUIRE(d.checkpoints.size() >= opt.checkpoints);
+  CHECK(total(d) <= opt.checkpoint_max_bytes);
+  std::size_t trimmed = 0;
+  for (std::size_t i = 0; i < d.checkpoints.size(); ++i) {
+    const StateAt& c = d.checkpoints[i];
+    const StateAt& full = big.devices.at(0).checkpoints.at(i);
+    INFO("checkpoint " << i);
+    CHECK(state_bytes(c) <= opt.checkpoint_max_bytes / (2 * opt.checkpoints));
+    // The figures stay exact; the layout keeps its largest segments, in address order, and says
+    // how many it left out.
+    CHECK(c.event_index == full.event_index);
+    CHECK(c.stats.allocated_bytes[kStatAll].current == full.stats.allocated_bytes[kStatAll].current);
+    CHECK(c.layout.segments.size() + c.segments_left_out == full.layout.segments.size() + full.segments_left_out);
+    trimmed += c.segments_left_out > 0;
+    std::uint64_t smallest_kept = ~0ull;
+    for (std::size_t k = 0; k < c.layout.segments.size(); ++k) {
+      if (k) CHECK(c.layout.segments[k - 1].address < c.layout.segments[k].address);
+      smallest_kept = std::min(smallest_kept, c.layout.segments[k].total_size);
+    }
+    if (c.segments_left_out)
+      for (const auto& g : full.layout.segments) {
+        const bool kept = std::any_of(c.layout.segments.begin(), c.layout.segments.end(),
+                                      [&](const SegmentSnapshot& x) { return x.address == g.address; });
+        if (!kept) CHECK(g.total_size <= smallest_kept);
+      }
+  }
+  CHECK(trimmed > 0);
+}

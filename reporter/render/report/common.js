@@ -3,11 +3,17 @@ window.addEventListener('error',function(e){errors.push(String(e.message));});
 var DATA=JSON.parse(document.getElementById('vt-data').textContent);
 // Note [the timeline in the page] in report_html.cpp: each device's buckets from their short
 // whole numbers into the arrays the charts read (times in ms, as ns / 1e6, values in bytes).
-function decodeTimeline(e){var n=e.b.length,tl={t:new Array(n),te:new Array(n)},end=0;
+// Typed arrays: the charts read them for every bucket in view at each redraw.
+function decodeTimeline(e){var n=e.b.length,tl={t:new Float64Array(n),te:new Float64Array(n)},end=0;
  for(var i=0;i<n;i++){var b=end+e.b[i];end=b+e.d[i];tl.t[i]=b/1e6;tl.te[i]=end/1e6;}
- ['a','c','r','q'].forEach(function(k){var last=0,L=new Array(n),mn=new Array(n),mx=new Array(n);
+ ['a','c','r','q'].forEach(function(k){var last=0,L=new Float64Array(n),mn=new Float64Array(n),mx=new Float64Array(n);
   for(var i=0;i<n;i++){last+=e[k+'l'][i];L[i]=last;mn[i]=last-e[k+'n'][i];mx[i]=last+e[k+'x'][i];}
-  tl[k+'last']=L;tl[k+'min']=mn;tl[k+'max']=mx;});return tl;}
+  tl[k+'last']=L;tl[k+'min']=mn;tl[k+'max']=mx;});
+ // The exact points around the peak (Note [the timeline's exact points around the peak]): xt their
+ // times (ms), xa, xc, xr, xq each series after each point's event.
+ var x=e.x,m=x?x.t.length:0;tl.xt=new Float64Array(m);var tx=0;for(var i=0;i<m;i++){tx+=x.t[i];tl.xt[i]=tx/1e6;}
+ ['a','c','r','q'].forEach(function(k){var v=new Float64Array(m),acc=0;for(var i=0;i<m;i++){acc+=x[k][i];v[i]=acc;}tl['x'+k]=v;});
+ return tl;}
 DATA.traces.forEach(function(tr){tr.devices.forEach(function(dev){dev.tl=decodeTimeline(dev.tl);});});
 // Okabe and Ito's colour-blind-safe palette: every pair of the plot's series, and of the segment
 // map's block states, stays apart (CIELAB distance at least 15) under simulated protanopia,
@@ -38,7 +44,14 @@ function bucketAt(tl,t){var lo=0,hi=tl.t.length-1;if(hi<0)return -1;if(t<tl.t[0]
  while(lo<hi){var mid=(lo+hi+1)>>1;if(tl.t[mid]<=t)lo=mid;else hi=mid-1;}return lo;}
 // Between two buckets nothing happened: the values are the earlier bucket's last ones, held until
 // the next bucket begins (gap: true, t_begin .. t_end is the idle stretch).
-function valuesAt(dev,t){var tl=dev.tl,i=bucketAt(tl,t);if(i<0)return null;var n=tl.t.length;
+// Within the exact points' span, the value after the last event at or before t, exactly (exact:
+// true, t_begin .. t_end the events around it).
+function exactAt(tl,t){var m=tl.xt.length;if(!m||t<tl.xt[0]||t>tl.xt[m-1])return -1;var lo=0,hi=m-1;
+ while(lo<hi){var mid=(lo+hi+1)>>1;if(tl.xt[mid]<=t)lo=mid;else hi=mid-1;}return lo;}
+function valuesAt(dev,t){var tl=dev.tl,j=exactAt(tl,t);
+ if(j>=0){var m=tl.xt.length,o={bucket:-1,exact:true,gap:false,t_begin:tl.xt[j],t_end:j+1<m?tl.xt[j+1]:tl.xt[j]};
+  SERIES.concat([['requested','q']]).forEach(function(s){var v=tl['x'+s[1]][j];o[s[0]]={min:v,max:v,last:v};});return o;}
+ var i=bucketAt(tl,t);if(i<0)return null;var n=tl.t.length;
  var gap=t>tl.te[i]&&i+1<n;var o={bucket:i,gap:gap,t_begin:gap?tl.te[i]:tl.t[i],t_end:gap?tl.t[i+1]:tl.te[i]};
  SERIES.concat([['requested','q']]).forEach(function(s){var last=tl[s[1]+'last'][i];
   o[s[0]]=gap?{min:last,max:last,last:last}:{min:tl[s[1]+'min'][i],max:tl[s[1]+'max'][i],last:last};});return o;}

@@ -14,7 +14,7 @@ DATA.traces.forEach(function(tr,ti){
   var h=el('div');main.appendChild(h);var tln=new Timeline(dev,h);timelines.push(tln);
   dev.notes.forEach(function(n){main.appendChild(el('div',{'class':'note'},n));});
   var sv=el('div');main.appendChild(sv);stateViews.push(new StateView(dev,sv,tln,S));
-  if(dev.peak){main.appendChild(el('h3',null,'Allocator state at the peak of allocated memory'));stateFigures(main,dev.peak);var sh=el('div');main.appendChild(sh);Segments(dev.peak,sh);
+  if(dev.peak){main.appendChild(el('h3',null,'Allocator state at the peak of allocated memory'));stateFigures(main,dev.peak);var sh=el('div');main.appendChild(sh);new Segments(dev.peak,sh);
    main.appendChild(el('h3',null,'The biggest allocations alive at the peak'));biggest(main,dev.peak.biggest,S);sites(main,'Top allocation sites at the peak',dev.peak.sites,S);
    if(dev.peak.icicle&&S){main.appendChild(el('h3',null,'Bytes allocated at the peak by call stack (outermost caller on top)'));
     main.appendChild(el('div',{'class':'sub'},'hover a frame for its bytes; click to zoom into it, double-click to go back'));var ih=el('div');main.appendChild(ih);icicles.push(new Icicle(dev.peak.icicle,S,ih));}}
@@ -24,7 +24,7 @@ DATA.traces.forEach(function(tr,ti){
    if(!o.state)main.appendChild(el('div',{'class':'note'},'Its moment and the allocator\u2019s state at it were not recorded.'+(o.message?' Message: '+o.message:'')));
    main.appendChild(el('div',{'class':'diag'},'Diagnosis: '+o.diagnosis+' \u2014 '+o.headline));o.reasons.forEach(function(r){main.appendChild(el('div',{'class':'sub'},'because '+r));});
    if(o.next_step)main.appendChild(el('div',null,'Next step: '+o.next_step));if(o.request!==null)main.appendChild(el('div',null,'request '+fmtB(o.request)+', free on the device '+fmtB(o.device_free)));
-   if(o.state){stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);Segments(o.state,oh);
+   if(o.state){stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);new Segments(o.state,oh);
     main.appendChild(el('h3',null,'The biggest allocations alive at this moment'));biggest(main,o.state.biggest,S);}
    sites(main,'Top allocation sites alive at this moment',o.sites,S);});
   main.appendChild(el('h3',null,'Summary (torch.cuda.memory_summary layout)'));main.appendChild(el('pre',null,dev.summary_table));
