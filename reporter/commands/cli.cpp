@@ -2,6 +2,7 @@
 #include <atomic>
 #include <string>
 
+#include "analyses/check_input.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "readers/trace_paths.h"
@@ -78,8 +79,12 @@ std::vector<std::string> traces_to_read(const std::vector<std::string>& args, co
                                         const char* command, bool include_summary_json) {
   TracePathOptions po;
   po.include_summary_json = include_summary_json;
-  std::vector<std::string> paths = expand_trace_paths(args, po);
   std::vector<std::string> notes;
+  if (include_summary_json) {
+    po.is_summary = is_summary_document;
+    po.skipped = &notes;
+  }
+  std::vector<std::string> paths = expand_trace_paths(args, po);
   paths = choose_trace_level(paths, parse_trace_level(level).value_or(TraceLevel::automatic), notes);
   for (const std::string& n : notes) logger().info("vramtrace {}: {}", command, n);
   return paths;

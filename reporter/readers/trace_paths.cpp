@@ -139,7 +139,21 @@ std::vector<std::string> expand_trace_paths(const std::vector<std::string>& args
       for (const auto& entry : fs::directory_iterator(a, ec)) {
         if (!entry.is_regular_file(ec)) continue;
         std::string name = entry.path().filename().string();
-        if (is_trace_file_name(name, options)) found.push_back(entry.path().string());
+        if (!is_trace_file_name(name, options)) continue;
+        if (!ends_with(without_compression(name), ".json")) {
+          found.push_back(entry.path().string());
+          continue;
+        }
+        // A summary document, not the sidecar of a snapshot (read beside it) or another program's
+        // JSON: `vramtrace run` writes sidecars into the same directory as the traces.
+        if (ends_with(without_compression(name), ".torch.pickle.json")) continue;
+        if (options.is_summary && !options.is_summary(entry.path().string())) {
+          if (options.skipped)
+            options.skipped->push_back(entry.path().string() +
+                                       ": not a summary document (`vramtrace summary --json`): left out");
+          continue;
+        }
+        found.push_back(entry.path().string());
       }
       if (ec) throw TraceError(a + ": cannot list the directory: " + ec.message());
       if (found.empty())

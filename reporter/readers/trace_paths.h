@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,13 @@ struct TracePathOptions {
   /// summary --json` documents that `check` and `diff` read. Off for summary/report/oom, which
   /// read traces only.
   bool include_summary_json = false;
+  /// With include_summary_json: whether a `.json` file found in a directory is a summary document
+  /// (reads it); the others (a program's config.json, ...) are left out, each with a line in
+  /// `skipped`. Unset: every `.json` is taken. PyTorch's sidecars (`*.torch.pickle.json`, read
+  /// beside their snapshot) are never taken from a directory.
+  std::function<bool(const std::string&)> is_summary;
+  /// Where the lines about files left out of a directory go (may be null).
+  std::vector<std::string>* skipped = nullptr;
 };
 
 /// True for a file name that a directory argument picks up: vramtrace and PyTorch traces

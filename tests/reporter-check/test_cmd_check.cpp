@@ -155,6 +155,31 @@ TEST_CASE("check peaks ratio and OOM budgets both ways on a trace", "[cmd][check
   CHECK(sh(kVt + " check " + c11 + " --max-ooms 1").rc == 0);
 }
 
+TEST_CASE("check of the directory `vramtrace run` writes: sidecars and other JSON left out", "[cmd][check][dir]") {
+  // A run's directory holds each process's trace, PyTorch's snapshot and its sidecar
+  // (*.torch.pickle.json), and often the program's own JSON files; a summary document is read.
+  const fs::path run = dir() / "run_dir";
+  fs::create_directories(run);
+  fs::copy_file(flat_trace(), run / "flat.torchtrace.jsonl", fs::copy_options::overwrite_existing);
+  std::ofstream(run / "train.123.torch.pickle.json") << R"({"format": "vramtrace-torch-sidecar", "devices": []})";
+  std::ofstream(run / "config.json") << R"({"lr": 0.001})";
+  auto r = sh(kVt + " check " + run.string() + " --max-peak-allocated 620MiB");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("config.json: not a summary document") != std::string::npos);
+  CHECK(r.out.find("torch.pickle.json") == std::string::npos);
+  CHECK(sh(kVt + " check " + run.string() + " --max-peak-allocated 550MiB").rc == 1);
+  // A summary document in the directory is still read: its figures count (this one is over).
+  const auto summary = sh(kVt + " summary --json -q " + data("check/c11_resumed.torchtrace.jsonl"));
+  REQUIRE(summary.rc == 0);
+  std::ofstream(run / "c11.summary.json") << summary.out;
+  auto both = sh(kVt + " check " + run.string() + " --max-peak-allocated 620MiB");
+  CHECK(both.rc == 1);
+  CHECK(both.out.find("c11_resumed") != std::string::npos);  // the summary names its trace
+  // Named on the command line, a JSON file that is not a summary is still an error.
+  CHECK(sh(kVt + " check " + (run / "config.json").string() + " --max-peak-allocated 620MiB").rc == 2);
+  fs::remove_all(run);
+}
+
 TEST_CASE("check --max-retries on PyTorch's history: not recorded exit 2", "[cmd][check]") {
   auto r = sh(kVt + " check " + flat_trace() + " --max-retries 0");
   CHECK(r.rc == 2);
