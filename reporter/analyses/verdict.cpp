@@ -53,6 +53,9 @@ Judgement judge_replay(const ReplayResult& at, const ReplayResult* with_bound, s
                        std::uint64_t bound) noexcept {
   Judgement j;
   j.bound_bytes = bound;
+  // A fraction or a limit caps the allocator below the device: the margin is to that cap.
+  capacity = allowed_bytes(at.config.settings, capacity);
+  j.allowed_bytes = capacity;
   const std::int64_t peak = at.stats.reserved_bytes[kStatAll].peak;
   j.margin_bytes = std::max<std::int64_t>(0, static_cast<std::int64_t>(capacity) - peak);
   if (at.failed_allocs == 0) {
@@ -69,11 +72,30 @@ Judgement judge_replay(const ReplayResult& at, const ReplayResult* with_bound, s
   return j;
 }
 
+std::uint64_t allowed_bytes(const AllocatorSettings& s, std::uint64_t capacity) noexcept {
+  std::uint64_t allowed = capacity;
+  if (s.per_process_memory_fraction < 1.0)
+    allowed =
+        std::min(allowed, static_cast<std::uint64_t>(s.per_process_memory_fraction * static_cast<double>(capacity)));
+  if (s.limit_bytes != 0) allowed = std::min(allowed, s.limit_bytes);
+  return allowed;
+}
+
 std::vector<ReplayConfig> with_bound_lanes(const std::vector<ReplayConfig>& configs, std::uint64_t bound) {
   std::vector<ReplayConfig> out = configs;
   for (const ReplayConfig& c : configs) {
+    // The bound's extra memory goes to what binds: the device, and a fraction or limit that caps
+    // the allocator below it (else "an OOM also with the bound more" would test nothing).
     ReplayConfig b = c;
     b.capacity_bytes = c.capacity_bytes + bound;
+    AllocatorSettings& s = b.settings;
+    if (s.limit_bytes != 0) s.limit_bytes += bound;
+    if (s.per_process_memory_fraction < 1.0) {
+      const double wider =
+          (s.per_process_memory_fraction * static_cast<double>(c.capacity_bytes) + static_cast<double>(bound)) /
+          static_cast<double>(b.capacity_bytes);
+      s.per_process_memory_fraction = std::min(1.0, wider);
+    }
     out.push_back(b);
   }
   return out;

@@ -64,11 +64,20 @@ struct Judgement {
   /// memory reserved at its peak (0 when it stayed below the capacity: the OOM came from the
   /// layout, not the amount). Empty otherwise.
   std::optional<std::uint64_t> shortfall_bytes;
+  /// What the setting let the allocator reserve (allowed_bytes): the capacity, or less under a
+  /// memory fraction or a limit. The margin is measured from it.
+  std::uint64_t allowed_bytes = 0;
 };
+
+/// The bytes a setting lets the allocator reserve on a device of `capacity_bytes`: the capacity,
+/// or `per_process_memory_fraction` of it, or `limit`, whichever is least (the allocator's
+/// allowed_memory(), as PyTorch's set_per_process_memory_fraction caps it). Pure.
+std::uint64_t allowed_bytes(const AllocatorSettings& settings, std::uint64_t capacity_bytes) noexcept;
 
 /// Judges one setting from its replay on the simulated capacity and its replay on capacity +
 /// bound (the same trace, the same setting; null when that lane was not run, then an OOM is
-/// `does_not_fit`). Pure.
+/// `does_not_fit`). The margin is measured from what the setting allows on `capacity_bytes`
+/// (allowed_bytes: a memory fraction or a limit caps it below the capacity). Pure.
 Judgement judge_replay(const ReplayResult& at_capacity, const ReplayResult* with_bound, std::uint64_t capacity_bytes,
                        std::uint64_t bound_bytes) noexcept;
 

@@ -58,15 +58,18 @@ struct Verdicts {
   std::vector<std::string> warnings;
 };
 
-std::string verdict_cell(const Judgement& j, std::uint64_t ooms) {
+std::string verdict_cell(const Judgement& j, std::uint64_t ooms, std::uint64_t capacity) {
+  // Spare memory under a fraction or a limit is spare below that cap, not below the device.
+  const std::string spare =
+      j.allowed_bytes < capacity
+          ? fmt::format("{} spare of the {} allowed", format_size(static_cast<std::uint64_t>(j.margin_bytes)),
+                        format_size(j.allowed_bytes))
+          : fmt::format("{} spare", format_size(static_cast<std::uint64_t>(j.margin_bytes)));
   switch (j.verdict) {
     case WhatIfVerdict::fits:
-      return fmt::format("fits ({} spare > {} bound)", format_size(static_cast<std::uint64_t>(j.margin_bytes)),
-                         format_size(j.bound_bytes));
+      return fmt::format("fits ({} > {} bound)", spare, format_size(j.bound_bytes));
     case WhatIfVerdict::marginal:
-      if (ooms == 0)
-        return fmt::format("marginal ({} spare <= {} bound: verify)",
-                           format_size(static_cast<std::uint64_t>(j.margin_bytes)), format_size(j.bound_bytes));
+      if (ooms == 0) return fmt::format("marginal ({} <= {} bound: verify)", spare, format_size(j.bound_bytes));
       return fmt::format("marginal (OOM here, none with {} more: verify)", format_size(j.bound_bytes));
     case WhatIfVerdict::does_not_fit:
       return fmt::format("does not fit (OOM also with {} more)", format_size(j.bound_bytes));
@@ -158,7 +161,7 @@ void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
   if (v.known) {
     std::vector<std::string> cells;
     for (std::size_t i = 0; i < rep.results.size(); ++i)
-      cells.push_back(verdict_cell(v.judged[i], rep.results[i].failed_allocs));
+      cells.push_back(verdict_cell(v.judged[i], rep.results[i].failed_allocs, v.capacity_bytes));
     table.emplace_back("verdict", std::move(cells));
   }
   if (rep.results.size() == 1) {
@@ -260,6 +263,7 @@ void print_json(const ReplayReport& rep, const Verdicts& v, bool multi_device, c
       const Judgement& jd = v.judged[i];
       o["verdict"] = whatif_verdict_name(jd.verdict);
       o["margin_bytes"] = jd.margin_bytes;
+      o["allowed_bytes"] = jd.allowed_bytes;
       o["shortfall_bytes"] =
           jd.shortfall_bytes ? nlohmann::ordered_json(*jd.shortfall_bytes) : nlohmann::ordered_json(nullptr);
     } else {
@@ -404,6 +408,23 @@ int run_replay(const ReplayArgs& args) {
       shown.push_back(r);
     }
     rep.results = std::move(shown);
+    // The trace's own settings must run out of memory where the trace did (as `oom` requires of
+    // its replays): when they do not, the capacity is more than the program could use (the CUDA
+    // context and memory outside the allocator are not in a device total, nor a cap the trace does
+    // not record), and no verdict on it holds.
+    if (counter.ooms() > 0 && capacity == 0 && v.known) {
+      for (const ReplayResult& r : rep.results) {
+        if (r.config.settings.text != reader->header().settings || r.failed_allocs != 0) continue;
+        v.warnings.push_back(fmt::format(
+            "the trace records {} OOM(s), but its own settings ({}) run without one on {} ({}): that is more than "
+            "the program could use, so no verdict is given. `vramtrace oom {}` replays on what the allocator could "
+            "reach at the OOM (reserved + free then); or give the real limit with --capacity SIZE",
+            counter.ooms(), settings_label(r.config), format_size(v.capacity_bytes), v.capacity_source, args.trace));
+        v.known = false;
+        v.judged.clear();
+        break;
+      }
+    }
     bool multi_device = false;
     for (const auto& r : rep.results) multi_device |= r.device != 0;
     if (args.json)

@@ -115,6 +115,39 @@ TEST_CASE("verdicts: fits above the bound, marginal within it either way, does n
   CHECK(std::string(whatif_verdict_name(WhatIfVerdict::does_not_fit)) == "does_not_fit");
 }
 
+TEST_CASE("verdicts under a memory fraction or a limit: spare below the cap, the bound added to the cap",
+          "[whatif][limits]") {
+  const std::uint64_t device = 140 * GiB, bound = whatif_error_bound(device);
+  AllocatorSettings limit, fraction, both;
+  std::string err;
+  REQUIRE(AllocatorSettings::parse("limit:15GiB", limit, err));
+  REQUIRE(AllocatorSettings::parse("per_process_memory_fraction:0.05", fraction, err));
+  REQUIRE(AllocatorSettings::parse("per_process_memory_fraction:0.5,limit:15GiB", both, err));
+  CHECK(allowed_bytes(AllocatorSettings{}, device) == device);
+  CHECK(allowed_bytes(limit, device) == 15 * GiB);
+  CHECK(allowed_bytes(fraction, device) == 7 * GiB);
+  CHECK(allowed_bytes(both, device) == 15 * GiB);
+  // 14.24 GiB reserved under a 15 GiB limit on a 140 GiB device: 0.76 GiB spare, within the bound.
+  ReplayResult at = result(static_cast<std::int64_t>(device / 140 * 1424 / 100), 0);
+  at.config.settings = limit;
+  at.config.capacity_bytes = device;
+  const Judgement j = judge_replay(at, nullptr, device, bound);
+  CHECK(j.allowed_bytes == 15 * GiB);
+  CHECK(j.margin_bytes == static_cast<std::int64_t>(15 * GiB - device / 140 * 1424 / 100));
+  CHECK(j.verdict == WhatIfVerdict::marginal);
+  // The bound's lane widens what binds: the limit, and the fraction to the same bytes more.
+  std::vector<ReplayConfig> configs(2);
+  configs[0].settings = limit;
+  configs[1].settings = fraction;
+  for (auto& c : configs) c.capacity_bytes = device;
+  const std::vector<ReplayConfig> lanes = with_bound_lanes(configs, bound);
+  REQUIRE(lanes.size() == 4);
+  CHECK(lanes[2].capacity_bytes == device + bound);
+  CHECK(allowed_bytes(lanes[2].settings, lanes[2].capacity_bytes) == 15 * GiB + bound);
+  const double widened = static_cast<double>(allowed_bytes(lanes[3].settings, lanes[3].capacity_bytes));
+  CHECK(widened == Approx(static_cast<double>(7 * GiB + bound)).epsilon(1e-9));
+}
+
 TEST_CASE("a cap the trace records makes the diagnosis capacity, not unexplained", "[whatif][oom][limits]") {
   TempDir tmp;
   // The device had 7 GiB free; PyTorch's memory fraction allowed 100 MiB.

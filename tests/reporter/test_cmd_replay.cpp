@@ -53,8 +53,8 @@ TEST_CASE("vramtrace replay --json prints the documented object", "[cli]") {
   const auto& res = j["results"][0];
   std::vector<std::string> keys;
   for (auto it = res.begin(); it != res.end(); ++it) keys.push_back(it.key());
-  CHECK(keys == std::vector<std::string>{"capacity_bytes", "first_oom", "margin_bytes", "notes", "settings",
-                                         "shortfall_bytes", "stats", "verdict"});  // nlohmann sorts
+  CHECK(keys == std::vector<std::string>{"allowed_bytes", "capacity_bytes", "first_oom", "margin_bytes", "notes",
+                                         "settings", "shortfall_bytes", "stats", "verdict"});  // nlohmann sorts
   CHECK(res["verdict"] == "fits");                                                 // 125 GiB spare on the H200's total
   CHECK(j["capacity_source"] == "the trace's device total");
   CHECK(j["covers"] == "whole_trace");
@@ -209,6 +209,33 @@ TEST_CASE("vramtrace replay: a trace that ends at its OOM, and --full", "[cli]")
   j = nlohmann::json::parse(r.out);
   REQUIRE(j["warnings"].size() == 1);
   CHECK_THAT(j["warnings"][0].get<std::string>(), Catch::Contains("may not be the same program"));
+}
+
+TEST_CASE("vramtrace replay: no verdict when the trace's own settings do not reproduce its OOM", "[cli]") {
+  // 800 MiB allocated on a 1 GiB device, then a 100 MiB request failed: the program could use less
+  // than the device total (its CUDA context, memory outside the allocator). The replay on 1 GiB
+  // runs without the OOM, so "fits" there would be a promise the real run broke.
+  const std::string died = kHeader + "\n" +
+                           R"({"action": "segment_alloc", "addr": 4294967296, "size": 419430400, "stream": 0})" + "\n" +
+                           R"({"action": "alloc", "addr": 4294967296, "size": 419430400, "stream": 0})" + "\n" +
+                           R"({"action": "segment_alloc", "addr": 8589934592, "size": 419430400, "stream": 0})" + "\n" +
+                           R"({"action": "alloc", "addr": 8589934592, "size": 419430400, "stream": 0})" + "\n" +
+                           R"({"action": "oom", "size": 104857600, "stream": 0, "device_free": 50000000})" + "\n";
+  auto path = write_file("unreproduced.torchtrace.jsonl", died);
+  Run r = run_cli("replay " + quote(path) + " --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["results"][0]["verdict"].is_null());
+  REQUIRE(j["warnings"].size() == 1);
+  CHECK_THAT(j["warnings"][0].get<std::string>(), Catch::Contains("no verdict") && Catch::Contains("vramtrace oom"));
+  r = run_cli("replay " + quote(path));
+  CHECK_THAT(r.out, Catch::Contains("WARNING: the trace records 1 OOM(s)"));
+  CHECK_THAT(r.out, !Catch::Contains("fits"));
+  // With the real limit given, the verdicts come back (and the OOM is reproduced).
+  r = run_cli("replay " + quote(path) + " --capacity 850MiB --json");
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["results"][0]["verdict"] == "does_not_fit");
 }
 
 TEST_CASE("vramtrace oom: --capacity takes card names and applies to the diagnosis", "[cli]") {
