@@ -259,7 +259,8 @@ void export_parquet(const std::vector<std::string>& paths, const std::string& ou
 
 void register_export(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "export", "Write traces for other viewers: PyTorch's memory snapshot (memory_viz) or a Perfetto trace");
+      "export",
+      "Write traces for other tools: PyTorch's memory snapshot (memory_viz), a Perfetto trace, or Parquet tables");
   struct Opts {
     std::vector<std::string> traces;
     std::string format;
