@@ -362,3 +362,26 @@ TEST_CASE("progress line: only on a terminal, after the delay, rewritten in plac
     std::fclose(f);
   }
 }
+
+TEST_CASE("tune without a trace from any run says nothing was measured, never that the program needs less memory",
+          "[cli][tune]") {
+  // `true` makes no CUDA call: the runs leave no trace, as a program that never reaches the GPU.
+  const std::string out = " -o " + (dir() / "tune").string();
+  const Result r = vt("tune --candidates expandable_segments:True" + out + " -- true");
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "No run left a trace"));
+  CHECK_FALSE(has(r.out, "needs less memory"));
+  CHECK_FALSE(has(r.out, "No setting tried fits"));
+  const Result j = vt("tune --json --candidates expandable_segments:True" + out + " -- true");
+  CHECK(j.rc == 2);
+  CHECK(has(j.err, "no run left a trace"));
+  CHECK(nlohmann::json::parse(j.out)["runs"].size() == 2);
+}
+
+TEST_CASE("tune blames bad settings in the environment on the environment, not on a candidate", "[cli][tune]") {
+  const Result r = vt("tune --candidates expandable_segments:True -o " + (dir() / "tune-env").string() + " -- true",
+                      "PYTORCH_CUDA_ALLOC_CONF=garbage");
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, "PYTORCH_CUDA_ALLOC_CONF in the environment ('garbage')"));
+  CHECK_FALSE(has(r.err, "candidate"));
+}
