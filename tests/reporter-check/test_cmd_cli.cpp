@@ -385,3 +385,10 @@ TEST_CASE("tune blames bad settings in the environment on the environment, not o
   CHECK(has(r.err, "PYTORCH_CUDA_ALLOC_CONF in the environment ('garbage')"));
   CHECK_FALSE(has(r.err, "candidate"));
 }
+
+TEST_CASE("settings joined by semicolons are refused with the hint that commas separate them", "[cli]") {
+  const Result r = vt("replay --conf 'expandable_segments:True;max_split_size_mb:128' " + kGpt2);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, "expected True or False"));
+  CHECK(has(r.err, "settings are separated by ','"));
+}
