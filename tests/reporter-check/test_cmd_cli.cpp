@@ -392,3 +392,14 @@ TEST_CASE("settings joined by semicolons are refused with the hint that commas s
   CHECK(has(r.err, "expected True or False"));
   CHECK(has(r.err, "settings are separated by ','"));
 }
+
+TEST_CASE("explain quotes a request size it found but could not read", "[cli]") {
+  for (const std::string size : {"99999999999999999999.00 GiB", "-5.00 MiB"}) {
+    INFO(size);
+    const Result r =
+        vt("explain 'CUDA out of memory. Tried to allocate " + size + " (GPU 0; 15.00 GiB total capacity)'");
+    CHECK(r.rc == 0);  // a recognised message whose verdict is undetermined, as a cut one
+    CHECK(has(r.out, "the request size \"" + size + "\" is in the input but could not be read"));
+    CHECK_FALSE(has(r.out, "not in the input"));
+  }
+}
