@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analyses/oom_whatif.h"
+#include "analyses/printable.h"
 #include "analyses/replay.h"
 #include "analyses/verdict.h"
 #include "commands/commands.h"
@@ -151,8 +152,9 @@ std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::ve
 
 void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
   const TraceHeader& h = rep.header;
-  out("trace     {} ({}{}{})\n", h.path, h.format, h.workload.empty() ? "" : ", workload " + h.workload,
-      fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : h.settings));
+  out("trace     {} ({}{}{})\n", printable(h.path), h.format,
+      h.workload.empty() ? "" : ", workload " + printable(h.workload),
+      fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : printable(h.settings)));
   out("events    {} ({} allocation requests){}\n", rep.events, rep.alloc_requests,
       rep.incomplete ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event"
                      : "");

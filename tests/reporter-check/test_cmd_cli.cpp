@@ -403,3 +403,25 @@ TEST_CASE("explain quotes a request size it found but could not read", "[cli]") 
     CHECK_FALSE(has(r.out, "not in the input"));
   }
 }
+
+TEST_CASE("text reports print a trace's control characters escaped", "[cli]") {
+  // Frame names (a snapshot's sites) and a torchtrace header's workload.
+  const fs::path trace = dir() / "esc.torchtrace.jsonl";
+  std::ofstream(trace, std::ios::binary)
+      << R"({"kind":"header","workload":"w\u001b[31m\r\nFAKE W\u0007","total":17179869184})"
+         "\n"
+      << R"({"action":"segment_alloc","addr":4194304,"size":2097152,"stream":0})"
+         "\n"
+      << R"({"action":"alloc","addr":4194304,"size":1048576,"stream":0})"
+         "\n";
+  const std::string pickle = data("pickle/esc.snapshot.pickle");
+  for (const std::string& args : std::vector<std::string>{"summary " + pickle, "summary " + trace.string(),
+                                                          "oom " + trace.string(), "replay " + trace.string()}) {
+    INFO(args);
+    const Result r = vt(args);
+    CHECK(r.rc == 0);
+    CHECK(has(r.out, "\\x1b[31m"));
+    for (const std::string raw : {"\x1b", "\r", "\x07", "\nFAKE", "\xc2\x9b"}) CHECK_FALSE(has(r.out, raw));
+  }
+  CHECK(has(vt("summary " + pickle).out, "evil\\x1b[31mRED\\x1b]0;title\\x07\\r\\nFAKE LINE.py:7 in f\\u009b2J"));
+}
