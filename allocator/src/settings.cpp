@@ -237,7 +237,12 @@ bool AllocatorSettings::parse(std::string_view conf, AllocatorSettings& out, std
   s.text = text;
   for (std::string_view item : split_top_level(text)) {
     if (item.empty()) continue;
-    if (!parse_item(item, s, error)) return false;
+    if (!parse_item(item, s, error)) {
+      // `tune --candidates` separates its settings by ';', which makes this slip easy.
+      if (item.find(';') != std::string_view::npos)
+        error += " (settings are separated by ',', as in PYTORCH_CUDA_ALLOC_CONF, not ';')";
+      return false;
+    }
   }
   out = s;
   return true;

@@ -106,6 +106,7 @@ OomFigures figures_from_message(const OomMessage& m) {
     return p->bytes;
   };
   f.exceeds_1eb = m.exceeds_1eb;
+  f.unreadable_request = m.unreadable_requested;
   f.platform = m.platform;
   f.printed = true;
   if (m.format == OomMessageFormat::mps) {
@@ -179,6 +180,16 @@ bool rule_exceeds_1eb(const OomFigures& f, Diagnosis& d) {
 bool undetermined_without_request(const OomFigures& f, Diagnosis& d) {
   if (f.request) return false;
   d.code = DiagnosisCode::undetermined;
+  if (!f.unreadable_request.empty()) {
+    d.headline = fmt::format(
+        "the request size \"{}\" is in the input but could not be read (out of range or negative), so no "
+        "verdict is possible",
+        f.unreadable_request);
+    d.next_step =
+        "Check that the message was copied whole and unchanged. Or record a trace (vramtrace run) and use "
+        "`vramtrace oom`.";
+    return true;
+  }
   d.headline = "the request size is not in the input, so no verdict is possible";
   d.next_step =
       "Paste the whole message: the figures follow \"Tried to allocate\" on the same line. Or record a "

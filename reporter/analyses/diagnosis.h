@@ -60,6 +60,8 @@ struct OomFigures {
   /// MPS: memory of the process outside the MPS allocator's heaps ("other allocations").
   std::optional<std::uint64_t> mps_other;
   bool exceeds_1eb = false;
+  /// The request as printed when it could not be read (OomMessage::unreadable_requested).
+  std::string unreadable_request;
   /// True for a TensorFlow BFC allocator, whose "device" is the allocator's memory limit.
   bool bfc = false;
   /// Whose allocator failed: the advice names its variables (PYTORCH_HIP_ALLOC_CONF on ROCm, the

@@ -114,6 +114,23 @@ std::optional<PrintedSize> size_before(std::string_view s, std::size_t pos) {
   return out;
 }
 
+/// The figure printed at `pos` as it stands, a number (signed, with exponent) and its unit, when
+/// size_at could not read it: for saying which figure was unreadable. Empty when no number is there.
+std::string printed_figure(std::string_view s, std::size_t pos) {
+  while (pos < s.size() && s[pos] == ' ') ++pos;
+  std::size_t i = pos;
+  while (i < s.size() && i - pos < 40 &&
+         (is_digit(s[i]) || std::string_view("+-.eE,").find(s[i]) != std::string_view::npos))
+    ++i;
+  if (i == pos || !std::any_of(s.begin() + pos, s.begin() + i, [](char c) { return is_digit(c); })) return {};
+  std::size_t j = i;
+  while (j < s.size() && s[j] == ' ') ++j;
+  std::size_t k = j;
+  while (k < s.size() && k - j < 8 && is_alpha(s[k])) ++k;
+  while (i > pos && s[i - 1] == '.') --i;
+  return std::string(unit_multiplier(s.substr(j, k - j)) ? s.substr(pos, k - pos) : s.substr(pos, i - pos));
+}
+
 /// Finds `phrase` at or after `from`; npos if absent.
 std::size_t find(std::string_view s, std::string_view phrase, std::size_t from = 0) {
   return from >= s.size() ? std::string_view::npos : s.find(phrase, from);
@@ -283,6 +300,7 @@ void read_pytorch(std::string_view s, std::size_t tried, OomMessage& m) {
   } else {
     std::size_t end = 0;
     m.requested = size_at(s, after, &end);
+    if (!m.requested) m.unreadable_requested = printed_figure(s, after);
     std::size_t rest = m.requested ? end : after;
     if (find(s, "total capacity;", rest) != std::string_view::npos ||
         find(s, "already allocated", rest) != std::string_view::npos ||

@@ -65,11 +65,14 @@ struct OomMessage {
   GpuPlatform platform = GpuPlatform::cuda;  ///< rocm when the text says HIP, mps for the MPS form
   std::optional<int> device;                 ///< "GPU 0", "device 1", "GPU_0_bfc"
   std::optional<PrintedSize> requested;      ///< "Tried to allocate" / "Requested" / "trying to allocate"
-  std::optional<PrintedSize> rounded;        ///< TensorFlow "(rounded to N)"
-  std::optional<PrintedSize> device_total;   ///< "total capacity" / "Device limit"
-  std::optional<PrintedSize> device_free;    ///< "free" (cudaMemGetInfo) / "There are N free"
-  std::optional<PrintedSize> allocated;  ///< "already allocated" / "is allocated by PyTorch" / "Currently allocated"
-  std::optional<PrintedSize> reserved;   ///< "reserved in total by PyTorch" (total reserved)
+  /// The request as printed when it is there but is no size in bytes (out of range, negative):
+  /// "99999999999999999999.00 GiB". Empty otherwise.
+  std::string unreadable_requested;
+  std::optional<PrintedSize> rounded;       ///< TensorFlow "(rounded to N)"
+  std::optional<PrintedSize> device_total;  ///< "total capacity" / "Device limit"
+  std::optional<PrintedSize> device_free;   ///< "free" (cudaMemGetInfo) / "There are N free"
+  std::optional<PrintedSize> allocated;     ///< "already allocated" / "is allocated by PyTorch" / "Currently allocated"
+  std::optional<PrintedSize> reserved;      ///< "reserved in total by PyTorch" (total reserved)
   std::optional<PrintedSize> reserved_unallocated;  ///< "cached" (<= 1.3) / "reserved by PyTorch but unallocated"
   std::optional<PrintedSize> allowed;         ///< "N allowed" / "PyTorch limit (set by user-supplied memory fraction)"
   std::optional<PrintedSize> process_in_use;  ///< "Including non-PyTorch memory, this process has N memory in use"

@@ -5,6 +5,7 @@
 #include "analyses/explain.h"
 #include "analyses/ledger_report.h"
 #include "analyses/memory_kinds.h"
+#include "analyses/printable.h"
 #include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "vramtrace/size_rules.h"
@@ -274,8 +275,8 @@ std::string render_whatif_text(const WhatIfRun& run) {
 }
 
 std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cases, const WhatIfRun& run) {
-  std::string out = fmt::format("Trace {} ({}{}{})\n", m.header.path, m.header.format,
-                                m.header.workload.empty() ? "" : ", ", m.header.workload);
+  std::string out = fmt::format("Trace {} ({}{}{})\n", printable(m.header.path), m.header.format,
+                                m.header.workload.empty() ? "" : ", ", printable(m.header.workload));
   if (m.lost_events) out += lost_events_warning(m.lost_events) + "\n";
   if (m.ledger) out += "Levels: " + ledger_levels(*m.ledger) + "\n";
   auto observed = observer_only_ooms(m);

@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "analyses/printable.h"
 #include "vramtrace/units.h"
 
 namespace vramtrace {
@@ -257,10 +258,9 @@ std::string frame_label(const Frame& f) {
   }
   // A native frame of a vramtrace trace that no symbolizer named: its name says all there is
   // ("libcudart.so.12+0x5a3e0").
-  if (f.filename.empty() && !f.name.empty() && (!f.module.empty() || starts_with(f.name, "0x")))
-    return std::string(name);
-  if (f.line == 0) return fmt::format("{} in {}", file, name);
-  return fmt::format("{}:{} in {}", file, f.line, name);
+  if (f.filename.empty() && !f.name.empty() && (!f.module.empty() || starts_with(f.name, "0x"))) return printable(name);
+  if (f.line == 0) return fmt::format("{} in {}", printable(file), printable(name));
+  return fmt::format("{}:{} in {}", printable(file), f.line, printable(name));
 }
 
 SitesAt sites_of(const std::vector<StackBytes>& stacks, const StackTable& table, std::size_t top_n) {

@@ -7,6 +7,7 @@
 
 #include "analyses/diagnosis.h"
 #include "analyses/ledger_report.h"
+#include "analyses/printable.h"
 #include "analyses/sites.h"
 #include "vramtrace/units.h"
 
@@ -301,9 +302,9 @@ SummaryText summary_text_of(const TraceModel& m) {
     for (const auto& d : m.devices) {
       const DeviceSites* ds = sites_of_device(d.device);
       next_block();
-      out += fmt::format("Trace {} ({}{}{}), device {}\n", m.header.path, m.header.format,
-                         m.header.workload.empty() ? "" : ", ", m.header.workload, d.device);
-      if (!m.header.settings.empty()) out += fmt::format("Settings: {}\n", m.header.settings);
+      out += fmt::format("Trace {} ({}{}{}), device {}\n", printable(m.header.path), m.header.format,
+                         m.header.workload.empty() ? "" : ", ", printable(m.header.workload), d.device);
+      if (!m.header.settings.empty()) out += fmt::format("Settings: {}\n", printable(m.header.settings));
       if (m.incomplete) {
         out += fmt::format("The trace ends abruptly ({}): figures are up to its last complete event.\n",
                            m.incomplete_reason);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analyses/oom_whatif.h"
+#include "analyses/printable.h"
 #include "analyses/replay.h"
 #include "analyses/verdict.h"
 #include "commands/commands.h"
@@ -27,6 +28,14 @@ struct ReplayArgs {
   std::vector<std::string> confs;
   bool json = false;
 };
+
+/// Writes to standard output as every command does, through stdio: a failed write sets its error
+/// flag, which main reports once at the end (exit 2). fmt::print would throw instead.
+template <typename... T>
+void out(fmt::format_string<T...> format, T&&... args) {
+  const std::string text = fmt::format(format, std::forward<T>(args)...);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
 
 /// Capacity when neither --capacity nor the trace gives one.
 constexpr std::uint64_t kFallbackCapacity = 1024 * kGiB;
@@ -146,17 +155,17 @@ std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::ve
 
 void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
   const TraceHeader& h = rep.header;
-  fmt::print("trace     {} ({}{}{})\n", h.path, h.format, h.workload.empty() ? "" : ", workload " + h.workload,
-             fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : h.settings));
-  fmt::print("events    {} ({} allocation requests){}\n", rep.events, rep.alloc_requests,
-             rep.incomplete
-                 ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event"
-                 : "");
-  if (rep.lost_events) fmt::print("{}\n", lost_events_warning(rep.lost_events));
-  if (!v.covers_text.empty()) fmt::print("covers    {}\n", v.covers_text);
-  fmt::print("capacity  {} ({})\n", format_size(v.capacity_bytes), v.capacity_source);
-  if (v.known) fmt::print("bound     {} ({})\n", format_size(v.bound_bytes), whatif_bound_source());
-  for (const auto& w : v.warnings) fmt::print("WARNING: {}\n", w);
+  out("trace     {} ({}{}{})\n", printable(h.path), h.format,
+      h.workload.empty() ? "" : ", workload " + printable(h.workload),
+      fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : printable(h.settings)));
+  out("events    {} ({} allocation requests){}\n", rep.events, rep.alloc_requests,
+      rep.incomplete ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event"
+                     : "");
+  if (rep.lost_events) out("{}\n", lost_events_warning(rep.lost_events));
+  if (!v.covers_text.empty()) out("covers    {}\n", v.covers_text);
+  out("capacity  {} ({})\n", format_size(v.capacity_bytes), v.capacity_source);
+  if (v.known) out("bound     {} ({})\n", format_size(v.bound_bytes), whatif_bound_source());
+  for (const auto& w : v.warnings) out("WARNING: {}\n", w);
   auto table = rows(rep.results);
   if (v.known) {
     std::vector<std::string> cells;
@@ -166,10 +175,10 @@ void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
   }
   if (rep.results.size() == 1) {
     const ReplayResult& r = rep.results[0];
-    fmt::print("settings  {}\n", settings_label(r.config));
-    if (const std::string why = setting_note(r.config); !why.empty()) fmt::print("note      {}\n", why);
-    fmt::print("\n");
-    for (const auto& [label, cells] : table) fmt::print("{:<32} {}\n", label, cells[0]);
+    out("settings  {}\n", settings_label(r.config));
+    if (const std::string why = setting_note(r.config); !why.empty()) out("note      {}\n", why);
+    out("\n");
+    for (const auto& [label, cells] : table) out("{:<32} {}\n", label, cells[0]);
   } else {
     // Each column as wide as its content, at most kMaxColumn: the details of a longer cell and
     // the note of a setting become numbered notes below the table.
@@ -212,27 +221,26 @@ void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
       std::size_t lines = 1;
       for (const auto& c : cells) lines = std::max(lines, c.size());
       for (std::size_t l = 0; l < lines; ++l) {
-        fmt::print("{:<32}", l == 0 ? label : std::string());
+        out("{:<32}", l == 0 ? label : std::string());
         for (std::size_t i = 0; i < cells.size(); ++i)
-          fmt::print(" | {:<{}}", l < cells[i].size() ? cells[i][l] : std::string(), width[i]);
-        fmt::print("\n");
+          out(" | {:<{}}", l < cells[i].size() ? cells[i][l] : std::string(), width[i]);
+        out("\n");
       }
     };
-    fmt::print("\n");
+    out("\n");
     print_row("settings", head);
     for (const auto& [label, cells] : table) {
       std::vector<std::vector<std::string>> wrapped;
       for (const auto& c : cells) wrapped.push_back(wrap(c, kMaxColumn));
       print_row(label, wrapped);
     }
-    if (!notes.empty()) fmt::print("\n");
-    for (std::size_t i = 0; i < notes.size(); ++i) fmt::print("[{}] {}\n", i + 1, notes[i]);
+    if (!notes.empty()) out("\n");
+    for (std::size_t i = 0; i < notes.size(); ++i) out("[{}] {}\n", i + 1, notes[i]);
   }
-  for (const auto& note : rep.notes) fmt::print("\nNote: {}\n", note);
+  for (const auto& note : rep.notes) out("\nNote: {}\n", note);
   for (const auto& r : rep.results) {
     if (r.first_oom) {
-      fmt::print(
-          "\nOut of memory with {}{}: the program would have stopped at allocation #{} ({} requested). The "
+      out("\nOut of memory with {}{}: the program would have stopped at allocation #{} ({} requested). The "
           "replay skipped each failed allocation and its free and went on; {} allocation(s) failed in all.\n",
           settings_label(r.config), multi_device ? fmt::format(" on device {}", r.device) : "",
           r.first_oom->alloc_index, format_size(r.first_oom->requested_bytes), r.failed_allocs);
@@ -282,7 +290,7 @@ void print_json(const ReplayReport& rep, const Verdicts& v, bool multi_device, c
     }
     j["results"].push_back(std::move(o));
   }
-  fmt::print("{}\n", j.dump(2));
+  out("{}\n", j.dump(2));
 }
 
 /// Progress on stderr once the replay has run for a second: a rewritten line on a terminal,

@@ -582,11 +582,43 @@ int exit_code(int status, std::string& how) {
 
 // --- the end screen ---------------------------------------------------------------------------
 
+// The trace names a pattern stands for, in words: the placeholders the shim fills in are named
+// (<pid>), since the user never sees them filled when no trace was written.
+std::string pattern_in_words(const std::string& pattern) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%' || i + 1 == pattern.size()) {
+      out += pattern[i];
+      continue;
+    }
+    switch (const char k = pattern[++i]) {
+      case 'p':
+        out += "<pid>";
+        break;
+      case 'h':
+        out += "<host>";
+        break;
+      case 'r':
+        out += "<rank>";
+        break;
+      case 'R':
+        out += "[rank<N>.]";
+        break;
+      case '%':
+        out += '%';
+        break;
+      default:
+        out += std::string("%") + k;
+    }
+  }
+  return out;
+}
+
 void explain_no_trace(const RunOptions& o, const std::string& pattern, std::size_t existing_count) {
   std::fprintf(stderr,
                "  no trace was written: the program made no CUDA allocation through libvramtrace.so, or tracing\n"
-               "  failed (see the vramtrace: line above). Expected files named like %s\n",
-               pattern.c_str());
+               "  failed (the shim then says why, above). Expected files named like %s\n",
+               pattern_in_words(pattern).c_str());
   if (existing_count > 0) {
     const bool has_p = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 'p');
     const bool has_t = pattern_has(o.output.empty() ? kDefaultOutput : o.output, 't');

@@ -198,6 +198,15 @@ void register_tune(CLI::App& app) {
       set_exit_code(2);
       return;
     }
+    // The environment's own settings first: a fault in them is no candidate's.
+    if (AllocatorSettings s; !base.empty()) {
+      std::string err;
+      if (!AllocatorSettings::parse(base, s, err)) {
+        logger().error("vramtrace tune: PYTORCH_CUDA_ALLOC_CONF in the environment ('{}'): {}", base, err);
+        set_exit_code(2);
+        return;
+      }
+    }
     for (const auto& c : candidates) {
       AllocatorSettings s;
       std::string err;
@@ -319,6 +328,13 @@ void register_tune(CLI::App& app) {
       rows.push_back(std::move(row));
     }
 
+    // Without a trace no run was measured: neither "fits" nor "needs less memory" can be said.
+    bool measured = false;
+    bool any_oom = false;
+    for (const auto& r : rows) {
+      measured = measured || !r.traces.empty();
+      any_oom = any_oom || r.ooms > 0;
+    }
     const std::string cap_words = opts->limit.empty() ? std::string("the device itself") : "--limit " + opts->limit;
     if (opts->json) {
       nlohmann::json j = {{"limit", opts->limit}, {"base_settings", base}, {"runs", nlohmann::json::array()}};
@@ -336,6 +352,10 @@ void register_tune(CLI::App& app) {
              {"traces", r.traces}});
       std::fputs(j.dump(2).c_str(), stdout);
       std::fputc('\n', stdout);
+      if (!measured)
+        logger().error(
+            "vramtrace tune: no run left a trace: the program made no CUDA allocation under vramtrace (or could not "
+            "run); nothing to judge");
     } else {
       std::string text = fmt::format("The program under {}, once per setting (PYTORCH_CUDA_ALLOC_CONF{}):\n", cap_words,
                                      base.empty() ? "" : " = '" + base + "' plus each");
@@ -355,7 +375,15 @@ void register_tune(CLI::App& app) {
       std::vector<std::string> fit;
       for (const auto& r : rows)
         if (r.result == "fits") fit.push_back(r.candidate.empty() ? "(the program's own)" : r.candidate);
-      if (fit.empty())
+      if (!measured)
+        text +=
+            "No run left a trace: the program made no CUDA allocation under vramtrace (or could not run); "
+            "nothing to judge.\n";
+      else if (fit.empty() && !any_oom)
+        text +=
+            "No setting tried fits, and no run ran out of memory: the runs failed or timed out for another "
+            "reason (see their logs); nothing says the program needs less memory.\n";
+      else if (fit.empty())
         text +=
             "No setting tried fits: the program needs less memory (a smaller batch, mixed precision, activation "
             "checkpointing, a sharded optimizer) or a larger device.\n";
@@ -371,7 +399,7 @@ void register_tune(CLI::App& app) {
     }
     bool any_fit = false;
     for (const auto& r : rows) any_fit = any_fit || r.result == "fits";
-    set_exit_code(any_fit ? 0 : 1);
+    set_exit_code(!measured ? 2 : any_fit ? 0 : 1);
   });
 }
 

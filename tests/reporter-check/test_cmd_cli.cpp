@@ -362,3 +362,66 @@ TEST_CASE("progress line: only on a terminal, after the delay, rewritten in plac
     std::fclose(f);
   }
 }
+
+TEST_CASE("tune without a trace from any run says nothing was measured, never that the program needs less memory",
+          "[cli][tune]") {
+  // `true` makes no CUDA call: the runs leave no trace, as a program that never reaches the GPU.
+  const std::string out = " -o " + (dir() / "tune").string();
+  const Result r = vt("tune --candidates expandable_segments:True" + out + " -- true");
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "No run left a trace"));
+  CHECK_FALSE(has(r.out, "needs less memory"));
+  CHECK_FALSE(has(r.out, "No setting tried fits"));
+  const Result j = vt("tune --json --candidates expandable_segments:True" + out + " -- true");
+  CHECK(j.rc == 2);
+  CHECK(has(j.err, "no run left a trace"));
+  CHECK(nlohmann::json::parse(j.out)["runs"].size() == 2);
+}
+
+TEST_CASE("tune blames bad settings in the environment on the environment, not on a candidate", "[cli][tune]") {
+  const Result r = vt("tune --candidates expandable_segments:True -o " + (dir() / "tune-env").string() + " -- true",
+                      "PYTORCH_CUDA_ALLOC_CONF=garbage");
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, "PYTORCH_CUDA_ALLOC_CONF in the environment ('garbage')"));
+  CHECK_FALSE(has(r.err, "candidate"));
+}
+
+TEST_CASE("settings joined by semicolons are refused with the hint that commas separate them", "[cli]") {
+  const Result r = vt("replay --conf 'expandable_segments:True;max_split_size_mb:128' " + kGpt2);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, "expected True or False"));
+  CHECK(has(r.err, "settings are separated by ','"));
+}
+
+TEST_CASE("explain quotes a request size it found but could not read", "[cli]") {
+  for (const std::string size : {"99999999999999999999.00 GiB", "-5.00 MiB"}) {
+    INFO(size);
+    const Result r =
+        vt("explain 'CUDA out of memory. Tried to allocate " + size + " (GPU 0; 15.00 GiB total capacity)'");
+    CHECK(r.rc == 0);  // a recognised message whose verdict is undetermined, as a cut one
+    CHECK(has(r.out, "the request size \"" + size + "\" is in the input but could not be read"));
+    CHECK_FALSE(has(r.out, "not in the input"));
+  }
+}
+
+TEST_CASE("text reports print a trace's control characters escaped", "[cli]") {
+  // Frame names (a snapshot's sites) and a torchtrace header's workload.
+  const fs::path trace = dir() / "esc.torchtrace.jsonl";
+  std::ofstream(trace, std::ios::binary)
+      << R"({"kind":"header","workload":"w\u001b[31m\r\nFAKE W\u0007","total":17179869184})"
+         "\n"
+      << R"({"action":"segment_alloc","addr":4194304,"size":2097152,"stream":0})"
+         "\n"
+      << R"({"action":"alloc","addr":4194304,"size":1048576,"stream":0})"
+         "\n";
+  const std::string pickle = data("pickle/esc.snapshot.pickle");
+  for (const std::string& args : std::vector<std::string>{"summary " + pickle, "summary " + trace.string(),
+                                                          "oom " + trace.string(), "replay " + trace.string()}) {
+    INFO(args);
+    const Result r = vt(args);
+    CHECK(r.rc == 0);
+    CHECK(has(r.out, "\\x1b[31m"));
+    for (const std::string raw : {"\x1b", "\r", "\x07", "\nFAKE", "\xc2\x9b"}) CHECK_FALSE(has(r.out, raw));
+  }
+  CHECK(has(vt("summary " + pickle).out, "evil\\x1b[31mRED\\x1b]0;title\\x07\\r\\nFAKE LINE.py:7 in f\\u009b2J"));
+}

@@ -236,6 +236,13 @@ TEST_CASE("sites: the user's line of native stacks, Python frames preferred", "[
   CHECK(frame_label(native(cudart, "libcudart.so.12+0x5a3e0")) == "libcudart.so.12+0x5a3e0");
 }
 
+TEST_CASE("sites: a label escapes the control characters of its frame", "[sites]") {
+  // C0 and DEL as \xHH (\r, \n, \t by name), C1 in UTF-8 as \u00HH; other UTF-8 is kept.
+  CHECK(frame_label(fr("a\x1b[31m\r\n\t\x7f.py", 7, "f\xc2\x9b\xc3\xa9")) ==
+        "a\\x1b[31m\\r\\n\\t\\x7f.py:7 in f\\u009b\xc3\xa9");
+  CHECK(frame_label(fr("train.py", 3, "main")) == "train.py:3 in main");
+}
+
 TEST_CASE("sites: stacks are interned by content", "[sites]") {
   StackTable t;
   std::string a = "train.py", b = "train.py";  // equal content, different storage

@@ -167,6 +167,22 @@ TEST_CASE("run names only the traces this run wrote, never an earlier run's file
   CHECK(next.find("j.123.jsonl") == std::string::npos);
 }
 
+TEST_CASE("run without a trace names the files it looked for with their placeholders in words", "[run]") {
+  ScratchDir dir;
+  // The second run's shim refuses to overwrite the first run's file: no trace of its own.
+  const std::vector<std::string> args = {"run",  "-o", dir.file("x.%h.%Rrun.jsonl"), "--", TRACE_CHILD_PATH,
+                                         "exit", "0"};
+  REQUIRE(run_vramtrace(args, dir).exit_code == 0);
+  RunResult r = run_vramtrace(args, dir);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("no trace was written") != std::string::npos);
+  CHECK(r.err.find("x.<host>.[rank<N>.]run.jsonl") != std::string::npos);
+  CHECK(r.err.find("%h") == std::string::npos);  // the shim's own line above may suggest %p
+  CHECK(r.err.find("%R") == std::string::npos);
+  CHECK(r.err.find("line above") == std::string::npos);
+}
+
 TEST_CASE("a compressed trace reads like the plain one: the trailer's recorded figures too", "[run]") {
   ScratchDir dir;
   std::vector<std::string> summaries;

@@ -9,6 +9,8 @@ Outputs (committed; regenerate only if the source snapshot changes):
   segments_only.pickle           torch.cuda.memory_snapshot() pickled: the segment list alone
   late_start.snapshot.pickle.gz  encoder_varlen.snapshot.pickle with the first half of its
                                  history dropped, as PyTorch's ring of max_entries leaves it
+  esc.snapshot.pickle            a block whose frame names hold terminal controls (ESC, BEL, CR,
+                                 LF, C1 CSI): what text reports must print escaped
 """
 import gzip
 import os
@@ -56,3 +58,13 @@ traces = data["device_traces"]
 data["device_traces"] = [t[len(t) // 2:] for t in traces]
 with gzip.GzipFile(os.path.join(here, "late_start.snapshot.pickle.gz"), "wb", mtime=0) as f:
     f.write(pickle.dumps(data, protocol=4))
+
+# Terminal controls in a frame's file and function names and in the settings.
+evil = segment(0, 0x7f0000000000, 2 * MiB, [(MiB, MiB, "active_allocated"), (MiB, 0, "inactive")])
+evil["blocks"][0]["frames"] = [{"filename": "/home/u/evil\x1b[31mRED\x1b]0;title\x07\r\nFAKE LINE.py", "line": 7,
+                                "name": "f\u009b2J"},
+                               {"filename": "train.py", "line": 3, "name": "main"}]
+esc = {"segments": [evil], "device_traces": [[]],
+       "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1}, "external_annotations": []}
+with open(os.path.join(here, "esc.snapshot.pickle"), "wb") as f:
+    f.write(pickle.dumps(esc, protocol=4))
