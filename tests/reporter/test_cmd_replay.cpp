@@ -55,7 +55,7 @@ TEST_CASE("vramtrace replay --json prints the documented object", "[cli]") {
   for (auto it = res.begin(); it != res.end(); ++it) keys.push_back(it.key());
   CHECK(keys == std::vector<std::string>{"allowed_bytes", "capacity_bytes", "first_oom", "margin_bytes", "notes",
                                          "settings", "shortfall_bytes", "stats", "verdict"});  // nlohmann sorts
-  CHECK(res["verdict"] == "fits");                                                 // 125 GiB spare on the H200's total
+  CHECK(res["verdict"] == "fits");  // 125 GiB spare on the H200's total
   CHECK(j["capacity_source"] == "the trace's device total");
   CHECK(j["covers"] == "whole_trace");
   CHECK(j["bound_bytes"].get<std::uint64_t>() == vramtrace::whatif_error_bound(150109880320ull));
