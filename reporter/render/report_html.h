@@ -50,6 +50,16 @@ struct ReportOptions {
   /// over it, a device's buckets merge two by two, down to kMinPageBuckets, then its exact
   /// points halve).
   std::size_t max_timeline_bytes = 1024 * 1024;
+  /// Note [devices in the page] (report_html.cpp): the devices' own states and tables (the peak's
+  /// and each OOM's layout, sites and icicle, the summary table, the end, and the stacks they
+  /// name) take at most this many bytes of the page's data together, or one device's when that
+  /// one alone is larger. Devices with an OOM come first, then the highest peak reserved; the rest
+  /// keep their figures and timeline, and the page says how many were left out.
+  std::size_t max_detail_bytes = 600 * 1024;
+  /// With several processes, the stacked per-process chart of every device holds at most this
+  /// many values together (time points and each process's two series), at least 4 points a
+  /// device; each value is the maximum over its interval, so no peak is lost.
+  std::size_t max_process_values = 30000;
 };
 /// The fewest buckets a device's timeline keeps in the page, whatever the number of devices.
 inline constexpr std::size_t kMinPageBuckets = 64;
