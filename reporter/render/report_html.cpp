@@ -371,15 +371,15 @@ nlohmann::json encoded_timeline(const std::vector<TimelineBucket>& buckets, cons
 }
 
 // A device's timeline in at most `max_buckets` buckets and `max_bytes` bytes of JSON: pairs
-// merged until both hold, down to kMinPageBuckets buckets; then fewer exact points.
+// merged until both hold, down to `min_buckets` buckets; then fewer exact points.
 nlohmann::json timeline_json(const DeviceModel& d, i64 t0, std::size_t max_buckets, std::size_t max_exact,
-                             std::size_t max_bytes) {
+                             std::size_t max_bytes, std::size_t min_buckets) {
   std::vector<TimelineBucket> buckets = d.timeline;
   while (buckets.size() > std::max<std::size_t>(1, max_buckets)) buckets = merged_pairs(buckets);
   for (;;) {
     nlohmann::json tl = encoded_timeline(buckets, d, t0, max_exact);
     if (tl.dump().size() <= max_bytes) return tl;
-    if (buckets.size() > kMinPageBuckets)
+    if (buckets.size() > min_buckets)
       buckets = merged_pairs(buckets);
     else if (max_exact > 1)
       max_exact /= 2;
@@ -560,8 +560,12 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   std::size_t all_devices = 0;
   for (const auto& m : models) all_devices += m.devices.size();
   // Note [the timeline in the page]: each device's share of the page's buckets and exact points.
-  const std::size_t page_buckets =
-      std::max(kMinPageBuckets, o.max_page_buckets / std::max<std::size_t>(1, all_devices));
+  // The floor is kMinPageBuckets up to 256 devices; beyond, each device's share of the page's
+  // buckets, down to kMinDeviceBuckets: 64 buckets (about 4 KB) of each of 1,024 ranks would be
+  // 4 MB of timelines alone.
+  const std::size_t min_buckets =
+      std::clamp(o.max_page_buckets / std::max<std::size_t>(1, all_devices), kMinDeviceBuckets, kMinPageBuckets);
+  const std::size_t page_buckets = std::max(min_buckets, o.max_page_buckets / std::max<std::size_t>(1, all_devices));
   const std::size_t page_exact =
       std::min(2 * o.exact_points + 1, o.max_page_exact_points / std::max<std::size_t>(1, all_devices));
   const std::size_t page_timeline_bytes = o.max_timeline_bytes / std::max<std::size_t>(1, all_devices);
@@ -632,7 +636,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       else
         dj["capacity"] = nullptr;
       dj["oom_count"] = oom_count_text(d.oom_count);
-      dj["tl"] = timeline_json(d, t0, page_buckets, page_exact, page_timeline_bytes);
+      dj["tl"] = timeline_json(d, t0, page_buckets, page_exact, page_timeline_bytes, min_buckets);
       // Marks are bounded so that the page stays small whatever the program marks: at most
       // kMaxPageMarks a device, every k-th in time order, names cut at kMaxMarkName bytes (a note
       // says so). OOM and retry markers are all kept (each is a case of the report).
