@@ -596,7 +596,7 @@ nlohmann::json click_chart(Browser& b, double fraction) {
 namespace {
 // A job of `ranks` ranks, each on its own device: a few allocations, and an OOM on every 97th rank
 // (rank 5, 102, ...), whose peak is the lowest of the job so that only the OOM puts it first.
-std::vector<TraceModel> many_ranks(int ranks) {
+std::vector<TraceModel> many_ranks(int ranks, int steps = 20) {
   constexpr std::uint64_t MiB = 1ull << 20;
   std::vector<TraceModel> models;
   for (int r = 0; r < ranks; ++r) {
@@ -604,9 +604,10 @@ std::vector<TraceModel> many_ranks(int ranks) {
     const bool oom = r % 97 == 5;
     const std::uint64_t seg = oom ? 8 * MiB : (64 + r % 32) * MiB;
     l.add(Action::segment_alloc, 0x20000000, seg, 0, r);
-    for (int i = 0; i < 20; ++i) {
-      l.add(Action::alloc, 0x20000000 + i * MiB, MiB, 0, r);
-      if (i % 2) l.add(Action::free_completed, 0x20000000 + i * MiB, MiB, 0, r);
+    for (int i = 0; i < steps; ++i) {
+      const std::uint64_t a = 0x20000000 + i % 20 * MiB;
+      l.add(Action::alloc, a, MiB, 0, r);
+      if (i % 2 || i >= 20) l.add(Action::free_completed, a, MiB, 0, r);
     }
     if (oom) l.add(Action::oom, 0, 64 * MiB, 0, r);
     TraceHeader h;
@@ -662,6 +663,21 @@ TEST_CASE("report: 64 to 1,024 ranks share the page's budgets on detail and per-
     }
     CHECK(values <= std::max<std::size_t>(o.max_process_values, 4 * (devices + 2 * bands)) + 6 * bands);
   }
+}
+
+TEST_CASE("report: past 256 devices each timeline keeps its share of the page's buckets", "[bounded]") {
+  // 1,024 ranks of 400 events each: more buckets than a device's share (16).
+  const ReportOptions o;
+  const nlohmann::json data = report_data(many_ranks(1024, 200), o);
+  std::size_t bytes = 0, most = 0;
+  for (const auto& t : data["traces"])
+    for (const auto& d : t["devices"]) {
+      bytes += d["tl"].dump().size();
+      most = std::max(most, d["tl"]["b"].size());
+    }
+  INFO("timeline bytes " << bytes << ", most buckets of a device " << most);
+  CHECK(most <= o.max_page_buckets / 1024);
+  CHECK(bytes <= o.max_timeline_bytes);
 }
 
 TEST_CASE("browser: a page of 256 ranks loads and says how many devices' details it left out", "[browser][bounded]") {
