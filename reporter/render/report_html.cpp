@@ -371,15 +371,15 @@ nlohmann::json encoded_timeline(const std::vector<TimelineBucket>& buckets, cons
 }
 
 // A device's timeline in at most `max_buckets` buckets and `max_bytes` bytes of JSON: pairs
-// merged until both hold, down to kMinPageBuckets buckets; then fewer exact points.
+// merged until both hold, down to `min_buckets` buckets; then fewer exact points.
 nlohmann::json timeline_json(const DeviceModel& d, i64 t0, std::size_t max_buckets, std::size_t max_exact,
-                             std::size_t max_bytes) {
+                             std::size_t max_bytes, std::size_t min_buckets) {
   std::vector<TimelineBucket> buckets = d.timeline;
   while (buckets.size() > std::max<std::size_t>(1, max_buckets)) buckets = merged_pairs(buckets);
   for (;;) {
     nlohmann::json tl = encoded_timeline(buckets, d, t0, max_exact);
     if (tl.dump().size() <= max_bytes) return tl;
-    if (buckets.size() > kMinPageBuckets)
+    if (buckets.size() > min_buckets)
       buckets = merged_pairs(buckets);
     else if (max_exact > 1)
       max_exact /= 2;
@@ -449,6 +449,59 @@ void checkpoints_json(const DeviceModel& d, nlohmann::json& dj, std::size_t budg
   dj["checkpoints_every"] = every;
 }
 
+// Note [devices in the page]: a device's own states and tables (the peak's layout, sites and
+// icicle, each OOM's state, the summary table, the end) are the part of the page that grows with
+// each device beyond its timeline, 10 to 15 KB for a rank of a job: a job of 256 ranks wrote 5 MB.
+// So all devices share ReportOptions::max_detail_bytes: devices with an OOM first (the reason a
+// job's report is opened), then the highest peak reserved; each as long as it fits, the first
+// whatever its size. The others keep their figures (peak allocated and reserved, OOM count,
+// capacity) and their timeline, "detail": false, and the page names the commands that give the
+// rest (vramtrace summary and oom on that trace).
+nlohmann::json device_detail_json(const TraceModel& m, const DeviceModel& d, const std::vector<OomCase>& cases,
+                                  const std::vector<DeviceSites>& sites, PageStacks& stacks, const ReportOptions& o) {
+  const i64 t0 = d.first_time_ns;
+  nlohmann::json dj = nlohmann::json::object();
+  const DeviceSites* ds = nullptr;
+  for (const auto& x : sites)
+    if (x.device == d.device) ds = &x;
+  if (d.at_peak.captured) dj["peak"] = state_json(d.at_peak, t0, o, stacks);
+  if (ds && d.at_peak.captured && !ds->at_peak.empty()) dj["peak"]["sites"] = page_sites_json(ds->at_peak, stacks);
+  nlohmann::json ooms = nlohmann::json::array();
+  for (const auto& c : cases) {
+    if (c.device != d.device) continue;
+    nlohmann::json oj;
+    oj["last_state"] = c.last_state;
+    if (c.without_entry) {
+      // Known without an entry (Note [one OOM per failed request]): no moment, no state.
+      oj["without_entry"] = c.without_entry->source;
+      if (c.without_entry->recorded && !c.without_entry->recorded->message.empty())
+        oj["message"] = c.without_entry->recorded->message;
+    }
+    oj["diagnosis"] = diagnosis_code_name(c.diagnosis.code);
+    oj["headline"] = c.diagnosis.headline;
+    oj["reasons"] = c.diagnosis.reasons;
+    oj["next_step"] = c.diagnosis.next_step;
+    oj["request"] = c.figures.request ? nlohmann::json(*c.figures.request) : nlohmann::json(nullptr);
+    oj["device_free"] = c.figures.device_free ? nlohmann::json(*c.figures.device_free) : nlohmann::json(nullptr);
+    oj["state"] = c.state ? state_json(*c.state, t0, o, stacks) : nlohmann::json(nullptr);
+    if (ds) {
+      const SitesAt* cs = c.last_state ? &ds->at_end : nullptr;
+      for (std::size_t i = 0; !cs && i < d.ooms.size() && i < ds->at_oom.size(); ++i)
+        if (&d.ooms[i].state == c.state) cs = &ds->at_oom[i];
+      if (cs && !cs->empty()) oj["sites"] = page_sites_json(*cs, stacks);
+    }
+    ooms.push_back(oj);
+  }
+  dj["ooms"] = ooms;
+  dj["summary_table"] = memory_summary_table(d);
+  dj["end"] = {{"live_blocks", d.at_end.stats.active[kStatAll].current},
+               {"live_bytes", d.at_end.stats.active_bytes[kStatAll].current},
+               {"biggest", biggest_json(d.at_end.biggest, t0, stacks)}};
+  if (ds && !ds->at_end.empty()) dj["end"]["sites"] = page_sites_json(ds->at_end, stacks);
+  if (d.at_peak.captured) dj["peak"]["icicle"] = icicle_json(d.at_peak, m.stacks.get(), o, stacks);
+  return dj;
+}
+
 }  // namespace
 
 ModelOptions report_model_options(const ReportOptions& options, std::size_t traces) {
@@ -507,22 +560,74 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   std::size_t all_devices = 0;
   for (const auto& m : models) all_devices += m.devices.size();
   // Note [the timeline in the page]: each device's share of the page's buckets and exact points.
-  const std::size_t page_buckets =
-      std::max(kMinPageBuckets, o.max_page_buckets / std::max<std::size_t>(1, all_devices));
+  // The floor is kMinPageBuckets up to 256 devices; beyond, each device's share of the page's
+  // buckets, down to kMinDeviceBuckets: 64 buckets (about 4 KB) of each of 1,024 ranks would be
+  // 4 MB of timelines alone.
+  const std::size_t min_buckets =
+      std::clamp(o.max_page_buckets / std::max<std::size_t>(1, all_devices), kMinDeviceBuckets, kMinPageBuckets);
+  const std::size_t page_buckets = std::max(min_buckets, o.max_page_buckets / std::max<std::size_t>(1, all_devices));
   const std::size_t page_exact =
       std::min(2 * o.exact_points + 1, o.max_page_exact_points / std::max<std::size_t>(1, all_devices));
   const std::size_t page_timeline_bytes = o.max_timeline_bytes / std::max<std::size_t>(1, all_devices);
+  std::vector<std::vector<OomCase>> all_cases;
+  std::vector<std::vector<DeviceSites>> all_sites;  // empty without stacks: the page as before
   for (const auto& m : models) {
-    auto cases = oom_cases(m);
-    const std::vector<DeviceSites> sites = trace_sites(m);  // empty without stacks: the page as before
+    all_cases.push_back(oom_cases(m));
+    all_sites.push_back(trace_sites(m));
+  }
+  // Note [devices in the page]: which devices bring their detail.
+  std::set<std::pair<std::size_t, std::size_t>> chosen;
+  {
+    struct Rank {
+      bool oom;
+      i64 peak_reserved;
+      std::size_t trace, device;
+    };
+    std::vector<Rank> order;
+    for (std::size_t ti = 0; ti < models.size(); ++ti)
+      for (std::size_t di = 0; di < models[ti].devices.size(); ++di) {
+        const auto& d = models[ti].devices[di];
+        bool oom = false;
+        for (const auto& c : all_cases[ti]) oom = oom || c.device == d.device;
+        order.push_back({oom, d.stats.reserved_bytes[kStatAll].peak, ti, di});
+      }
+    std::stable_sort(order.begin(), order.end(), [](const Rank& a, const Rank& b) {
+      return a.oom != b.oom ? a.oom : a.peak_reserved > b.peak_reserved;
+    });
+    std::size_t spent = 0;
+    for (const auto& r : order) {
+      // Its size as the page would write it (the stack numbers of a scratch list have as many digits
+      // or fewer than the page's).
+      PageStacks scratch(models[r.trace].stacks.get(), o);
+      const std::size_t size = device_detail_json(models[r.trace], models[r.trace].devices[r.device],
+                                                  all_cases[r.trace], all_sites[r.trace], scratch, o)
+                                   .dump()
+                                   .size() +
+                               scratch.json().dump().size();
+      // The first device always brings its detail, whatever its size (a page of one device as before).
+      if (!chosen.empty() && spent + size > o.max_detail_bytes) continue;
+      spent += size;
+      chosen.insert({r.trace, r.device});
+    }
+  }
+  const std::size_t left_out = all_devices - chosen.size();
+  if (left_out)
+    j["devices_left_out"] = {{"count", left_out}, {"of", all_devices}, {"max_detail_bytes", o.max_detail_bytes}};
+  for (std::size_t ti = 0; ti < models.size(); ++ti) {
+    const auto& m = models[ti];
+    const auto& cases = all_cases[ti];
+    const auto& sites = all_sites[ti];
     PageStacks stacks(m.stacks.get(), o);
     nlohmann::json t = trace_identity_json(m);
     if (m.lost_events) t["lost_warning"] = lost_events_warning(m.lost_events);
     nlohmann::json devs = nlohmann::json::array();
-    for (const auto& d : m.devices) {
+    for (std::size_t di = 0; di < m.devices.size(); ++di) {
+      const auto& d = m.devices[di];
       const i64 t0 = d.first_time_ns;
       nlohmann::json dj;
       dj["device"] = d.device;
+      dj["peak_allocated"] = d.stats.allocated_bytes[kStatAll].peak;
+      dj["peak_reserved"] = d.stats.reserved_bytes[kStatAll].peak;
       dj["duration_ms"] = ms(d.last_time_ns - t0);
       // What the process could use: a recorded cap below the device counts (the line of the
       // timeline is where the run runs out).
@@ -531,7 +636,7 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       else
         dj["capacity"] = nullptr;
       dj["oom_count"] = oom_count_text(d.oom_count);
-      dj["tl"] = timeline_json(d, t0, page_buckets, page_exact, page_timeline_bytes);
+      dj["tl"] = timeline_json(d, t0, page_buckets, page_exact, page_timeline_bytes, min_buckets);
       // Marks are bounded so that the page stays small whatever the program marks: at most
       // kMaxPageMarks a device, every k-th in time order, names cut at kMaxMarkName bytes (a note
       // says so). OOM and retry markers are all kept (each is a case of the report).
@@ -551,54 +656,25 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
         markers.push_back(std::move(m));
       }
       dj["markers"] = markers;
-      const DeviceSites* ds = nullptr;
-      for (const auto& x : sites)
-        if (x.device == d.device) ds = &x;
-      if (d.at_peak.captured) dj["peak"] = state_json(d.at_peak, t0, o, stacks);
-      if (ds && d.at_peak.captured && !ds->at_peak.empty()) dj["peak"]["sites"] = page_sites_json(ds->at_peak, stacks);
-      nlohmann::json ooms = nlohmann::json::array();
-      for (const auto& c : cases) {
-        if (c.device != d.device) continue;
-        nlohmann::json oj;
-        oj["last_state"] = c.last_state;
-        if (c.without_entry) {
-          // Known without an entry (Note [one OOM per failed request]): no moment, no state.
-          oj["without_entry"] = c.without_entry->source;
-          if (c.without_entry->recorded && !c.without_entry->recorded->message.empty())
-            oj["message"] = c.without_entry->recorded->message;
-        }
-        oj["diagnosis"] = diagnosis_code_name(c.diagnosis.code);
-        oj["headline"] = c.diagnosis.headline;
-        oj["reasons"] = c.diagnosis.reasons;
-        oj["next_step"] = c.diagnosis.next_step;
-        oj["request"] = c.figures.request ? nlohmann::json(*c.figures.request) : nlohmann::json(nullptr);
-        oj["device_free"] = c.figures.device_free ? nlohmann::json(*c.figures.device_free) : nlohmann::json(nullptr);
-        oj["state"] = c.state ? state_json(*c.state, t0, o, stacks) : nlohmann::json(nullptr);
-        if (ds) {
-          const SitesAt* cs = c.last_state ? &ds->at_end : nullptr;
-          for (std::size_t i = 0; !cs && i < d.ooms.size() && i < ds->at_oom.size(); ++i)
-            if (&d.ooms[i].state == c.state) cs = &ds->at_oom[i];
-          if (cs && !cs->empty()) oj["sites"] = page_sites_json(*cs, stacks);
-        }
-        ooms.push_back(oj);
+      if (chosen.count({ti, di})) {
+        nlohmann::json detail = device_detail_json(m, d, cases, sites, stacks, o);
+        for (auto& [k, v] : detail.items()) dj[k] = std::move(v);
+      } else {
+        // Note [devices in the page]: its figures only.
+        dj["detail"] = false;
+        dj["ooms"] = nlohmann::json::array();
       }
-      dj["ooms"] = ooms;
-      dj["summary_table"] = memory_summary_table(d);
-      dj["end"] = {{"live_blocks", d.at_end.stats.active[kStatAll].current},
-                   {"live_bytes", d.at_end.stats.active_bytes[kStatAll].current},
-                   {"biggest", biggest_json(d.at_end.biggest, t0, stacks)}};
-      if (ds && !ds->at_end.empty()) dj["end"]["sites"] = page_sites_json(ds->at_end, stacks);
       dj["notes"] = d.notes;
       if (every > 1)
         dj["notes"].push_back(fmt::format("{} marks; one in {} is drawn ({} in all) to keep the page small", n_marks,
                                           every, marks_shown));
-      if (d.at_peak.captured) dj["peak"]["icicle"] = icicle_json(d.at_peak, m.stacks.get(), o, stacks);
       devs.push_back(dj);
     }
     // After every other state, so that their stacks come first in the page's list.
     for (std::size_t i = 0; i < m.devices.size(); ++i)
-      checkpoints_json(m.devices[i], devs[i], o.max_checkpoint_bytes / std::max<std::size_t>(1, all_devices), o,
-                       stacks);
+      if (chosen.count({ti, i}))
+        checkpoints_json(m.devices[i], devs[i], o.max_checkpoint_bytes / std::max<std::size_t>(1, chosen.size()), o,
+                         stacks);
     t["devices"] = devs;
     t["stacks"] = stacks.json();
     if (m.ledger) t["ledger"] = ledger_json(m);
@@ -609,8 +685,17 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
     // Several processes: the process x device view and per device one stacked band per process.
     ProcessDeviceView view = process_device_view(models);
     nlohmann::json pj = process_device_json(view);
-    pj["text"] = render_process_device_text(view);
-    pj["timelines"] = process_device_timelines_json(models, view);
+    // The table as text repeats the table, one line a process and one column a device: over
+    // kMaxProcessText bytes (many ranks) `vramtrace summary` gives it instead.
+    constexpr std::size_t kMaxProcessText = 64 * 1024;
+    std::string text = render_process_device_text(view);
+    if (text.size() <= kMaxProcessText) pj["text"] = std::move(text);
+    // The stacked bands of all devices share o.max_process_values values (each device's time axis
+    // and each band's two series): each device's axis at most the page's share, at least 4 points.
+    const std::size_t per_point = view.devices.size() + 2 * view.cells.size();
+    const std::size_t points =
+        std::clamp<std::size_t>(o.max_process_values / std::max<std::size_t>(1, per_point), 4, 1500);
+    pj["timelines"] = process_device_timelines_json(models, view, points);
     j["processes"] = pj;
   }
   return j;

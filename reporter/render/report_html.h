@@ -42,17 +42,31 @@ struct ReportOptions {
   /// this many events before a device's peak and as many after it (report_model_options).
   std::size_t exact_points = 1024;
   /// Note [the timeline in the page]: the timelines of all devices of the page together hold at
-  /// most this many buckets (each device an equal share, at least kMinPageBuckets) ...
+  /// most this many buckets (each device an equal share, at least kMinPageBuckets up to 256
+  /// devices, kMinDeviceBuckets past 1,024) ...
   std::size_t max_page_buckets = 16384;
   /// ... and at most this many exact points (each device an equal share, centred on its peak) ...
   std::size_t max_page_exact_points = 4096;
   /// ... in at most this many bytes of the page's data together (each device an equal share;
-  /// over it, a device's buckets merge two by two, down to kMinPageBuckets, then its exact
+  /// over it, a device's buckets merge two by two, down to that floor, then its exact
   /// points halve).
   std::size_t max_timeline_bytes = 1024 * 1024;
+  /// Note [devices in the page] (report_html.cpp): the devices' own states and tables (the peak's
+  /// and each OOM's layout, sites and icicle, the summary table, the end, and the stacks they
+  /// name) take at most this many bytes of the page's data together, or one device's when that
+  /// one alone is larger. Devices with an OOM come first, then the highest peak reserved; the rest
+  /// keep their figures and timeline, and the page says how many were left out.
+  std::size_t max_detail_bytes = 600 * 1024;
+  /// With several processes, the stacked per-process chart of every device holds at most this
+  /// many values together (time points and each process's two series), at least 4 points a
+  /// device; each value is the maximum over its interval, so no peak is lost.
+  std::size_t max_process_values = 30000;
 };
-/// The fewest buckets a device's timeline keeps in the page, whatever the number of devices.
+/// The fewest buckets a device's timeline keeps in the page, whatever the number of devices, up
+/// to max_page_buckets / kMinPageBuckets devices (256); beyond, each device's share of
+/// max_page_buckets, down to kMinDeviceBuckets.
 inline constexpr std::size_t kMinPageBuckets = 64;
+inline constexpr std::size_t kMinDeviceBuckets = 16;
 
 /// The model options a report of `traces` traces needs: ModelOptions' defaults with its
 /// checkpoints, their layouts capped as the page draws a state, and twice the timeline's buckets

@@ -593,6 +593,108 @@ nlohmann::json click_chart(Browser& b, double fraction) {
 
 }  // namespace
 
+namespace {
+// A job of `ranks` ranks, each on its own device: a few allocations, and an OOM on every 97th rank
+// (rank 5, 102, ...), whose peak is the lowest of the job so that only the OOM puts it first.
+std::vector<TraceModel> many_ranks(int ranks, int steps = 20) {
+  constexpr std::uint64_t MiB = 1ull << 20;
+  std::vector<TraceModel> models;
+  for (int r = 0; r < ranks; ++r) {
+    testing::RecordList l;
+    const bool oom = r % 97 == 5;
+    const std::uint64_t seg = oom ? 8 * MiB : (64 + r % 32) * MiB;
+    l.add(Action::segment_alloc, 0x20000000, seg, 0, r);
+    for (int i = 0; i < steps; ++i) {
+      const std::uint64_t a = 0x20000000 + i % 20 * MiB;
+      l.add(Action::alloc, a, MiB, 0, r);
+      if (i % 2 || i >= 20) l.add(Action::free_completed, a, MiB, 0, r);
+    }
+    if (oom) l.add(Action::oom, 0, 64 * MiB, 0, r);
+    TraceHeader h;
+    h.pid = 100 + r;
+    h.host = "node";
+    h.rank = std::to_string(r);
+    h.local_rank = std::to_string(r);
+    testing::VectorReader reader(l.records, h);
+    models.push_back(build_trace_model(reader));
+  }
+  return models;
+}
+}  // namespace
+
+TEST_CASE("report: 64 to 1,024 ranks share the page's budgets on detail and per-process series", "[bounded]") {
+  const ReportOptions o;
+  for (int ranks : {64, 256, 1024}) {
+    const auto models = many_ranks(ranks);
+    const nlohmann::json data = report_data(models, o);
+    const std::size_t page = render_report_html(models, o).size();
+    INFO(ranks << " ranks: page bytes " << page);
+    // docs/reports.md: under 2 MB up to 256 ranks; beyond, the timelines' floor of 64 buckets a
+    // device and each rank's own rows grow with the ranks.
+    if (ranks <= 256) CHECK(page < 2'000'000);
+    std::size_t detail = 0, left_out = 0, devices = 0;
+    for (std::size_t ti = 0; ti < data["traces"].size(); ++ti) {
+      const auto& t = data["traces"][ti];
+      bool any = false;
+      for (const auto& d : t["devices"]) {
+        ++devices;
+        const bool has = !d.contains("detail");
+        left_out += !has;
+        any = any || has;
+        for (const char* k : {"peak", "summary_table", "end", "ooms", "checkpoints"})
+          if (has && d.contains(k)) detail += d[k].dump().size();
+        // Every device with an OOM keeps its detail, whatever its peak.
+        if (ti % 97 == 5) {
+          CHECK(has);
+          CHECK(d["ooms"].size() == 1);
+        }
+      }
+      if (any) detail += t["stacks"].dump().size();
+    }
+    CHECK(detail <= o.max_detail_bytes);
+    CHECK(devices == static_cast<std::size_t>(ranks));
+    if (ranks >= 256) REQUIRE(left_out > 0);
+    if (left_out) CHECK(data["devices_left_out"]["count"] == left_out);
+    // The stacked chart: its values within the budget, plus each process's first and last moment.
+    std::size_t values = 0, bands = 0;
+    for (const auto& dt : data["processes"]["timelines"]) {
+      values += dt["t"].size();
+      for (const auto& b : dt["bands"]) values += b["reserved"].size() + b["allocated"].size(), ++bands;
+    }
+    CHECK(values <= std::max<std::size_t>(o.max_process_values, 4 * (devices + 2 * bands)) + 6 * bands);
+  }
+}
+
+TEST_CASE("report: past 256 devices each timeline keeps its share of the page's buckets", "[bounded]") {
+  // 1,024 ranks of 400 events each: more buckets than a device's share (16).
+  const ReportOptions o;
+  const nlohmann::json data = report_data(many_ranks(1024, 200), o);
+  std::size_t bytes = 0, most = 0;
+  for (const auto& t : data["traces"])
+    for (const auto& d : t["devices"]) {
+      bytes += d["tl"].dump().size();
+      most = std::max(most, d["tl"]["b"].size());
+    }
+  INFO("timeline bytes " << bytes << ", most buckets of a device " << most);
+  CHECK(most <= o.max_page_buckets / 1024);
+  CHECK(bytes <= o.max_timeline_bytes);
+}
+
+TEST_CASE("browser: a page of 256 ranks loads and says how many devices' details it left out", "[browser][bounded]") {
+  skip_without_chromium();
+  const std::string page = render_report_html(many_ranks(256));
+  auto report = open_page(page, "ranks-256");
+  Browser& b = report.b();
+  const auto line = b.eval(
+      "(function(){var e=document.getElementById('devices-left-out');"
+      "return e&&e.offsetParent!==null?e.textContent:'';})()");
+  INFO(line.dump());
+  CHECK(line.get<std::string>().find("devices are shown by their figures and timeline only") != std::string::npos);
+  CHECK(line.get<std::string>().find("vramtrace summary") != std::string::npos);
+  screenshot(b, "bounded-256-ranks");
+  CHECK(b.eval("window.__vtErrors||[]") == nlohmann::json::array());
+}
+
 TEST_CASE("browser: a click on the memory chart shows the state at the checkpoint nearest before it",
           "[browser][checkpoints]") {
   skip_without_chromium();

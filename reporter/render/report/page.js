@@ -1,5 +1,7 @@
 document.getElementById('title').textContent=DATA.title;document.title=DATA.title;
 document.getElementById('subtitle').textContent=DATA.generated_by;legend();
+// Note [devices in the page] (report_html.cpp): the devices left without their detail.
+var LO=DATA.devices_left_out;if(LO)main.appendChild(el('div',{'class':'note warn',id:'devices-left-out'},LO.count+' of '+LO.of+' devices are shown by their figures and timeline only: their layouts, tables and states are left out to keep the page small (devices with an OOM first, then the highest peak reserved, keep theirs). vramtrace summary and vramtrace oom on a trace give the rest.'));
 if(DATA.processes)processSection(DATA.processes);
 DATA.traces.forEach(function(tr,ti){
  main.appendChild(el('h2',null,tr.path+(tr.workload?'  ('+tr.workload+')':'')));
@@ -27,6 +29,7 @@ DATA.traces.forEach(function(tr,ti){
    if(o.state){stateFigures(main,o.state);var oh=el('div');main.appendChild(oh);new Segments(o.state,oh);
     main.appendChild(el('h3',null,'The biggest allocations alive at this moment'));biggest(main,o.state.biggest,S);}
    sites(main,'Top allocation sites alive at this moment',o.sites,S);});
+  if(dev.detail===false){main.appendChild(el('div',{'class':'note left-out'},'peak allocated '+fmtB(dev.peak_allocated)+', peak reserved '+fmtB(dev.peak_reserved)+(dev.capacity!==null?', capacity '+fmtB(dev.capacity):'')+'. Its layouts, tables and states are not in this page: vramtrace summary '+tr.path+' and vramtrace oom '+tr.path+' give them.'));return;}
   main.appendChild(el('h3',null,'Summary (torch.cuda.memory_summary layout)'));main.appendChild(el('pre',null,dev.summary_table));
   main.appendChild(el('h3',null,'Still allocated at the end: '+dev.end.live_blocks+' blocks, '+fmtB(dev.end.live_bytes)));biggest(main,dev.end.biggest,S);
   sites(main,'Top allocation sites at the end',dev.end.sites,S);

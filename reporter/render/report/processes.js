@@ -56,13 +56,16 @@ function Stacked(dt,host,P){
 function processSection(P){
  main.appendChild(el('h2',null,'Processes and devices ('+P.processes.length+' traces)'));
  var head=['process','own device'];P.devices.forEach(function(d){head.push(d.label);});
+ var at={};P.cells.forEach(function(x){at[x.process+' '+x.device]=x;});
  var rows=P.processes.map(function(p,i){var r=[p.label+(p.cross_device?'  \u26A0':''),p.own_device===null?'?':String(p.own_device%1000)];
-  P.devices.forEach(function(d){var c=null;P.cells.forEach(function(x){if(x.process===i&&x.device===d.device)c=x;});
+  P.devices.forEach(function(d){var c=at[i+' '+d.device]||null;
    r.push(c?fmtB(c['allocated_bytes.all.peak'])+' / '+fmtB(c['reserved_bytes.all.peak'])+(p.foreign_devices.indexOf(d.device)>=0?' *':''):'-');});return r;});
  var tot=['all processes (sum of peaks)',''];P.devices.forEach(function(d){tot.push(fmtB(d['allocated_bytes.all.peak'])+' / '+fmtB(d['reserved_bytes.all.peak']));});rows.push(tot);
  main.appendChild(el('div',{'class':'sub'},'peak allocated / peak reserved; * memory on a device other than the process\u2019s own'));table(main,head,rows);
  // The same table as text, for copying, folded away so that the page shows it once.
- var det=el('details');det.appendChild(el('summary',null,'the table as text'));det.appendChild(el('pre',null,P.text));main.appendChild(det);
+ // Left out of a page of many processes (vramtrace summary prints it).
+ if(P.text){var det=el('details');det.appendChild(el('summary',null,'the table as text'));det.appendChild(el('pre',null,P.text));main.appendChild(det);}
+ else main.appendChild(el('div',{'class':'note'},'the table as text is not in this page (too large): vramtrace summary on these traces prints it'));
  P.timelines.forEach(function(dt){main.appendChild(el('h3',null,dt.label+': memory of each process over time (stacked)'));var h=el('div');main.appendChild(h);stacks.push(new Stacked(dt,h,P));});
 }
 var stacks=[];
