@@ -407,9 +407,13 @@ void checkpoints_json(const DeviceModel& d, nlohmann::json& dj, std::size_t budg
   for (std::size_t i = 0; i < states.size(); ++i) {
     PageStacks none(nullptr, o);  // sized without stack references, which are small
     nlohmann::json j = state_json(*states[i], t0, o, none);
-    for (const auto& g : j["segments"]) segs[i][g["addr"].get<std::string>()] = g.dump();
+    // Sized as the page writes them: text that is not UTF-8 replaced, not thrown on.
+    const auto text = [](const nlohmann::json& v) {
+      return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    };
+    for (const auto& g : j["segments"]) segs[i][g["addr"].get<std::string>()] = text(g);
     j["segments"] = nlohmann::json::array();
-    rest[i] = j.dump().size();
+    rest[i] = text(j).size();
   }
   auto same = [&](std::size_t prev, const std::string& addr, const std::string& text) {
     if (prev == states.size()) return false;
@@ -601,9 +605,9 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       PageStacks scratch(models[r.trace].stacks.get(), o);
       const std::size_t size = device_detail_json(models[r.trace], models[r.trace].devices[r.device],
                                                   all_cases[r.trace], all_sites[r.trace], scratch, o)
-                                   .dump()
+                                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                                    .size() +
-                               scratch.json().dump().size();
+                               scratch.json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
       // The first device always brings its detail, whatever its size (a page of one device as before).
       if (!chosen.empty() && spent + size > o.max_detail_bytes) continue;
       spent += size;

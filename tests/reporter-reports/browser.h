@@ -216,11 +216,12 @@ class Browser {
   std::string session_, buf_;
 };
 
-// Waits until the page's script has run (it fills the probe last); fails after 15 s.
+// Waits until the page's script has run (it fills the probe last); fails after 60 s (a large
+// page on a loaded 2-core CI machine takes many times its few seconds alone).
 inline void wait_for_page(Browser& b) {
   const char* ready = "(function(){var p=document.getElementById('vt-probe');return !!p&&p.textContent.length>0;})()";
   bool done = false;
-  for (int i = 0; i < 300 && !done; ++i) {
+  for (int i = 0; i < 1200 && !done; ++i) {
     done = b.eval(ready).get<bool>();
     if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
