@@ -13,7 +13,9 @@ namespace vramtrace {
 /// is would recolour the terminal, retitle it or forge whole lines of the report. C0 characters
 /// become `\n`, `\r`, `\t` or `\xHH`, DEL `\x7f`, and the C1 characters written in UTF-8
 /// (U+0080..U+009F, which terminals also obey) `\u0080`..`\u009f`; everything else, other UTF-8
-/// included, is kept. JSON and HTML output have their own escaping and do not use this.
+/// included, is kept. The site labels of frame_label (sites.cpp) are built with it, so they carry
+/// this escaping into JSON (`site`, `via`) and the HTML report too; the raw names in JSON and the
+/// page's other text rely on those formats' own escaping.
 inline std::string printable(std::string_view text) {
   auto plain = [](unsigned char c) { return c >= 0x20 && c != 0x7f; };
   std::string out;
