@@ -284,6 +284,11 @@ void Unpickler::stream_key(std::string key, std::function<void(std::int32_t, Val
 }
 
 void Unpickler::fail(const std::string& what) const {
+  // A damaged compressed stream decodes to wrong bytes before its checksum says so: then the
+  // damage, not the pickle's content, is the error.
+  if (std::string damage = damage_after(src_); !damage.empty())
+    throw PickleError(fmt::format("{}; the file is damaged, so the pickle at offset {} is not what was written ({})",
+                                  damage, op_offset_, what));
   throw PickleError(
       fmt::format("{}: offset {}: opcode {} (0x{:02x}): {}", path_, op_offset_, opcode_name(op_), op_, what));
 }

@@ -73,8 +73,14 @@ class TorchTraceReader final : public TraceReader {
   }
 
   [[noreturn]] void fail(const std::string& what) const {
+    const std::uint64_t line = lines_->line_number();
+    // A damaged compressed stream decodes to wrong bytes before its checksum says so: then the
+    // damage, not the line's content, is the error.
+    if (std::string damage = lines_->damage(); !damage.empty())
+      throw TraceError(
+          fmt::format("{}; the file is damaged, so line {} is not what was written ({})", damage, line, what));
     std::string cut = lines_->truncated() ? " (the last line is cut off: the file is truncated)" : "";
-    throw TraceError(fmt::format("{}: line {}: {}{}", header_.path, lines_->line_number(), what, cut));
+    throw TraceError(fmt::format("{}: line {}: {}{}", header_.path, line, what, cut));
   }
 
   void read_header(std::string_view line) {

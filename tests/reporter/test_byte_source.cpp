@@ -119,3 +119,51 @@ TEST_CASE("LineSource refuses lines over 64 MiB without holding more", "[byte_so
   std::string_view line;
   CHECK_THROWS_WITH(src->next_line(line), Catch::Contains("line 1 is longer than 64 MiB"));
 }
+
+namespace {
+// Reads every record of `path` with the reader its format selects; the error's text, or "".
+std::string read_error(const std::string& path) {
+  try {
+    auto r = open_trace(path);
+    TraceRecord rec;
+    while (r->next(rec)) {
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// `bytes` with two bytes at `at` changed.
+std::string damaged_at(std::string bytes, std::size_t at) {
+  bytes[at] = static_cast<char>(bytes[at] ^ 0xff);
+  bytes[at + 1] = static_cast<char>(bytes[at + 1] ^ 0x55);
+  return bytes;
+}
+}  // namespace
+
+TEST_CASE("a damaged gzip trace is reported as damaged, not as content that does not parse", "[byte_source]") {
+  // A changed byte in a deflate stream decodes to wrong bytes long before the member's CRC is
+  // checked, and a reader may meet content that does not parse first. Wherever the damage is,
+  // the error must name it (the CRC or deflate error found when the rest is read); where the
+  // content failed first, it still says where.
+  const std::string torch = test::read_file(test::data_path("torch-h200/gpt2_train.torchtrace.jsonl.gz"));
+  const std::string pickle = test::gzip(test::read_file(test::data_path("torch-h200/encoder_varlen.snapshot.pickle")));
+  for (const auto& [name, bytes] :
+       {std::pair{"damaged.torchtrace.jsonl.gz", torch}, std::pair{"damaged.snapshot.pickle.gz", pickle}}) {
+    std::size_t content_first = 0;
+    for (std::size_t k = 1; k <= 10; ++k) {
+      const std::string path = write_file(name, damaged_at(bytes, bytes.size() * k / 11));
+      const std::string error = read_error(path);
+      INFO(error);
+      CHECK_THAT(error, Catch::Contains(path + ": gzip data error at compressed offset"));
+      content_first += error.find("the file is damaged, so") != std::string::npos;
+    }
+    // The history's text meets a line that does not parse first at some of these places (the
+    // pickle's deflate data, denser, fails in the decoder or the CRC first).
+    INFO(name);
+    if (bytes == torch) CHECK(content_first > 0);
+    // The same bytes intact read to the end.
+    CHECK(read_error(write_file(std::string("intact.") + name, bytes)).empty());
+  }
+}

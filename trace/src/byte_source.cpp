@@ -513,6 +513,7 @@ class LineSourceImpl final : public LineSource {
   std::uint64_t bytes_total() const override { return bytes_->bytes_total(); }
   const std::string& path() const override { return bytes_->path(); }
   Compression compression() const override { return bytes_->compression(); }
+  std::string damage() override { return damage_after(*bytes_); }
 
  private:
   static constexpr std::size_t kInitial = 1u << 20;
@@ -526,6 +527,18 @@ class LineSourceImpl final : public LineSource {
 };
 
 }  // namespace
+
+std::string damage_after(ByteSource& src) {
+  if (src.compression() == Compression::none) return {};
+  std::vector<char> scratch(256 * 1024);
+  try {
+    while (src.read(scratch.data(), scratch.size()) > 0) {
+    }
+  } catch (const TraceError& e) {
+    return e.what();
+  }
+  return {};
+}
 
 std::unique_ptr<ByteSource> ByteSource::open(const std::string& path) {
   auto file = std::make_unique<RawFile>(path);

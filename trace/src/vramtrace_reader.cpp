@@ -550,7 +550,13 @@ class Reader final : public VramtraceTraceReader {
   }
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw TraceError(header_.path + ":" + std::to_string(source_->line_number()) + ": " + what);
+    const std::uint64_t line = source_->line_number();
+    // A damaged compressed stream decodes to wrong bytes before its checksum says so: then the
+    // damage, not the line's content, is the error.
+    if (std::string damage = source_->damage(); !damage.empty())
+      throw TraceError(damage + "; the file is damaged, so line " + std::to_string(line) +
+                       " is not what was written (" + what + ")");
+    throw TraceError(header_.path + ":" + std::to_string(line) + ": " + what);
   }
 
   json parse_json_line(std::string_view line) {

@@ -40,6 +40,14 @@ class ByteSource {
   virtual const std::string& path() const = 0;
 };
 
+/// After content that does not parse: reads the rest of a compressed `src` and returns the
+/// decompression error it meets ("gzip data error at compressed offset N: ..."), or "" when the
+/// rest decodes cleanly or `src` is not compressed. A damaged gzip stream can decode to wrong bytes
+/// long before its CRC, checked at the member's end, says so; this tells a reader that the
+/// content it refused is the damage, not what was written. Reads to the end of the input (time
+/// grows with its size); throws nothing but std::bad_alloc. Not thread-safe (as `src`).
+std::string damage_after(ByteSource& src);
+
 /// Reads a file line by line, decompressing gzip (1f 8b) or zstd (28 b5 2f fd) by magic bytes.
 /// Memory: one decompression buffer plus the longest line. Not thread-safe.
 class LineSource {
@@ -71,6 +79,9 @@ class LineSource {
   virtual std::uint64_t bytes_total() const = 0;
   virtual const std::string& path() const = 0;
   virtual Compression compression() const = 0;
+  /// damage_after() of the underlying bytes: after a line that does not parse, the
+  /// decompression error in the rest of the input, or "". Reads to the end of the input.
+  virtual std::string damage() = 0;
 };
 
 }  // namespace vramtrace
