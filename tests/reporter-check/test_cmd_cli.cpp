@@ -425,3 +425,23 @@ TEST_CASE("text reports print a trace's control characters escaped", "[cli]") {
   }
   CHECK(has(vt("summary " + pickle).out, "evil\\x1b[31mRED\\x1b]0;title\\x07\\r\\nFAKE LINE.py:7 in f\\u009b2J"));
 }
+
+TEST_CASE("error messages print a trace's control characters escaped", "[cli]") {
+  // An action name the reader refuses is quoted in the message on standard error.
+  const fs::path trace = dir() / "esc-action.torchtrace.jsonl";
+  std::ofstream(trace, std::ios::binary)
+      << R"({"kind":"header","total":17179869184})"
+         "\n"
+      << R"({"action":"\u001b[31mRED\u001b]0;title\u0007\r\u00c2\u009b","addr":1,"size":2,"stream":0})"
+         "\n";
+  const std::string page = (dir() / "esc-action.html").string();
+  for (const std::string& cmd :
+       std::vector<std::string>{"summary", "oom", "replay", "check --max-ooms 0", "report -o " + page}) {
+    INFO(cmd);
+    const Result r = vt(cmd + " " + trace.string());
+    CHECK(r.rc == 2);
+    CHECK(has(r.err, "unknown action"));
+    CHECK(has(r.err, "\\x1b[31mRED\\x1b]0;title\\x07\\r"));
+    for (const std::string raw : {"\x1b", "\r", "\x07"}) CHECK_FALSE(has(r.err, raw));
+  }
+}
