@@ -116,6 +116,9 @@ struct DeviceState {
   std::unordered_map<u64, std::pair<u64, u64>> pending_before;
   DeviceStats released_before;
   i64 last_before_ns = 0;
+  u64 times_back = 0;          // events earlier than an event before them
+  u64 first_back_event = 0;    // the trace's event index of the first
+  i64 most_back_ns = 0;        // the largest step back
   u64 free_events_before = 0;  // free_requested and free_completed events among them
   // Note [one OOM per failed request]: the fate of each `oom` entry (index = position in
   // out.ooms), settled by the grouper of a vramtrace trace.
@@ -1004,6 +1007,11 @@ struct TraceModelBuilder::Impl {
     const bool raises = r.action == Action::alloc;
     if (!raises) settle_peak(d);
     if (d.out.events == 0) d.out.first_time_ns = r.time_ns;
+    if (d.out.events > 0 && r.time_ns < d.out.last_time_ns) {
+      // A clock that stepped back (or events merged out of order): said in a note, kept in order.
+      if (d.times_back++ == 0) d.first_back_event = events;
+      d.most_back_ns = std::max(d.most_back_ns, d.out.last_time_ns - r.time_ns);
+    }
     d.out.last_time_ns = std::max(d.out.last_time_ns, r.time_ns);
     switch (r.action) {
       case Action::alloc:
@@ -1295,6 +1303,12 @@ struct TraceModelBuilder::Impl {
                         "not reserved (the trace began after their segments were created, or has no "
                         "segment events)",
                         d.out.orphan_allocs));
+      if (d.times_back)
+        d.out.notes.push_back(fmt::format(
+            "{} events have a time earlier than an event before them (the first at event {}, at most {:.3f} ms "
+            "back): they are counted in the order of the trace, and the timeline draws each at the latest time "
+            "before it",
+            d.times_back, d.first_back_event, static_cast<double>(d.most_back_ns) / 1e6));
       // Frees of memory from before the history are in the note on a late start; the rest (a
       // block of a known segment that is not allocated) are the trace's own oddities.
       if (const u64 odd = d.out.unknown_frees - d.free_events_before; odd)

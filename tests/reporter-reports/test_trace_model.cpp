@@ -103,6 +103,30 @@ TEST_CASE("free_requested drops allocated, free_completed drops active and merge
   CHECK(m3.devices[0].layout_conflicts == 0);
 }
 
+TEST_CASE("events earlier than an event before them are counted in order and said in a note", "[model][time]") {
+  RecordList l;
+  const DevicePtr s = 0x1000000;
+  l.add(Action::segment_alloc, s, 2 * MiB).add(Action::alloc, s, 4096).add(Action::alloc, s + 4096, 4096);
+  l.add(Action::free_requested, s, 4096).add(Action::free_completed, s, 4096);
+  auto in_order = build(l);
+  for (const auto& n : in_order.devices[0].notes) CHECK(n.find("earlier than an event before") == std::string::npos);
+  // The clock steps back 2.5 ms at event 3 and again, less, at event 4.
+  l.records[3].time_ns = l.records[2].time_ns - 2'500'000;
+  l.records[4].time_ns = l.records[2].time_ns - 1'000;
+  auto back = build(l);
+  const auto& d = back.devices[0];
+  CHECK(d.stats.allocated_bytes[kStatAll].current == 4096);  // in the order of the trace
+  CHECK(d.stats.allocated_bytes[kStatAll].peak == 8192);
+  CHECK(d.last_time_ns == l.records[2].time_ns);
+  bool said = false;
+  for (const auto& n : d.notes)
+    said = said || n.find(
+                       "2 events have a time earlier than an event before them (the first at event 3, at most "
+                       "2.500 ms back)") != std::string::npos;
+  CHECK(said);
+  for (const auto& b : d.timeline) CHECK(b.t_end_ns >= b.t_begin_ns);
+}
+
 TEST_CASE("state at the peak: biggest allocations and largest free block", "[model][peak]") {
   RecordList l;
   const DevicePtr s = 0x40000000;
