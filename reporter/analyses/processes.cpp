@@ -249,6 +249,53 @@ void find_imbalance(ProcessDeviceView& v) {
 
 }  // namespace
 
+namespace {
+
+// Note [processes one after another]: the "all processes" sums of a device are the most it can
+// have held at once when its processes ran together (the ranks of a job). Traces of runs made one
+// after another (a directory of unrelated runs, a job restarted) never held their peaks at once:
+// where every process's time span on a device is known and none overlaps another's, a note says so
+// and names the largest single peak, the figure that device did hold.
+void note_processes_apart(ProcessDeviceView& v, const std::vector<TraceModel>& models) {
+  struct Span {
+    i64 begin, end, peak_reserved;
+  };
+  std::map<std::int32_t, std::vector<Span>> spans;
+  std::set<std::int32_t> unknown;
+  for (const auto& c : v.cells) {
+    const DeviceModel* d = nullptr;
+    for (const auto& x : models[c.process].devices)
+      if (x.device == c.ordinal) d = &x;
+    if (!d || d->events == 0 || d->history == DeviceModel::History::none) {
+      unknown.insert(c.device);  // no times to compare: no claim
+      continue;
+    }
+    spans[c.device].push_back({d->first_time_ns, d->last_time_ns, c.peak_reserved});
+  }
+  for (auto& [key, list] : spans) {
+    if (list.size() < 2 || unknown.count(key)) continue;
+    std::sort(list.begin(), list.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    bool apart = true;
+    i64 end = list.front().end, largest = list.front().peak_reserved;
+    for (std::size_t i = 1; i < list.size(); ++i) {
+      apart = apart && list[i].begin > end;
+      end = std::max(end, list[i].end);
+      largest = std::max(largest, list[i].peak_reserved);
+    }
+    if (!apart) continue;
+    const DeviceLoad* load = nullptr;
+    for (const auto& d : v.devices)
+      if (d.device == key) load = &d;
+    v.notes.push_back(fmt::format(
+        "{}: its {} processes ran one after another (their traces' times do not overlap), so they never held "
+        "their peaks at once: the most it held is the largest single peak reserved, {}, not the sum",
+        load ? load->label : fmt::format("device {}", key % kHostStride), list.size(),
+        format_bytes(largest, ByteStyle::pytorch)));
+  }
+}
+
+}  // namespace
+
 ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
   ProcessDeviceView v;
   // Hosts, in order of first appearance (an unknown host counts as one more).
@@ -277,6 +324,7 @@ ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
   label_processes(v.processes, several_hosts);
   sum_device_loads(v, device_labels);
   find_imbalance(v);
+  note_processes_apart(v, models);
   return v;
 }
 

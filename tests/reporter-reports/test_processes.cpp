@@ -268,6 +268,30 @@ TEST_CASE("own device: CUDA_VISIBLE_DEVICES, LOCAL_RANK, rank on one host, else 
   }
 }
 
+TEST_CASE("processes that ran one after another on a device: a note says their sum was never held", "[processes]") {
+  auto has_note = [](const ProcessDeviceView& v) {
+    for (const auto& n : v.notes)
+      if (n.find("ran one after another") != std::string::npos) return n;
+    return std::string();
+  };
+  // Two runs of 3 and 5 MiB on device 0, the second starting 1 s after the first: apart.
+  const std::vector<TraceModel> apart = {process(header("a.jsonl", 1, "", ""), {{0, 3 * MiB}}),
+                                         process(header("b.jsonl", 2, "", ""), {{0, 5 * MiB}}, 1'000'000'000)};
+  const ProcessDeviceView v = process_device_view(apart);
+  REQUIRE(v.devices.size() == 1);
+  CHECK(v.devices[0].peak_reserved_sum == static_cast<std::int64_t>(8 * MiB));  // the table's sum stays
+  const std::string note = has_note(v);
+  INFO(note);
+  CHECK(note.find("device 0: its 2 processes ran one after another") != std::string::npos);
+  CHECK(note.find("the largest single peak reserved, 5.00 MiB, not the sum") != std::string::npos);
+  CHECK(render_process_device_text(v).find("Note: device 0: its 2 processes ran one after another") !=
+        std::string::npos);
+  // The same runs overlapping in time (the ranks of a job): no such note.
+  const std::vector<TraceModel> together = {process(header("a.jsonl", 1, "", ""), {{0, 3 * MiB}}),
+                                            process(header("b.jsonl", 2, "", ""), {{0, 5 * MiB}}, 2'000)};
+  CHECK(has_note(process_device_view(together)).empty());
+}
+
 TEST_CASE("report data: the process section only with several traces", "[processes][report]") {
   auto models = case_c10();
   auto j = report_data(models);
