@@ -8,6 +8,7 @@
 #include "model/trace_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <deque>
 #include "model/checkpoint_journal.h"
@@ -116,6 +117,10 @@ struct DeviceState {
   std::unordered_map<u64, std::pair<u64, u64>> pending_before;
   DeviceStats released_before;
   i64 last_before_ns = 0;
+  // Frees in a segment of the trace that match no allocated block (odd_free), by what the address
+  // is, and the first inside a live allocation.
+  u64 odd_inside_live = 0, odd_freed_twice = 0, odd_inside_free = 0;
+  std::string odd_inside_example;
   u64 times_back = 0;          // events earlier than an event before them
   u64 first_back_event = 0;    // the trace's event index of the first
   i64 most_back_ns = 0;        // the largest step back
@@ -875,14 +880,37 @@ struct TraceModelBuilder::Impl {
     Segment* s = segment_of(d, r.addr, &seg_addr);
     auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
     if (!s || it == s->blocks.end() || it->second.state != BlockState::active_allocated) {
-      ++d.out.unknown_frees;
-      if (!s) free_before_history(d, r, false);
+      if (s)
+        odd_free(d, *s, r.addr);
+      else
+        free_before_history(d, r, false);
       return;
     }
     before_segment_change(d, seg_addr, s);
     release_live_stats(d, *s, it->second, false);
     if (it->second.size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.decrease(1);
     it->second.state = BlockState::active_pending_free;
+  }
+
+  // A free in a segment of the trace that matches no allocated block there: the trace's own
+  // inconsistency, left out of the figures and said in a note by what the address is.
+  void odd_free(DeviceState& d, const Segment& s, u64 addr) {
+    ++d.out.unknown_frees;
+    auto it = s.blocks.upper_bound(addr);
+    if (it == s.blocks.begin()) {
+      ++d.odd_inside_free;
+      return;
+    }
+    --it;
+    if (it->first == addr) {
+      ++d.odd_freed_twice;  // the block is free, or its free was already requested
+    } else if (it->second.state != BlockState::inactive) {
+      if (d.odd_inside_live++ == 0)
+        d.odd_inside_example =
+            fmt::format("0x{:x}, {} bytes into the block at 0x{:x}", addr, addr - it->first, it->first);
+    } else {
+      ++d.odd_inside_free;
+    }
   }
 
   // A free of a block in no segment of the history: allocated before the history began (Note [a
@@ -941,8 +969,10 @@ struct TraceModelBuilder::Impl {
     Segment* s = segment_of(d, r.addr, &seg_addr);
     auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
     if (!s || it == s->blocks.end() || it->second.state == BlockState::inactive) {
-      ++d.out.unknown_frees;
-      if (!s) free_before_history(d, r, true);
+      if (s)
+        odd_free(d, *s, r.addr);
+      else
+        free_before_history(d, r, true);
       return;
     }
     before_segment_change(d, seg_addr, s);
@@ -1311,10 +1341,19 @@ struct TraceModelBuilder::Impl {
             d.times_back, d.first_back_event, static_cast<double>(d.most_back_ns) / 1e6));
       // Frees of memory from before the history are in the note on a late start; the rest (a
       // block of a known segment that is not allocated) are the trace's own oddities.
-      if (const u64 odd = d.out.unknown_frees - d.free_events_before; odd)
-        d.out.notes.push_back(
-            fmt::format("{} frees of addresses not allocated in the trace{}", odd,
-                        d.free_events_before ? " (in segments it created)" : " (allocated before it began)"));
+      if (const u64 odd = d.out.unknown_frees - d.free_events_before; odd) {
+        std::vector<std::string> what;
+        if (d.odd_inside_live)
+          what.push_back(fmt::format("{} at an address inside a live allocation (the first at {})", d.odd_inside_live,
+                                     d.odd_inside_example));
+        if (d.odd_freed_twice) what.push_back(fmt::format("{} of a block already freed", d.odd_freed_twice));
+        if (d.odd_inside_free)
+          what.push_back(fmt::format("{} at an address inside free memory of a segment", d.odd_inside_free));
+        d.out.notes.push_back(fmt::format(
+            "{} free events match no allocated block of the segments the trace created, and are left out of the "
+            "figures: {}",
+            odd, fmt::join(what, "; ")));
+      }
       if (d.out.ooms.size() > opt.max_oom_states)
         d.out.notes.push_back(
             fmt::format("{} OOMs; the layout is kept for the first {}", d.out.ooms.size(), opt.max_oom_states));

@@ -127,6 +127,32 @@ TEST_CASE("events earlier than an event before them are counted in order and sai
   for (const auto& b : d.timeline) CHECK(b.t_end_ns >= b.t_begin_ns);
 }
 
+TEST_CASE("frees that match no allocated block of the trace's segments are named by what the address is",
+          "[model][layout]") {
+  RecordList l;
+  const DevicePtr s = 0x400000;
+  l.add(Action::segment_alloc, s, 2 * MiB).add(Action::alloc, s, 4096);
+  l.add(Action::free_requested, s + 1024, 4096);  // inside the live block
+  l.add(Action::free_requested, s, 4096).add(Action::free_completed, s, 4096);
+  l.add(Action::free_completed, s, 4096);         // the same block again
+  l.add(Action::free_requested, s + 8192, 4096);  // inside the free rest of the segment
+  const auto m = build(l);
+  const auto& d = m.devices[0];
+  CHECK(d.stats.allocated_bytes[kStatAll].current == 0);
+  CHECK(d.stats.active_bytes[kStatAll].current == 0);
+  CHECK(d.frees_before_history == 0);
+  std::string note;
+  for (const auto& n : d.notes)
+    if (n.find("free events match no allocated block") != std::string::npos) note = n;
+  INFO(note);
+  CHECK(note.find("3 free events match no allocated block of the segments the trace created") != std::string::npos);
+  CHECK(note.find("1 at an address inside a live allocation (the first at 0x400400, 1024 bytes into the block at "
+                  "0x400000)") != std::string::npos);
+  CHECK(note.find("1 of a block already freed") != std::string::npos);
+  CHECK(note.find("1 at an address inside free memory of a segment") != std::string::npos);
+  CHECK(note.find("before it began") == std::string::npos);
+}
+
 TEST_CASE("state at the peak: biggest allocations and largest free block", "[model][peak]") {
   RecordList l;
   const DevicePtr s = 0x40000000;
