@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from whatif_accuracy import require_cuda, run as run_program
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 2**20
 
@@ -49,26 +51,11 @@ def workload_argv(name):
 
 
 def run(argv, env=None, timeout=400):
-    e = dict(os.environ)
-    e.update(env or {})
-    t0 = time.time()
-    try:
-        p = subprocess.run(argv, env=e, capture_output=True, text=True, timeout=timeout)
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as x:
-        rc, out, err = 124, x.stdout or "", x.stderr or ""
-        out = out.decode() if isinstance(out, bytes) else out
-        err = err.decode() if isinstance(err, bytes) else err
-    result = None
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            try:
-                result = json.loads(line[7:])
-            except ValueError:
-                pass
-    oom = "OutOfMemoryError" in err or "out of memory" in err or (result is not None and result.get("ok") is False)
-    return {"rc": rc, "seconds": round(time.time() - t0, 1), "result": result, "oom": oom,
-            "stderr_tail": err[-1200:]}
+    """whatif_accuracy.run, and whether the program ran out of memory."""
+    r = run_program(argv, env, timeout)
+    r["oom"] = ("OutOfMemoryError" in r["stderr_tail"] or "out of memory" in r["stderr_tail"]
+                or (r["result"] is not None and r["result"].get("ok") is False))
+    return r
 
 
 def device_total():
@@ -101,14 +88,7 @@ def main():
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--budget", type=float, default=540, help="seconds; no new workload starts after it")
     args = ap.parse_args()
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            print("no CUDA device: skipped")
-            sys.exit(77)
-    except ImportError:
-        print("no torch: skipped")
-        sys.exit(77)
+    require_cuda()
     os.makedirs(args.out, exist_ok=True)
     vt = os.path.join(args.build, "bin", "vramtrace")
     settings = args.settings.split(";")

@@ -76,6 +76,18 @@ def real_peak(res):
     return r.get("peak_reserved")
 
 
+def require_cuda():
+    """Exits 77 (ctest's skip code) without CUDA PyTorch."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            print("no CUDA device: skipped")
+            sys.exit(77)
+    except ImportError:
+        print("no torch: skipped")
+        sys.exit(77)
+
+
 def mib(b):
     return b / 2**20
 
@@ -88,14 +100,7 @@ def main():
     ap.add_argument("--settings", default=";".join(SETTINGS))
     ap.add_argument("--budget", type=float, default=1500, help="seconds; no new workload starts after it")
     args = ap.parse_args()
-    try:
-        import torch  # noqa: F401 - only to fail early without CUDA PyTorch
-        if not torch.cuda.is_available():
-            print("no CUDA device: skipped")
-            sys.exit(77)
-    except ImportError:
-        print("no torch: skipped")
-        sys.exit(77)
+    require_cuda()
     os.makedirs(args.out, exist_ok=True)
     vt = os.path.join(args.build, "bin", "vramtrace")
     settings = args.settings.split(";")
