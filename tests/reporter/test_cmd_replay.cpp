@@ -41,6 +41,21 @@ std::string gpt2() { return quote(test::data_path("torch-h200/gpt2_train.torchtr
 
 const std::string kHeader = R"({"kind": "header", "workload": "w", "total": 1073741824})";
 
+// Lines of a PyTorch allocator history (torchtrace JSON lines), each with its newline.
+std::string line(const std::string& action, std::uint64_t addr, std::uint64_t size) {
+  return "{\"action\": \"" + action + "\", \"addr\": " + std::to_string(addr) + ", \"size\": " + std::to_string(size) +
+         ", \"stream\": 0}\n";
+}
+// A segment of `size` bytes at `addr` and one allocation filling it.
+std::string held(std::uint64_t addr, std::uint64_t size) {
+  return line("segment_alloc", addr, size) + line("alloc", addr, size);
+}
+// A request of `size` bytes that failed with `device_free` bytes free on the device.
+std::string oom_line(std::uint64_t size, std::uint64_t device_free) {
+  return "{\"action\": \"oom\", \"size\": " + std::to_string(size) +
+         ", \"stream\": 0, \"device_free\": " + std::to_string(device_free) + "}\n";
+}
+
 }  // namespace
 
 TEST_CASE("vramtrace replay --json prints the documented object", "[cli]") {
@@ -169,11 +184,7 @@ TEST_CASE("vramtrace replay: a card name is a capacity, and every column gets a 
 TEST_CASE("vramtrace replay: a trace that ends at its OOM, and --full", "[cli]") {
   // Two 60 MiB blocks under a 128 MiB device, then a 20 MiB request that failed: the process died.
   const std::string died = kHeader.substr(0, kHeader.size() - 1) + R"(, "cap_gib": 0.125})" + "\n" +
-                           R"({"action": "segment_alloc", "addr": 4294967296, "size": 62914560, "stream": 0})" + "\n" +
-                           R"({"action": "alloc", "addr": 4294967296, "size": 62914560, "stream": 0})" + "\n" +
-                           R"({"action": "segment_alloc", "addr": 8589934592, "size": 62914560, "stream": 0})" + "\n" +
-                           R"({"action": "alloc", "addr": 8589934592, "size": 62914560, "stream": 0})" + "\n" +
-                           R"({"action": "oom", "size": 20971520, "stream": 0, "device_free": 900000000})" + "\n";
+                           held(4294967296, 62914560) + held(8589934592, 62914560) + oom_line(20971520, 900000000);
   auto path = write_file("died.torchtrace.jsonl", died);
   Run r = run_cli("replay " + quote(path) + " --json");
   REQUIRE(r.code == 0);
@@ -186,10 +197,8 @@ TEST_CASE("vramtrace replay: a trace that ends at its OOM, and --full", "[cli]")
   CHECK_THAT(r.out, Catch::Contains("the rest of the run was never recorded") && Catch::Contains("--full"));
 
   // The same program run to its end elsewhere: the same first allocations, then more.
-  const std::string full_text = kHeader + "\n" +
-                                R"({"action": "alloc", "addr": 4294967296, "size": 62914560, "stream": 0})" + "\n" +
-                                R"({"action": "alloc", "addr": 8589934592, "size": 62914560, "stream": 0})" + "\n" +
-                                R"({"action": "alloc", "addr": 12884901888, "size": 20971520, "stream": 0})" + "\n";
+  const std::string full_text = kHeader + "\n" + line("alloc", 4294967296, 62914560) +
+                                line("alloc", 8589934592, 62914560) + line("alloc", 12884901888, 20971520);
   auto full = write_file("full.torchtrace.jsonl", full_text);
   r = run_cli("replay " + quote(path) + " --full " + quote(full) + " --json");
   REQUIRE(r.code == 0);
@@ -202,8 +211,7 @@ TEST_CASE("vramtrace replay: a trace that ends at its OOM, and --full", "[cli]")
   CHECK(j["results"][0]["verdict"] == "marginal");
   CHECK(j["results"][0]["shortfall_bytes"] == 12ull << 20);
   // Another program as --full is named.
-  auto other = write_file("other.torchtrace.jsonl",
-                          kHeader + "\n" + R"({"action": "alloc", "addr": 4096, "size": 512, "stream": 0})" + "\n");
+  auto other = write_file("other.torchtrace.jsonl", kHeader + "\n" + line("alloc", 4096, 512));
   r = run_cli("replay " + quote(path) + " --full " + quote(other) + " --json");
   REQUIRE(r.code == 0);
   j = nlohmann::json::parse(r.out);
@@ -215,12 +223,8 @@ TEST_CASE("vramtrace replay: no verdict when the trace's own settings do not rep
   // 800 MiB allocated on a 1 GiB device, then a 100 MiB request failed: the program could use less
   // than the device total (its CUDA context, memory outside the allocator). The replay on 1 GiB
   // runs without the OOM, so "fits" there would be a promise the real run broke.
-  const std::string died = kHeader + "\n" +
-                           R"({"action": "segment_alloc", "addr": 4294967296, "size": 419430400, "stream": 0})" + "\n" +
-                           R"({"action": "alloc", "addr": 4294967296, "size": 419430400, "stream": 0})" + "\n" +
-                           R"({"action": "segment_alloc", "addr": 8589934592, "size": 419430400, "stream": 0})" + "\n" +
-                           R"({"action": "alloc", "addr": 8589934592, "size": 419430400, "stream": 0})" + "\n" +
-                           R"({"action": "oom", "size": 104857600, "stream": 0, "device_free": 50000000})" + "\n";
+  const std::string died =
+      kHeader + "\n" + held(4294967296, 419430400) + held(8589934592, 419430400) + oom_line(104857600, 50000000);
   auto path = write_file("unreproduced.torchtrace.jsonl", died);
   Run r = run_cli("replay " + quote(path) + " --json");
   REQUIRE(r.code == 0);
@@ -240,10 +244,7 @@ TEST_CASE("vramtrace replay: no verdict when the trace's own settings do not rep
 
 TEST_CASE("vramtrace oom: --capacity takes card names and applies to the diagnosis", "[cli]") {
   // The device had 900 MB free, the trace records no cap: unexplained, until --capacity says 128 MiB.
-  const std::string t = kHeader + "\n" +
-                        R"({"action": "segment_alloc", "addr": 4294967296, "size": 125829120, "stream": 0})" + "\n" +
-                        R"({"action": "alloc", "addr": 4294967296, "size": 125829120, "stream": 0})" + "\n" +
-                        R"({"action": "oom", "size": 20971520, "stream": 0, "device_free": 900000000})" + "\n";
+  const std::string t = kHeader + "\n" + held(4294967296, 125829120) + oom_line(20971520, 900000000);
   auto path = write_file("nocap.torchtrace.jsonl", t);
   Run r = run_cli("oom " + quote(path) + " --json");
   REQUIRE(r.code == 0);
