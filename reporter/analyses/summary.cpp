@@ -367,6 +367,18 @@ SummaryText summary_text_of(const TraceModel& m) {
         i64 mine = stat_value(d.stats, key);
         check += fmt::format("  {:<30} {:>16} {:>16}  {}\n", key, *r, mine, check_verdict(key, *r, mine, d));
       }
+      // The trailer's num_alloc_retries counts the traced allocator's own releases of its cache
+      // before trying the device again; the retries of the OOM line are the program's (the
+      // failed allocations it tried again). Two counts under one name: shown side by side.
+      if (m.header.format == "vramtrace")
+        if (auto r = recorded(m, d.device, "num_alloc_retries"))
+          check += fmt::format(
+              "  {:<30} {:>16} {:>16}  {}\n", "num_alloc_retries", *r, "-",
+              d.oom_count.retries
+                  ? fmt::format("the traced allocator's releases of its cache before trying again; the program "
+                                "tried again {} times (cudaMalloc retries above)",
+                                *d.oom_count.retries)
+                  : std::string("the traced allocator's releases of its cache before trying again"));
       if (!check.empty()) {
         // Our traces carry the shim allocator's figures in their trailer; PyTorch's, its own.
         const char* by = m.header.format == "vramtrace" ? "the traced allocator" : "PyTorch";

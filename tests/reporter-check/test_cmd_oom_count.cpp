@@ -158,6 +158,11 @@ TEST_CASE("shim trace: survived failures are retries, the final double failure o
   // The trailer's num_ooms is the traced allocator's failures: the entries, not the OOMs.
   CHECK(has(summary.out, "num_ooms"));
   CHECK_FALSE(has(summary.out, "DIFFERENT"));
+  // The trailer's num_alloc_retries (the traced allocator's own, 4) beside the program's 3.
+  CHECK(has(summary.out, "num_alloc_retries"));
+  CHECK(has(summary.out,
+            "the traced allocator's releases of its cache before trying again; the program tried "
+            "again 3 times (cudaMalloc retries above)"));
   const auto sj = json_of(kVt + " summary --json " + t);
   const auto& dev = sj["traces"][0]["devices"][0];
   CHECK(dev["ooms"] == 1);
