@@ -121,10 +121,11 @@ struct DeviceState {
   // is, and the first inside a live allocation.
   u64 odd_inside_live = 0, odd_freed_twice = 0, odd_inside_free = 0;
   std::string odd_inside_example;
-  u64 times_back = 0;          // events earlier than an event before them
-  u64 first_back_event = 0;    // the trace's event index of the first
-  i64 most_back_ns = 0;        // the largest step back
-  u64 free_events_before = 0;  // free_requested and free_completed events among them
+  static constexpr i64 kThreadSkewNs = 1'000'000'000;  // 1 s: see the note on time in add()
+  u64 times_back = 0;                                  // events earlier than an event before them
+  u64 first_back_event = 0;                            // the trace's event index of the first
+  i64 most_back_ns = 0;                                // the largest step back
+  u64 free_events_before = 0;                          // free_requested and free_completed events among them
   // Note [one OOM per failed request]: the fate of each `oom` entry (index = position in
   // out.ooms), settled by the grouper of a vramtrace trace.
   std::vector<OomOutcome> oom_outcomes;
@@ -880,10 +881,12 @@ struct TraceModelBuilder::Impl {
     Segment* s = segment_of(d, r.addr, &seg_addr);
     auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
     if (!s || it == s->blocks.end() || it->second.state != BlockState::active_allocated) {
-      if (s)
+      if (s) {
         odd_free(d, *s, r.addr);
-      else
+      } else {
+        ++d.out.unknown_frees;
         free_before_history(d, r, false);
+      }
       return;
     }
     before_segment_change(d, seg_addr, s);
@@ -969,10 +972,12 @@ struct TraceModelBuilder::Impl {
     Segment* s = segment_of(d, r.addr, &seg_addr);
     auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
     if (!s || it == s->blocks.end() || it->second.state == BlockState::inactive) {
-      if (s)
+      if (s) {
         odd_free(d, *s, r.addr);
-      else
+      } else {
+        ++d.out.unknown_frees;
         free_before_history(d, r, true);
+      }
       return;
     }
     before_segment_change(d, seg_addr, s);
@@ -1037,8 +1042,12 @@ struct TraceModelBuilder::Impl {
     const bool raises = r.action == Action::alloc;
     if (!raises) settle_peak(d);
     if (d.out.events == 0) d.out.first_time_ns = r.time_ns;
-    if (d.out.events > 0 && r.time_ns < d.out.last_time_ns) {
-      // A clock that stepped back (or events merged out of order): said in a note, kept in order.
+    // A clock that stepped back (or events merged out of order): said in a note, kept in order.
+    // The shim's threads stamp their events before they reach its ring, so a vramtrace trace may
+    // hold events of different threads a few milliseconds out of order (seen under load): only a
+    // step back of kThreadSkewNs or more is a clock's there.
+    if (d.out.events > 0 && r.time_ns < d.out.last_time_ns &&
+        (header.format != "vramtrace" || d.out.last_time_ns - r.time_ns >= DeviceState::kThreadSkewNs)) {
       if (d.times_back++ == 0) d.first_back_event = events;
       d.most_back_ns = std::max(d.most_back_ns, d.out.last_time_ns - r.time_ns);
     }
@@ -1335,10 +1344,10 @@ struct TraceModelBuilder::Impl {
                         d.out.orphan_allocs));
       if (d.times_back)
         d.out.notes.push_back(fmt::format(
-            "{} events have a time earlier than an event before them (the first at event {}, at most {:.3f} ms "
-            "back): they are counted in the order of the trace, and the timeline draws each at the latest time "
-            "before it",
-            d.times_back, d.first_back_event, static_cast<double>(d.most_back_ns) / 1e6));
+            "{} a time earlier than an event before {} (the first at event {}, at most {:.3f} ms back): counted "
+            "in the order of the trace, and the timeline draws each at the latest time before it",
+            d.times_back == 1 ? "1 event has" : fmt::format("{} events have", d.times_back),
+            d.times_back == 1 ? "it" : "them", d.first_back_event, static_cast<double>(d.most_back_ns) / 1e6));
       // Frees of memory from before the history are in the note on a late start; the rest (a
       // block of a known segment that is not allocated) are the trace's own oddities.
       if (const u64 odd = d.out.unknown_frees - d.free_events_before; odd) {

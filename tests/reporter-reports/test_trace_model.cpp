@@ -125,6 +125,21 @@ TEST_CASE("events earlier than an event before them are counted in order and sai
                        "2.500 ms back)") != std::string::npos;
   CHECK(said);
   for (const auto& b : d.timeline) CHECK(b.t_end_ns >= b.t_begin_ns);
+  // The shim's trace: its threads' events may come a few milliseconds out of order; a step back of
+  // a second or more is still said.
+  auto shim_notes = [&](const RecordList& list) {
+    TraceHeader h;
+    h.format = "vramtrace";
+    VectorReader reader(list.records, h);
+    const TraceModel m = build_trace_model(reader);
+    std::string all;
+    for (const auto& n : m.devices[0].notes) all += n + "\n";
+    return all;
+  };
+  CHECK(shim_notes(l).find("earlier than an event before") == std::string::npos);
+  l.records[3].time_ns = l.records[2].time_ns - 1'500'000'000;
+  CHECK(shim_notes(l).find("1 event has a time earlier than an event before it (the first at event 3, at most "
+                           "1500.000 ms back)") != std::string::npos);
 }
 
 TEST_CASE("frees that match no allocated block of the trace's segments are named by what the address is",
