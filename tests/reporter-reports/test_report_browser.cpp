@@ -699,14 +699,11 @@ TEST_CASE("browser: a click on the memory chart shows the state at the checkpoin
           "[browser][checkpoints]") {
   skip_without_chromium();
   // GPT-2 training on the H200: 0.9 s of allocations, with the peak in its middle.
-  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/gpt2_train.torchtrace.jsonl.gz"},
-                            report_model_options());
-  const DeviceModel& d = models.at(0).devices.at(0);
+  auto report = report_of("torch-h200/gpt2_train.torchtrace.jsonl.gz", "state");
+  const DeviceModel& d = report.models.at(0).devices.at(0);
   REQUIRE(d.checkpoints.size() >= ReportOptions{}.checkpoints);
-  const std::string page = render_report_html(models);
-  INFO("page bytes " << page.size());
-  CHECK(page.size() < 2'000'000);
-  auto report = open_page(page, "state");
+  INFO("page bytes " << report.report.page.size());
+  CHECK(report.report.page.size() < 2'000'000);
   Browser& b = report.b();
   CHECK(b.eval("vtPage.stateViews[0].shown") == nullptr);  // nothing before a click
   // The page keeps the model's checkpoints, one in k for its size, and the end.
@@ -762,9 +759,8 @@ TEST_CASE("browser: a click on the memory chart shows the state at the checkpoin
 TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover, and zooms on a click",
           "[browser][icicle]") {
   skip_without_chromium();
-  auto models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/torch-h200/gpt2_run.snapshot.pickle.zst"},
-                            report_model_options());
-  const TraceModel& m = models.at(0);
+  auto report = report_of("torch-h200/gpt2_run.snapshot.pickle.zst", "icicle");
+  const TraceModel& m = report.models.at(0);
   REQUIRE(m.stacks);
   // Test-side: the bytes at the peak with a stack, and by outermost frame.
   std::uint64_t total = 0;
@@ -774,7 +770,6 @@ TEST_CASE("browser: the icicle at the peak names a frame and its bytes on hover,
     total += sb.bytes;
   }
   REQUIRE(total > 0);
-  auto report = open_report(models, "icicle");
   Browser& b = report.b();
   // The page's tree adds up: its total, and the sum of its outermost frames, are the model's bytes.
   const auto sums = b.eval(
