@@ -77,9 +77,9 @@ struct ReportOptions {
   std::size_t max_process_rows = 1024;
   /// Marks (the program's named moments) in the whole page: each drawn device an equal share,
   /// between kMinDeviceMarks and kMaxDeviceMarks, every k-th in time order (a note says so). OOM
-  /// and retry markers are all kept. Default 16,000: 2,000 for each of 8 devices, 62 for each of
-  /// 256.
-  std::size_t max_page_marks = 16000;
+  /// and retry markers are all kept. Default 8,000 (a mark is about 55 bytes of the page: 440 KB):
+  /// 2,000 for each of up to 4 devices, 1,000 for each of 8, 31 for each of 256.
+  std::size_t max_page_marks = 8000;
 };
 /// The fewest buckets a device's timeline keeps in the page, whatever the number of devices, up
 /// to max_page_buckets / kMinPageBuckets devices (256); beyond, each device's share of
@@ -88,7 +88,7 @@ inline constexpr std::size_t kMinPageBuckets = 64;
 inline constexpr std::size_t kMinDeviceBuckets = 16;
 /// The fewest and the most marks a drawn device keeps (when it has them), whatever its share of
 /// max_page_marks: a device's chart shows no more than 2,000 (about 110 KB of the page).
-inline constexpr std::size_t kMinDeviceMarks = 50;
+inline constexpr std::size_t kMinDeviceMarks = 16;
 inline constexpr std::size_t kMaxDeviceMarks = 2000;
 
 /// The model options a report of `traces` traces needs: ModelOptions' defaults with its
