@@ -41,9 +41,9 @@ struct ReportOptions {
   /// Note [the timeline's exact points around the peak] (model/trace_model.h): the model keeps
   /// this many events before a device's peak and as many after it (report_model_options).
   std::size_t exact_points = 1024;
-  /// Note [the timeline in the page]: the timelines of all devices of the page together hold at
-  /// most this many buckets (each device an equal share, at least kMinPageBuckets up to 256
-  /// devices, kMinDeviceBuckets past 1,024) ...
+  /// Note [the timeline in the page]: the timelines of all drawn devices of the page together
+  /// hold at most this many buckets (each device an equal share, at least kMinPageBuckets up to
+  /// 256 drawn devices; with max_device_sections raised past that, down to kMinDeviceBuckets) ...
   std::size_t max_page_buckets = 16384;
   /// ... and at most this many exact points (each device an equal share, centred on its peak) ...
   std::size_t max_page_exact_points = 4096;
@@ -81,9 +81,9 @@ struct ReportOptions {
   /// 2,000 for each of up to 4 devices, 1,000 for each of 8, 31 for each of 256.
   std::size_t max_page_marks = 8000;
 };
-/// The fewest buckets a device's timeline keeps in the page, whatever the number of devices, up
-/// to max_page_buckets / kMinPageBuckets devices (256); beyond, each device's share of
-/// max_page_buckets, down to kMinDeviceBuckets.
+/// The fewest buckets a drawn device's timeline keeps in the page, up to max_page_buckets /
+/// kMinPageBuckets drawn devices (256, the default max_device_sections); beyond (the cap
+/// raised), each device's share of max_page_buckets, down to kMinDeviceBuckets.
 inline constexpr std::size_t kMinPageBuckets = 64;
 inline constexpr std::size_t kMinDeviceBuckets = 16;
 /// The fewest and the most marks a drawn device keeps (when it has them), whatever its share of
