@@ -875,6 +875,29 @@ TEST_CASE("browser: past its caps a job's page shows the other devices as rows a
   CHECK(list["matrix"] == false);
   CHECK(list["head"] == nlohmann::json::array({"process", "own device", "on its own device", "on other devices"}));
   CHECK_THAT(list["more"].get<std::string>(), Catch::StartsWith("200 more processes are not in this table"));
+  // 124 stacked charts (a device each of the 24 drawn and the 100 rows): each is drawn when it
+  // comes near the window, so the page holds few canvases; the last one is drawn once scrolled to.
+  REQUIRE(data["processes"]["timelines"].size() == 124);
+  const auto at_load = b.eval("vtPage.stacks.length").get<std::size_t>();
+  CHECK(at_load < 124);
+  b.eval(
+      "(function(){var dt=vtPage.data.processes.timelines,h=[].filter.call(document.querySelectorAll('div'),"
+      "function(e){return e.vtChart===dt[dt.length-1];})[0];h.scrollIntoView({block:'center'});return 0;})()");
+  screenshot(b, "bounded-last-stacked");  // a frame: the observer sees the chart in view
+  nlohmann::json last;
+  for (int i = 0; i < 100; ++i) {
+    last = b.eval(
+        "(function(){var s=vtPage.stacks,dt=vtPage.data.processes.timelines;var k=-1;s.forEach(function(x,i){"
+        "if(x.canvas.parentNode.parentNode.vtChart===dt[dt.length-1])k=i;});if(k<0)return null;"
+        "var c=s[k].canvas,d=c.getContext('2d').getImageData(0,0,c.width,c.height).data,n=0;"
+        "for(var i=0;i<d.length;i+=4)if(d[i]<250||d[i+1]<250||d[i+2]<250)n++;return {pixels:n,stacks:s.length};})()");
+    if (!last.is_null()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  INFO("stacked charts at load " << at_load << ", then " << last.dump());
+  REQUIRE(last.is_object());
+  CHECK(last["pixels"].get<int>() > 1000);
+  CHECK(last["stacks"].get<std::size_t>() < 124);
   b.eval("(function(){document.getElementById('other-devices').scrollIntoView({block:'start'});return 0;})()");
   screenshot(b, "bounded-other-devices");
   CHECK(report.errors() == nlohmann::json::array());

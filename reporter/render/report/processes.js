@@ -55,7 +55,7 @@ function Stacked(dt,host,P){
 }
 // Past this many devices the process x device table would be unreadable (a column a device):
 // the page shows one row a process instead, with its own device and the others it holds memory on.
-var MATRIX_DEVICES=32;
+var MATRIX_DEVICES=32,EAGER_STACKS=32;
 function processSection(P){
  main.appendChild(el('h2',null,'Processes and devices ('+P.labels.length+' traces)'));
  function cell(c){return fmtB(c['allocated_bytes.all.peak'])+' / '+fmtB(c['reserved_bytes.all.peak']);}
@@ -82,7 +82,12 @@ function processSection(P){
  // Left out of a page of many processes (vramtrace summary prints it).
  if(P.text){var det=el('details');det.appendChild(el('summary',null,'the table as text'));det.appendChild(el('pre',null,P.text));main.appendChild(det);}
  else main.appendChild(el('div',{'class':'note'},'the table as text is not in this page (too large): vramtrace summary on these traces prints it'));
- P.timelines.forEach(function(dt){main.appendChild(el('h3',null,dt.label+': memory of each process over time (stacked)'));var h=el('div');main.appendChild(h);stacks.push(new Stacked(dt,h,P));});
+ // A job of many devices has as many charts: past EAGER_STACKS each is drawn when it comes near
+ // the window (a canvas each, about 1.4 MB of pixels: a thousand at once would not load).
+ var lazy=P.timelines.length>EAGER_STACKS&&window.IntersectionObserver,io=lazy?new IntersectionObserver(function(es){es.forEach(function(e){
+  if(!e.isIntersecting)return;io.unobserve(e.target);e.target.style.minHeight='';stacks.push(new Stacked(e.target.vtChart,e.target,P));});},{rootMargin:'600px'}):null;
+ P.timelines.forEach(function(dt){main.appendChild(el('h3',null,dt.label+': memory of each process over time (stacked)'));var h=el('div');main.appendChild(h);
+  if(io){h.vtChart=dt;h.style.minHeight='320px';io.observe(h);}else stacks.push(new Stacked(dt,h,P));});
 }
 // Note [devices in the page] (report_html.cpp): the devices without a section of their own, one
 // row each, by peak reserved.
