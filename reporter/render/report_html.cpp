@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -461,6 +462,17 @@ void checkpoints_json(const DeviceModel& d, nlohmann::json& dj, std::size_t budg
 // whatever its size. The others keep their figures (peak allocated and reserved, OOM count,
 // capacity) and their timeline, "detail": false, and the page names the commands that give the
 // rest (vramtrace summary and oom on that trace).
+//
+// A drawn device's section (its timeline, marks and notes) costs 4 to 8 KB more, so past
+// ReportOptions::max_device_sections devices (in the same order) a device has no section: it is
+// a row of "other_devices", columns {"p" (with several traces: the process's index in
+// processes.labels and .paths) or "path" (one trace), "device",
+// "peak_allocated", "peak_reserved", "capacity", "ooms", "duration_ms"}, sorted by peak reserved,
+// at most max_process_rows rows ("more": how many more and their range). Its memory over time
+// stays in the stacked chart of its device (processes.timelines); its marks are not in the page.
+// A trace none of whose devices is drawn is not in "traces". "devices_left_out" gives the counts
+// the page's note states: "count" devices without detail of "of", "drawn", "rows", and
+// "marks_left_out".
 nlohmann::json device_detail_json(const TraceModel& m, const DeviceModel& d, const std::vector<OomCase>& cases,
                                   const std::vector<DeviceSites>& sites, PageStacks& stacks, const ReportOptions& o) {
   const i64 t0 = d.first_time_ns;
@@ -504,6 +516,111 @@ nlohmann::json device_detail_json(const TraceModel& m, const DeviceModel& d, con
   if (ds && !ds->at_end.empty()) dj["end"]["sites"] = page_sites_json(ds->at_end, stacks);
   if (d.at_peak.captured) dj["peak"]["icicle"] = icicle_json(d.at_peak, m.stacks.get(), o, stacks);
   return dj;
+}
+
+// The count and the range of peak reserved bytes of the rows a table leaves out: {"count",
+// "min", "median" (the middle one, the lower of two), "max"}. `peaks` is not empty.
+nlohmann::json rows_left_out_json(std::vector<i64> peaks) {
+  std::sort(peaks.begin(), peaks.end());
+  return {{"count", peaks.size()},
+          {"min", peaks.front()},
+          {"median", peaks[(peaks.size() - 1) / 2]},
+          {"max", peaks.back()}};
+}
+
+// The process x device view as the page holds it: columns, not one object per row, and at most
+// ReportOptions::max_process_rows processes with their rows and cells (those with an OOM, then
+// the highest peak reserved summed over their devices, shown in trace order), so that a job of
+// thousands of ranks stays within the page's bound. "labels" and "paths" have an entry a
+// process: its label (path) when it has a row here or a device in the page (`covered`: the
+// stacked bands and the other devices' rows name it by index), else null:
+//   {"labels": [...], "paths": [...], "rows": {"i", "own", "foreign"}, "more":
+//    rows_left_out_json, "cells": {"p", "d", "a", "r"}, "devices": {"device", "label", "a", "r",
+//    "n"}, "cross": [indices of rows], "cross_count", "devices_count", "imbalance", "notes"}
+// where a, r are peak allocated and reserved bytes, "n" the processes on a device; "cells" are
+// those of the processes with a row, "devices" those holding a process the page names. `summary
+// --json` keeps the full objects (process_device_json).
+nlohmann::json page_processes_json(const ProcessDeviceView& v, const std::vector<bool>& oom,
+                                   const std::vector<bool>& covered, const ReportOptions& o) {
+  const std::size_t n = v.processes.size();
+  std::vector<i64> peak(n, 0);
+  for (const auto& c : v.cells) peak[c.process] += c.peak_reserved;
+  std::vector<std::size_t> by_rank(n);
+  for (std::size_t i = 0; i < n; ++i) by_rank[i] = i;
+  std::stable_sort(by_rank.begin(), by_rank.end(), [&](std::size_t a, std::size_t b) {
+    return oom[a] != oom[b] ? static_cast<bool>(oom[a]) : peak[a] > peak[b];
+  });
+  const std::size_t keep = std::min(n, std::max<std::size_t>(1, o.max_process_rows));
+  std::vector<bool> kept(n, false);
+  std::vector<i64> more;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k < keep)
+      kept[by_rank[k]] = true;
+    else
+      more.push_back(peak[by_rank[k]]);
+  }
+  // The processes the page names: those with a row, and those with a device in the page.
+  auto named = [&](std::size_t i) { return kept[i] || covered[i]; };
+  nlohmann::json labels = nlohmann::json::array(), paths = nlohmann::json::array(), cross = nlohmann::json::array();
+  nlohmann::json ri = nlohmann::json::array(), rown = nlohmann::json::array(), rforeign = nlohmann::json::array();
+  std::size_t cross_all = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ProcessInfo& p = v.processes[i];
+    labels.push_back(named(i) ? nlohmann::json(p.label) : nlohmann::json(nullptr));
+    paths.push_back(named(i) ? nlohmann::json(p.path) : nlohmann::json(nullptr));
+    cross_all += !p.foreign_devices.empty();
+    if (!kept[i]) continue;
+    if (!p.foreign_devices.empty()) cross.push_back(i);
+    ri.push_back(i);
+    rown.push_back(p.own_device ? nlohmann::json(*p.own_device) : nlohmann::json(nullptr));
+    rforeign.push_back(p.foreign_devices);
+  }
+  // Each cell of a process with a row: its peaks, the figures the table shows.
+  nlohmann::json cp = nlohmann::json::array(), cd = nlohmann::json::array(), ca = nlohmann::json::array(),
+                 cr = nlohmann::json::array();
+  std::set<std::int32_t> devices_named;
+  for (const auto& c : v.cells) {
+    if (named(c.process)) devices_named.insert(c.device);
+    if (!kept[c.process]) continue;
+    cp.push_back(c.process);
+    cd.push_back(c.device);
+    ca.push_back(c.peak_allocated);
+    cr.push_back(c.peak_reserved);
+  }
+  nlohmann::json cells = {{"p", std::move(cp)}, {"d", std::move(cd)}, {"a", std::move(ca)}, {"r", std::move(cr)}};
+  nlohmann::json dd = nlohmann::json::array(), dl = nlohmann::json::array(), da = nlohmann::json::array(),
+                 dr = nlohmann::json::array(), dn = nlohmann::json::array();
+  for (const auto& d : v.devices) {
+    if (!devices_named.count(d.device)) continue;
+    dd.push_back(d.device);
+    dl.push_back(d.label);
+    da.push_back(d.peak_allocated_sum);
+    dr.push_back(d.peak_reserved_sum);
+    dn.push_back(d.processes);
+  }
+  nlohmann::json j = {{"labels", std::move(labels)},
+                      {"paths", std::move(paths)},
+                      {"rows", {{"i", std::move(ri)}, {"own", std::move(rown)}, {"foreign", std::move(rforeign)}}},
+                      {"cells", std::move(cells)},
+                      {"devices",
+                       {{"device", std::move(dd)},
+                        {"label", std::move(dl)},
+                        {"a", std::move(da)},
+                        {"r", std::move(dr)},
+                        {"n", std::move(dn)}}},
+                      {"cross", std::move(cross)},
+                      {"cross_count", cross_all},
+                      {"devices_count", v.devices.size()},
+                      {"notes", v.notes}};
+  if (!more.empty()) j["more"] = rows_left_out_json(std::move(more));
+  if (v.imbalance)
+    j["imbalance"] = {{"ratio", *v.imbalance},
+                      {"most_loaded", v.most_loaded},
+                      {"least_loaded", v.least_loaded},
+                      {"others_equal", v.others_equal}};
+  else
+    j["imbalance"] = nullptr;
+  return j;
 }
 
 }  // namespace
@@ -560,46 +677,38 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   }
   j["title"] = title;
   j["generated_by"] = "vramtrace " VRAMTRACE_REPORT_VERSION " report";
-  nlohmann::json traces = nlohmann::json::array();
   std::size_t all_devices = 0;
   for (const auto& m : models) all_devices += m.devices.size();
-  // Note [the timeline in the page]: each device's share of the page's buckets and exact points.
-  // The floor is kMinPageBuckets up to 256 devices; beyond, each device's share of the page's
-  // buckets, down to kMinDeviceBuckets: 64 buckets (about 4 KB) of each of 1,024 ranks would be
-  // 4 MB of timelines alone.
-  const std::size_t min_buckets =
-      std::clamp(o.max_page_buckets / std::max<std::size_t>(1, all_devices), kMinDeviceBuckets, kMinPageBuckets);
-  const std::size_t page_buckets = std::max(min_buckets, o.max_page_buckets / std::max<std::size_t>(1, all_devices));
-  const std::size_t page_exact =
-      std::min(2 * o.exact_points + 1, o.max_page_exact_points / std::max<std::size_t>(1, all_devices));
-  const std::size_t page_timeline_bytes = o.max_timeline_bytes / std::max<std::size_t>(1, all_devices);
   std::vector<std::vector<OomCase>> all_cases;
   std::vector<std::vector<DeviceSites>> all_sites;  // empty without stacks: the page as before
   for (const auto& m : models) {
     all_cases.push_back(oom_cases(m));
     all_sites.push_back(trace_sites(m));
   }
-  // Note [devices in the page]: which devices bring their detail.
-  std::set<std::pair<std::size_t, std::size_t>> chosen;
+  // Note [devices in the page]: which devices are drawn, and which of those bring their detail.
+  struct Rank {
+    bool oom;
+    i64 peak_reserved;
+    std::size_t trace, device;
+  };
+  std::vector<Rank> order;
+  for (std::size_t ti = 0; ti < models.size(); ++ti)
+    for (std::size_t di = 0; di < models[ti].devices.size(); ++di) {
+      const auto& d = models[ti].devices[di];
+      bool oom = false;
+      for (const auto& c : all_cases[ti]) oom = oom || c.device == d.device;
+      order.push_back({oom, d.stats.reserved_bytes[kStatAll].peak, ti, di});
+    }
+  std::stable_sort(order.begin(), order.end(), [](const Rank& a, const Rank& b) {
+    return a.oom != b.oom ? a.oom : a.peak_reserved > b.peak_reserved;
+  });
+  const std::size_t sections = std::min(order.size(), std::max<std::size_t>(1, o.max_device_sections));
+  std::set<std::pair<std::size_t, std::size_t>> drawn, chosen;
   {
-    struct Rank {
-      bool oom;
-      i64 peak_reserved;
-      std::size_t trace, device;
-    };
-    std::vector<Rank> order;
-    for (std::size_t ti = 0; ti < models.size(); ++ti)
-      for (std::size_t di = 0; di < models[ti].devices.size(); ++di) {
-        const auto& d = models[ti].devices[di];
-        bool oom = false;
-        for (const auto& c : all_cases[ti]) oom = oom || c.device == d.device;
-        order.push_back({oom, d.stats.reserved_bytes[kStatAll].peak, ti, di});
-      }
-    std::stable_sort(order.begin(), order.end(), [](const Rank& a, const Rank& b) {
-      return a.oom != b.oom ? a.oom : a.peak_reserved > b.peak_reserved;
-    });
     std::size_t spent = 0;
-    for (const auto& r : order) {
+    for (std::size_t i = 0; i < sections; ++i) {
+      const Rank& r = order[i];
+      drawn.insert({r.trace, r.device});
       // Its size as the page would write it (the stack numbers of a scratch list have as many digits
       // or fewer than the page's).
       PageStacks scratch(models[r.trace].stacks.get(), o);
@@ -614,18 +723,119 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
       chosen.insert({r.trace, r.device});
     }
   }
+  // Note [the timeline in the page]: each drawn device's share of the page's buckets and exact
+  // points. The floor is kMinPageBuckets up to 256 devices; beyond (max_device_sections raised),
+  // each device's share of the page's buckets, down to kMinDeviceBuckets.
+  const std::size_t per = std::max<std::size_t>(1, drawn.size());
+  const std::size_t min_buckets = std::clamp(o.max_page_buckets / per, kMinDeviceBuckets, kMinPageBuckets);
+  const std::size_t page_buckets = std::max(min_buckets, o.max_page_buckets / per);
+  const std::size_t page_exact = std::min(2 * o.exact_points + 1, o.max_page_exact_points / per);
+  const std::size_t page_timeline_bytes = o.max_timeline_bytes / per;
+  // Marks are bounded so that the page stays small whatever the program marks: each drawn device
+  // its share of the page's, every k-th in time order, names cut at kMaxMarkName bytes (a note
+  // says so). OOM and retry markers are all kept (each is a case of the report).
+  const std::size_t mark_share = std::clamp(o.max_page_marks / per, kMinDeviceMarks, kMaxDeviceMarks);
+  constexpr std::size_t kMaxMarkName = 120;
+
+  // Several processes: the process x device view (its labels name the rows of other devices too).
+  std::optional<ProcessDeviceView> view;
+  if (models.size() > 1) view = process_device_view(models);
+
+  // Note [devices in the page]: the devices past max_device_sections, as the columns of one table.
+  std::size_t rows_only = 0, marks_left_out = 0;
+  // The processes the page shows a device of, as a section or a row: the stacked chart draws
+  // their bands (a job's processes past both caps are counted only).
+  std::vector<bool> covered(models.size(), false);
+  for (const auto& [ti, di] : drawn) covered[ti] = true;
+  {
+    std::vector<const Rank*> rows;
+    for (std::size_t i = sections; i < order.size(); ++i) rows.push_back(&order[i]);
+    rows_only = rows.size();
+    for (const Rank* r : rows)
+      for (const auto& mk : models[r->trace].devices[r->device].markers) marks_left_out += mk.kind == "mark";
+    if (!rows.empty()) {
+      const std::size_t keep = std::min(rows.size(), std::max<std::size_t>(1, o.max_process_rows));
+      std::vector<i64> more;
+      for (std::size_t i = keep; i < rows.size(); ++i) more.push_back(rows[i]->peak_reserved);
+      rows.resize(keep);
+      for (const Rank* r : rows) covered[r->trace] = true;
+      std::stable_sort(rows.begin(), rows.end(),
+                       [](const Rank* a, const Rank* b) { return a->peak_reserved > b->peak_reserved; });
+      nlohmann::json label = nlohmann::json::array(), path = nlohmann::json::array(), device = nlohmann::json::array(),
+                     alloc = nlohmann::json::array(), reserved = nlohmann::json::array(),
+                     capacity = nlohmann::json::array(), ooms = nlohmann::json::array(),
+                     duration = nlohmann::json::array();
+      for (const Rank* r : rows) {
+        const TraceModel& m = models[r->trace];
+        const DeviceModel& d = m.devices[r->device];
+        // With several processes, the process's index (its label and path are in "processes").
+        if (view)
+          label.push_back(r->trace);
+        else
+          path.push_back(m.header.path);
+        device.push_back(d.device);
+        alloc.push_back(d.stats.allocated_bytes[kStatAll].peak);
+        reserved.push_back(d.stats.reserved_bytes[kStatAll].peak);
+        const std::uint64_t total = m.header.usable_bytes_of(d.device);
+        capacity.push_back(total ? nlohmann::json(total) : nlohmann::json(nullptr));
+        ooms.push_back(d.oom_count.ooms);
+        duration.push_back(ms(d.last_time_ns - d.first_time_ns));
+      }
+      nlohmann::json od = {{"device", std::move(device)},
+                           {"peak_allocated", std::move(alloc)},
+                           {"peak_reserved", std::move(reserved)},
+                           {"capacity", std::move(capacity)},
+                           {"ooms", std::move(ooms)},
+                           {"duration_ms", std::move(duration)}};
+      if (view)
+        od["p"] = std::move(label);
+      else
+        od["path"] = std::move(path);
+      if (!more.empty()) od["more"] = rows_left_out_json(std::move(more));
+      j["other_devices"] = std::move(od);
+    }
+  }
   const std::size_t left_out = all_devices - chosen.size();
   if (left_out)
-    j["devices_left_out"] = {{"count", left_out}, {"of", all_devices}, {"max_detail_bytes", o.max_detail_bytes}};
+    j["devices_left_out"] = {{"count", left_out},
+                             {"of", all_devices},
+                             {"drawn", drawn.size()},
+                             {"rows", rows_only},
+                             {"marks_left_out", marks_left_out},
+                             {"max_detail_bytes", o.max_detail_bytes},
+                             {"max_device_sections", o.max_device_sections}};
+
+  // Each distinct workload once (a job's ranks share their command line); traces refer to it.
+  nlohmann::json workloads = nlohmann::json::array();
+  std::map<std::string, std::size_t> workload_index;
+  nlohmann::json traces = nlohmann::json::array();
   for (std::size_t ti = 0; ti < models.size(); ++ti) {
     const auto& m = models[ti];
+    bool any = false;
+    for (std::size_t di = 0; di < m.devices.size(); ++di) any = any || drawn.count({ti, di});
+    // A trace none of whose devices is drawn is in the rows of other devices only (a trace with
+    // no device at all keeps its identity: it is no row).
+    if (!any && !m.devices.empty()) continue;
     const auto& cases = all_cases[ti];
     const auto& sites = all_sites[ti];
     PageStacks stacks(m.stacks.get(), o);
     nlohmann::json t = trace_identity_json(m);
+    // Only what is there: a job's ranks have no notes, no loss and few workloads.
+    t.erase("workload");
+    if (!m.header.workload.empty()) {
+      auto [it, added] = workload_index.try_emplace(m.header.workload, workloads.size());
+      if (added) workloads.push_back(m.header.workload);
+      t["w"] = it->second;
+    }
+    if (t["notes"].empty()) t.erase("notes");
+    if (!m.incomplete) t.erase("incomplete");
+    if (!m.lost_events) t.erase("lost_events");
     if (m.lost_events) t["lost_warning"] = lost_events_warning(m.lost_events);
     nlohmann::json devs = nlohmann::json::array();
+    std::vector<std::size_t> in_page;  // devs[k] is m.devices[in_page[k]]
     for (std::size_t di = 0; di < m.devices.size(); ++di) {
+      if (!drawn.count({ti, di})) continue;
+      in_page.push_back(di);
       const auto& d = m.devices[di];
       const i64 t0 = d.first_time_ns;
       nlohmann::json dj;
@@ -641,13 +851,9 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
         dj["capacity"] = nullptr;
       dj["oom_count"] = oom_count_text(d.oom_count);
       dj["tl"] = timeline_json(d, t0, page_buckets, page_exact, page_timeline_bytes, min_buckets);
-      // Marks are bounded so that the page stays small whatever the program marks: at most
-      // kMaxPageMarks a device, every k-th in time order, names cut at kMaxMarkName bytes (a note
-      // says so). OOM and retry markers are all kept (each is a case of the report).
-      constexpr std::size_t kMaxPageMarks = 2000, kMaxMarkName = 120;
       std::size_t n_marks = 0;
       for (const auto& mk : d.markers) n_marks += mk.kind == "mark";
-      const std::size_t every = n_marks > kMaxPageMarks ? (n_marks + kMaxPageMarks - 1) / kMaxPageMarks : 1;
+      const std::size_t every = n_marks > mark_share ? (n_marks + mark_share - 1) / mark_share : 1;
       nlohmann::json markers = nlohmann::json::array();
       std::size_t mark_index = 0, marks_shown = 0;
       for (const auto& mk : d.markers) {
@@ -668,39 +874,68 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
         dj["detail"] = false;
         dj["ooms"] = nlohmann::json::array();
       }
-      dj["notes"] = d.notes;
+      nlohmann::json notes = d.notes;
       if (every > 1)
-        dj["notes"].push_back(fmt::format("{} marks; one in {} is drawn ({} in all) to keep the page small", n_marks,
-                                          every, marks_shown));
+        notes.push_back(fmt::format("{} marks; one in {} is drawn ({} in all) to keep the page small", n_marks, every,
+                                    marks_shown));
+      if (!notes.empty()) dj["notes"] = std::move(notes);
       devs.push_back(dj);
     }
     // After every other state, so that their stacks come first in the page's list.
-    for (std::size_t i = 0; i < m.devices.size(); ++i)
-      if (chosen.count({ti, i}))
-        checkpoints_json(m.devices[i], devs[i], o.max_checkpoint_bytes / std::max<std::size_t>(1, chosen.size()), o,
-                         stacks);
+    for (std::size_t k = 0; k < in_page.size(); ++k)
+      if (chosen.count({ti, in_page[k]}))
+        checkpoints_json(m.devices[in_page[k]], devs[k],
+                         o.max_checkpoint_bytes / std::max<std::size_t>(1, chosen.size()), o, stacks);
     t["devices"] = devs;
-    t["stacks"] = stacks.json();
+    // A trace without stacks, or none that its drawn devices name, has no "stacks".
+    if (nlohmann::json sj = stacks.json();
+        !sj.is_null() && (!sj["list"].empty() || !sj["frames"].empty() || sj["stacks_left_out"] != 0))
+      t["stacks"] = std::move(sj);
     if (m.ledger) t["ledger"] = ledger_json(m);
     traces.push_back(t);
   }
   j["traces"] = traces;
-  if (models.size() > 1) {
+  if (!workloads.empty()) j["workloads"] = std::move(workloads);
+  if (view) {
     // Several processes: the process x device view and per device one stacked band per process.
-    ProcessDeviceView view = process_device_view(models);
-    nlohmann::json pj = process_device_json(view);
+    std::vector<bool> oom(models.size(), false);
+    for (std::size_t ti = 0; ti < models.size(); ++ti) oom[ti] = !all_cases[ti].empty();
+    nlohmann::json pj = page_processes_json(*view, oom, covered, o);
     // The table as text repeats the table, one line a process and one column a device: over
     // kMaxProcessText bytes (many ranks) `vramtrace summary` gives it instead.
     constexpr std::size_t kMaxProcessText = 64 * 1024;
-    std::string text = render_process_device_text(view);
+    std::string text = render_process_device_text(*view);
     if (text.size() <= kMaxProcessText) pj["text"] = std::move(text);
     // The stacked bands of all devices share o.max_process_values values (each device's time axis
     // and each band's two series): each device's axis at most the page's share, at least 4 points.
-    const std::size_t per_point = view.devices.size() + 2 * view.cells.size();
+    // Only the bands of the processes the page shows a device of, and the devices that hold one.
+    ProcessDeviceView shown = *view;
+    std::erase_if(shown.cells, [&](const ProcessDeviceCell& c) { return !covered[c.process]; });
+    std::erase_if(shown.devices, [&](const DeviceLoad& d) {
+      return std::none_of(shown.cells.begin(), shown.cells.end(),
+                          [&](const ProcessDeviceCell& c) { return c.device == d.device; });
+    });
+    const std::size_t per_point = shown.devices.size() + 2 * shown.cells.size();
     const std::size_t points =
         std::clamp<std::size_t>(o.max_process_values / std::max<std::size_t>(1, per_point), 4, 1500);
-    pj["timelines"] = process_device_timelines_json(models, view, points);
-    j["processes"] = pj;
+    nlohmann::json timelines = process_device_timelines_json(models, shown, points);
+    // Each band refers to its process by index (processes.labels), its series "r" reserved and
+    // "a" allocated each value minus the one before (the first minus 0): a job's thousands of
+    // bands do not repeat their labels, and a step is shorter than the bytes it reaches.
+    auto differences = [](const nlohmann::json& v) {
+      std::vector<i64> out;
+      i64 prev = 0;
+      for (const auto& x : v) {
+        out.push_back(x.get<i64>() - prev);
+        prev = x.get<i64>();
+      }
+      return out;
+    };
+    for (auto& dt : timelines)
+      for (auto& b : dt["bands"])
+        b = {{"p", b["process"]}, {"r", differences(b["reserved"])}, {"a", differences(b["allocated"])}};
+    pj["timelines"] = std::move(timelines);
+    j["processes"] = std::move(pj);
   }
   return j;
 }

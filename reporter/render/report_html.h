@@ -41,9 +41,9 @@ struct ReportOptions {
   /// Note [the timeline's exact points around the peak] (model/trace_model.h): the model keeps
   /// this many events before a device's peak and as many after it (report_model_options).
   std::size_t exact_points = 1024;
-  /// Note [the timeline in the page]: the timelines of all devices of the page together hold at
-  /// most this many buckets (each device an equal share, at least kMinPageBuckets up to 256
-  /// devices, kMinDeviceBuckets past 1,024) ...
+  /// Note [the timeline in the page]: the timelines of all drawn devices of the page together
+  /// hold at most this many buckets (each device an equal share, at least kMinPageBuckets up to
+  /// 256 drawn devices; with max_device_sections raised past that, down to kMinDeviceBuckets) ...
   std::size_t max_page_buckets = 16384;
   /// ... and at most this many exact points (each device an equal share, centred on its peak) ...
   std::size_t max_page_exact_points = 4096;
@@ -61,12 +61,35 @@ struct ReportOptions {
   /// many values together (time points and each process's two series), at least 4 points a
   /// device; each value is the maximum over its interval, so no peak is lost.
   std::size_t max_process_values = 30000;
+  /// Note [devices in the page] (report_html.cpp): at most this many devices of the whole page
+  /// are drawn with their own section (timeline chart, marks, and their detail while it fits
+  /// max_detail_bytes), in the order of the detail choice: devices with an OOM first, then the
+  /// highest peak reserved. The others are rows of one "Other devices" table (their figures),
+  /// and their memory over time is in the stacked per-process chart of their device. Default
+  /// max_page_buckets / kMinPageBuckets (256), so that each drawn device keeps at least 64
+  /// buckets.
+  std::size_t max_device_sections = 256;
+  /// Rows of the processes table and of the "Other devices" table, each: past it a table keeps
+  /// the rows of the processes (devices) with an OOM and then the highest peak reserved, and
+  /// one line gives how many more there are with the range of their peaks. The stacked chart
+  /// draws the processes of the drawn devices and of the rows. Default 1,024: about 100 KB a
+  /// table, so that a job of 4,096 ranks stays near a job of 1,024.
+  std::size_t max_process_rows = 1024;
+  /// Marks (the program's named moments) in the whole page: each drawn device an equal share,
+  /// between kMinDeviceMarks and kMaxDeviceMarks, every k-th in time order (a note says so). OOM
+  /// and retry markers are all kept. Default 8,000 (a mark is about 55 bytes of the page: 440 KB):
+  /// 2,000 for each of up to 4 devices, 1,000 for each of 8, 31 for each of 256.
+  std::size_t max_page_marks = 8000;
 };
-/// The fewest buckets a device's timeline keeps in the page, whatever the number of devices, up
-/// to max_page_buckets / kMinPageBuckets devices (256); beyond, each device's share of
-/// max_page_buckets, down to kMinDeviceBuckets.
+/// The fewest buckets a drawn device's timeline keeps in the page, up to max_page_buckets /
+/// kMinPageBuckets drawn devices (256, the default max_device_sections); beyond (the cap
+/// raised), each device's share of max_page_buckets, down to kMinDeviceBuckets.
 inline constexpr std::size_t kMinPageBuckets = 64;
 inline constexpr std::size_t kMinDeviceBuckets = 16;
+/// The fewest and the most marks a drawn device keeps (when it has them), whatever its share of
+/// max_page_marks: a device's chart shows no more than 2,000 (about 110 KB of the page).
+inline constexpr std::size_t kMinDeviceMarks = 16;
+inline constexpr std::size_t kMaxDeviceMarks = 2000;
 
 /// The model options a report of `traces` traces needs: ModelOptions' defaults with its
 /// checkpoints, their layouts capped as the page draws a state, and twice the timeline's buckets

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/load_models.h"
 #include "model/trace_model.h"
 #include "render/report_html.h"
 
@@ -333,5 +334,21 @@ inline OpenReport open_page(const std::string& page, const std::string& case_nam
 inline OpenReport open_report(const std::vector<TraceModel>& models, const std::string& case_name) {
   return open_page(render_report_html(models), case_name);
 }
+
+#ifdef VRAMTRACE_TEST_DATA_DIR
+/// A trace of tests/data (`rel_path` under it) loaded as `vramtrace report` loads it
+/// (report_model_options), with its report opened as open_report does.
+struct DataReport {
+  std::vector<TraceModel> models;
+  OpenReport report;
+  Browser& b() { return report.b(); }
+};
+inline DataReport report_of(const std::string& rel_path, const std::string& case_name) {
+  DataReport r;
+  r.models = load_models({std::string(VRAMTRACE_TEST_DATA_DIR) + "/" + rel_path}, report_model_options());
+  r.report = open_report(r.models, case_name);
+  return r;
+}
+#endif
 
 }  // namespace vramtrace::testing

@@ -1,6 +1,20 @@
 var errors=[];
 window.addEventListener('error',function(e){errors.push(String(e.message));});
 var DATA=JSON.parse(document.getElementById('vt-data').textContent);
+// Note [devices in the page] in report_html.cpp: a page of many ranks leaves out what is empty
+// and writes the process view as columns; here they become the fields and objects the sections read.
+function rowsOf(c){var k=Object.keys(c),n=k.length?c[k[0]].length:0,out=[];
+ for(var i=0;i<n;i++){var o={};k.forEach(function(x){o[x]=c[x][i];});out.push(o);}return out;}
+DATA.traces.forEach(function(tr){tr.workload=tr.w!==undefined?DATA.workloads[tr.w]:'';tr.notes=tr.notes||[];tr.stacks=tr.stacks||null;
+ tr.devices.forEach(function(dev){dev.notes=dev.notes||[];});});
+(function(P){if(!P)return;
+ P.processes=rowsOf(P.rows).map(function(r){return {index:r.i,label:P.labels[r.i],path:P.paths[r.i],own_device:r.own,foreign_devices:r.foreign,cross_device:r.foreign.length>0};});
+ P.cells=rowsOf(P.cells).map(function(c){return {process:c.p,device:c.d,'allocated_bytes.all.peak':c.a,'reserved_bytes.all.peak':c.r};});
+ P.devices=rowsOf(P.devices).map(function(d){return {device:d.device,label:d.label,'allocated_bytes.all.peak':d.a,'reserved_bytes.all.peak':d.r,processes:d.n};});
+ P.cross_device=P.cross.map(function(i){return P.labels[i];});
+ // Each band's values from their differences.
+ function sums(d){var out=new Array(d.length),acc=0;for(var i=0;i<d.length;i++){acc+=d[i];out[i]=acc;}return out;}
+ P.timelines.forEach(function(dt){dt.bands.forEach(function(b){b.process=b.p;b.label=P.labels[b.p];b.reserved=sums(b.r);b.allocated=sums(b.a);});});})(DATA.processes);
 // Note [the timeline in the page] in report_html.cpp: each device's buckets from their short
 // whole numbers into the arrays the charts read (times in ms, as ns / 1e6, values in bytes).
 // Typed arrays: the charts read them for every bucket in view at each redraw.

@@ -1,8 +1,13 @@
 document.getElementById('title').textContent=DATA.title;document.title=DATA.title;
 document.getElementById('subtitle').textContent=DATA.generated_by;legend();
-// Note [devices in the page] (report_html.cpp): the devices left without their detail.
-var LO=DATA.devices_left_out;if(LO)main.appendChild(el('div',{'class':'note warn',id:'devices-left-out'},LO.count+' of '+LO.of+' devices are shown by their figures and timeline only: their layouts, tables and states are left out to keep the page small (devices with an OOM first, then the highest peak reserved, keep theirs). vramtrace summary and vramtrace oom on a trace give the rest.'));
+// Note [devices in the page] (report_html.cpp): the devices left without their section or detail.
+var LO=DATA.devices_left_out;
+if(LO&&LO.rows){var bare=LO.count-LO.rows;main.appendChild(el('div',{'class':'note warn',id:'devices-left-out'},LO.drawn+' of '+LO.of+' devices are drawn with a section of their own'+
+ (bare?' ('+bare+' of them by their figures and timeline only, without their layouts, tables and states)':'')+'; the other '+LO.rows+' are rows of the table \u201cOther devices\u201d only'+
+ (DATA.processes?', with their memory over time in the stacked chart of their device':'')+', and their marks'+(LO.marks_left_out?' ('+LO.marks_left_out+')':'')+' are not in this page. Devices with an OOM come first, then the highest peak reserved. vramtrace summary TRACE and vramtrace oom TRACE give the rest of a device.'));}
+else if(LO)main.appendChild(el('div',{'class':'note warn',id:'devices-left-out'},LO.count+' of '+LO.of+' devices are shown by their figures and timeline only: their layouts, tables and states are left out to keep the page small (devices with an OOM first, then the highest peak reserved, keep theirs). vramtrace summary and vramtrace oom on a trace give the rest.'));
 if(DATA.processes)processSection(DATA.processes);
+if(DATA.other_devices)otherDevices(DATA.other_devices);
 DATA.traces.forEach(function(tr,ti){
  main.appendChild(el('h2',null,tr.path+(tr.workload?'  ('+tr.workload+')':'')));
  var info=[tr.format+' trace',tr.events+' events'];if(tr.incomplete)info.push('ends abruptly');main.appendChild(el('div',{'class':'sub'},info.join(', ')));

@@ -53,19 +53,50 @@ function Stacked(dt,host,P){
  var lg=el('div',{'class':'legend sub'});dt.bands.forEach(function(b){var s=el('span');s.appendChild(el('i',{'class':'sw',style:'background:'+PCOL[b.process%PCOL.length]}));s.appendChild(document.createTextNode(b.label));lg.appendChild(s);});host.appendChild(lg);
  draw();
 }
+// Past this many devices the process x device table would be unreadable (a column a device):
+// the page shows one row a process instead, with its own device and the others it holds memory on.
+var MATRIX_DEVICES=32,EAGER_STACKS=32;
 function processSection(P){
- main.appendChild(el('h2',null,'Processes and devices ('+P.processes.length+' traces)'));
- var head=['process','own device'];P.devices.forEach(function(d){head.push(d.label);});
- var at={};P.cells.forEach(function(x){at[x.process+' '+x.device]=x;});
- var rows=P.processes.map(function(p,i){var r=[p.label+(p.cross_device?'  \u26A0':''),p.own_device===null?'?':String(p.own_device%1000)];
-  P.devices.forEach(function(d){var c=at[i+' '+d.device]||null;
-   r.push(c?fmtB(c['allocated_bytes.all.peak'])+' / '+fmtB(c['reserved_bytes.all.peak'])+(p.foreign_devices.indexOf(d.device)>=0?' *':''):'-');});return r;});
- var tot=['all processes (sum of peaks)',''];P.devices.forEach(function(d){tot.push(fmtB(d['allocated_bytes.all.peak'])+' / '+fmtB(d['reserved_bytes.all.peak']));});rows.push(tot);
- main.appendChild(el('div',{'class':'sub'},'peak allocated / peak reserved; * memory on a device other than the process\u2019s own'));table(main,head,rows);
+ main.appendChild(el('h2',null,'Processes and devices ('+P.labels.length+' traces)'));
+ function cell(c){return fmtB(c['allocated_bytes.all.peak'])+' / '+fmtB(c['reserved_bytes.all.peak']);}
+ function own(p){return p.own_device===null?'?':String(p.own_device%1000);}
+ if(P.devices.length<=MATRIX_DEVICES){
+  var head=['process','own device'];P.devices.forEach(function(d){head.push(d.label);});
+  var at={};P.cells.forEach(function(x){at[x.process+' '+x.device]=x;});
+  var rows=P.processes.map(function(p){var r=[p.label+(p.cross_device?'  \u26A0':''),own(p)];
+   P.devices.forEach(function(d){var c=at[p.index+' '+d.device]||null;
+    r.push(c?cell(c)+(p.foreign_devices.indexOf(d.device)>=0?' *':''):'-');});return r;});
+  var tot=['all processes (sum of peaks)',''];P.devices.forEach(function(d){tot.push(cell(d));});rows.push(tot);
+  main.appendChild(el('div',{'class':'sub'},'peak allocated / peak reserved; * memory on a device other than the process\u2019s own'));table(main,head,rows).id='process-matrix';
+ }else{
+  var name={};P.devices.forEach(function(d){name[d.device]=d.label;});
+  var by={};P.cells.forEach(function(c){(by[c.process]=by[c.process]||[]).push(c);});
+  var rows=P.processes.map(function(p){var mine=null,other=[];
+   (by[p.index]||[]).forEach(function(c){if(c.device===p.own_device)mine=c;else other.push(name[c.device]+': '+cell(c)+(p.foreign_devices.indexOf(c.device)>=0?' *':''));});
+   return [p.label+(p.cross_device?'  \u26A0':''),own(p),mine?cell(mine):'-',other.length?other.join('; '):'-'];});
+  main.appendChild(el('div',{'class':'sub'},'one row a process ('+P.devices_count+' devices): peak allocated / peak reserved on its own device and on any other; * memory on a device other than the process\u2019s own'));
+  table(main,['process','own device','on its own device','on other devices'],rows).id='process-list';
+ }
+ if(P.more)main.appendChild(el('div',{'class':'note',id:'processes-more'},P.more.count+' more processes are not in this table (peak reserved '+fmtB(P.more.min)+' min, '+fmtB(P.more.median)+' median, '+fmtB(P.more.max)+' max; processes with an OOM and the highest peaks are shown): vramtrace summary DIR, on the directory of these traces, lists each'));
  // The same table as text, for copying, folded away so that the page shows it once.
  // Left out of a page of many processes (vramtrace summary prints it).
  if(P.text){var det=el('details');det.appendChild(el('summary',null,'the table as text'));det.appendChild(el('pre',null,P.text));main.appendChild(det);}
  else main.appendChild(el('div',{'class':'note'},'the table as text is not in this page (too large): vramtrace summary on these traces prints it'));
- P.timelines.forEach(function(dt){main.appendChild(el('h3',null,dt.label+': memory of each process over time (stacked)'));var h=el('div');main.appendChild(h);stacks.push(new Stacked(dt,h,P));});
+ // A job of many devices has as many charts: past EAGER_STACKS each is drawn when it comes near
+ // the window (a canvas each, about 1.4 MB of pixels: a thousand at once would not load).
+ var lazy=P.timelines.length>EAGER_STACKS&&window.IntersectionObserver,io=lazy?new IntersectionObserver(function(es){es.forEach(function(e){
+  if(!e.isIntersecting)return;io.unobserve(e.target);e.target.style.minHeight='';stacks.push(new Stacked(e.target.vtChart,e.target,P));});},{rootMargin:'600px'}):null;
+ P.timelines.forEach(function(dt){main.appendChild(el('h3',null,dt.label+': memory of each process over time (stacked)'));var h=el('div');main.appendChild(h);
+  if(io){h.vtChart=dt;h.style.minHeight='320px';io.observe(h);}else stacks.push(new Stacked(dt,h,P));});
+}
+// Note [devices in the page] (report_html.cpp): the devices without a section of their own, one
+// row each, by peak reserved.
+function otherDevices(O){var n=O.device.length;
+ main.appendChild(el('h2',{id:'other-devices'},'Other devices ('+n+(O.more?' of '+(n+O.more.count):'')+')'));
+ main.appendChild(el('div',{'class':'sub'},'devices without a section of their own, by peak reserved'+(DATA.processes?'; their memory over time is in the stacked chart of their device above':'')));
+ var P=DATA.processes,rows=[];for(var i=0;i<n;i++)rows.push([O.p?P.labels[O.p[i]]+' ('+P.paths[O.p[i]]+')':O.path[i],String(O.device[i]),fmtB(O.peak_allocated[i]),fmtB(O.peak_reserved[i]),
+  O.capacity[i]===null?'n/a':fmtB(O.capacity[i]),String(O.ooms[i]),fmtT(O.duration_ms[i])]);
+ table(main,['process / trace','device','peak allocated','peak reserved','capacity','OOMs','duration'],rows).id='other-devices-table';
+ if(O.more)main.appendChild(el('div',{'class':'note',id:'other-devices-more'},O.more.count+' more devices are not in this table (peak reserved '+fmtB(O.more.min)+' min, '+fmtB(O.more.median)+' median, '+fmtB(O.more.max)+' max; devices with an OOM and the highest peaks are shown): vramtrace summary DIR, on the directory of these traces, lists each'));
 }
 var stacks=[];
