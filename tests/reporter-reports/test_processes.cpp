@@ -286,6 +286,10 @@ TEST_CASE("processes that ran one after another on a device: a note says their s
   CHECK(note.find("the largest single peak reserved, 5.00 MiB, not the sum") != std::string::npos);
   CHECK(render_process_device_text(v).find("Note: device 0: its 2 processes ran one after another") !=
         std::string::npos);
+  // The report's page carries it (processes.js shows the view's notes under its table).
+  const nlohmann::json data = report_data(apart);
+  REQUIRE(data["processes"]["notes"].size() == 1);
+  CHECK(data["processes"]["notes"][0] == note);
   // The same runs overlapping in time (the ranks of a job): no such note.
   const std::vector<TraceModel> together = {process(header("a.jsonl", 1, "", ""), {{0, 3 * MiB}}),
                                             process(header("b.jsonl", 2, "", ""), {{0, 5 * MiB}}, 2'000)};

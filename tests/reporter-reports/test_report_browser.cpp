@@ -1043,6 +1043,10 @@ TEST_CASE("browser: the stacked per-process chart zooms on a drag and draws its 
       report_model_options());
   auto report = open_report(models, "stacked");
   Browser& b = report.b();
+  // The two runs were made one after another: the note under the process table says so.
+  CHECK_THAT(b.eval("(function(){var e=document.querySelector('.process-note');return e?e.textContent:'';})()")
+                 .get<std::string>(),
+             Catch::Contains("its 2 processes ran one after another"));
   const auto before = b.eval(
       "(function(){var s=vtPage.stacks[0];s.canvas.scrollIntoView({block:'center'});var "
       "r=s.canvas.getBoundingClientRect();"

@@ -77,6 +77,8 @@ function processSection(P){
   main.appendChild(el('div',{'class':'sub'},'one row a process ('+P.devices_count+' devices): peak allocated / peak reserved on its own device and on any other; * memory on a device other than the process\u2019s own'));
   table(main,['process','own device','on its own device','on other devices'],rows).id='process-list';
  }
+ // What the view itself says of these processes (devices it could not map, processes that ran one after another).
+ (P.notes||[]).forEach(function(n){main.appendChild(el('div',{'class':'note process-note'},n));});
  if(P.more)main.appendChild(el('div',{'class':'note',id:'processes-more'},P.more.count+' more processes are not in this table (peak reserved '+fmtB(P.more.min)+' min, '+fmtB(P.more.median)+' median, '+fmtB(P.more.max)+' max; processes with an OOM and the highest peaks are shown): vramtrace summary DIR, on the directory of these traces, lists each'));
  // The same table as text, for copying, folded away so that the page shows it once.
  // Left out of a page of many processes (vramtrace summary prints it).
