@@ -696,7 +696,8 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
     for (std::size_t di = 0; di < models[ti].devices.size(); ++di) {
       const auto& d = models[ti].devices[di];
       bool oom = false;
-      for (const auto& c : all_cases[ti]) oom = oom || c.device == d.device;
+      // An OOM, not the last state of a trace that ends abruptly (a case of its own, not a failure).
+      for (const auto& c : all_cases[ti]) oom = oom || (c.device == d.device && !c.last_state);
       order.push_back({oom, d.stats.reserved_bytes[kStatAll].peak, ti, di});
     }
   std::stable_sort(order.begin(), order.end(), [](const Rank& a, const Rank& b) {
@@ -899,7 +900,8 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   if (view) {
     // Several processes: the process x device view and per device one stacked band per process.
     std::vector<bool> oom(models.size(), false);
-    for (std::size_t ti = 0; ti < models.size(); ++ti) oom[ti] = !all_cases[ti].empty();
+    for (std::size_t ti = 0; ti < models.size(); ++ti)
+      for (const auto& c : all_cases[ti]) oom[ti] = oom[ti] || !c.last_state;
     nlohmann::json pj = page_processes_json(*view, oom, covered, o);
     // The table as text repeats the table, one line a process and one column a device: over
     // kMaxProcessText bytes (many ranks) `vramtrace summary` gives it instead.

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -598,7 +599,7 @@ namespace {
 // (rank 5, 102, ...), whose peak is the lowest of the job so that only the OOM puts it first.
 // With `per_host` the ranks are on hosts of that many each (node-0, node-1, ...), as a launcher
 // places them: each host one physical device in the process view; else all on one host "node".
-std::vector<TraceModel> many_ranks(int ranks, int steps = 20, int per_host = 0) {
+std::vector<TraceModel> many_ranks(int ranks, int steps = 20, int per_host = 0, bool cut = false) {
   constexpr std::uint64_t MiB = 1ull << 20;
   std::vector<TraceModel> models;
   for (int r = 0; r < ranks; ++r) {
@@ -618,10 +619,31 @@ std::vector<TraceModel> many_ranks(int ranks, int steps = 20, int per_host = 0) 
     h.rank = std::to_string(r);
     h.local_rank = std::to_string(per_host ? r % per_host : r);
     h.path = "rank" + std::to_string(r) + ".jsonl";
-    testing::VectorReader reader(l.records, h);
+    testing::VectorReader reader(l.records, h, cut);
     models.push_back(build_trace_model(reader));
   }
   return models;
+}
+
+TEST_CASE("report: the devices of traces that end abruptly do not pass for devices with an OOM", "[bounded]") {
+  // Every trace cut (each device's last state is a case of the report, not a failure): the devices
+  // drawn are still those with an OOM (ranks 5, 102, 199, 296, the lowest peaks), then the highest
+  // peak reserved.
+  ReportOptions o;
+  o.max_device_sections = 20;
+  const auto models = many_ranks(300, 20, 0, /*cut=*/true);
+  const nlohmann::json data = report_data(models, o);
+  std::set<std::string> drawn;
+  std::int64_t lowest_drawn = std::numeric_limits<std::int64_t>::max();
+  for (const auto& t : data["traces"])
+    for (const auto& d : t["devices"]) {
+      drawn.insert(t["path"].get<std::string>());
+      if (d["oom_count"].get<std::string>().rfind("OOMs 0", 0) == 0)
+        lowest_drawn = std::min(lowest_drawn, d["peak_reserved"].get<std::int64_t>());
+    }
+  CHECK(drawn.size() == 20);
+  for (int r : {5, 102, 199, 296}) CHECK(drawn.count("rank" + std::to_string(r) + ".jsonl"));
+  for (const auto& v : data["other_devices"]["peak_reserved"]) CHECK(v.get<std::int64_t>() <= lowest_drawn);
 }
 
 // The page's bound on a job of many ranks (docs/reports.md, "The page's bound"), checked on its
