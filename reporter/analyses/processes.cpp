@@ -266,8 +266,12 @@ void note_processes_apart(ProcessDeviceView& v, const std::vector<TraceModel>& m
     const DeviceModel* d = nullptr;
     for (const auto& x : models[c.process].devices)
       if (x.device == c.ordinal) d = &x;
-    if (!d || d->events == 0 || d->history == DeviceModel::History::none) {
-      unknown.insert(c.device);  // no times to compare: no claim
+    // No claim without a span that bounds the process's time on the device: no events, a history
+    // that began late (memory alive before its first event), no times (a history written without
+    // them reads 0), or times that went back (the first or last event may be the odd one).
+    if (!d || d->events == 0 || d->history != DeviceModel::History::complete || d->times_back != 0 ||
+        (d->first_time_ns == 0 && d->last_time_ns == 0)) {
+      unknown.insert(c.device);
       continue;
     }
     spans[c.device].push_back({d->first_time_ns, d->last_time_ns, c.peak_reserved});
@@ -283,6 +287,7 @@ void note_processes_apart(ProcessDeviceView& v, const std::vector<TraceModel>& m
       largest = std::max(largest, list[i].peak_reserved);
     }
     if (!apart) continue;
+    v.apart_devices.push_back(key);
     const DeviceLoad* load = nullptr;
     for (const auto& d : v.devices)
       if (d.device == key) load = &d;
@@ -323,8 +328,10 @@ ProcessDeviceView process_device_view(const std::vector<TraceModel>& models) {
   }
   label_processes(v.processes, several_hosts);
   sum_device_loads(v, device_labels);
-  find_imbalance(v);
   note_processes_apart(v, models);
+  // The imbalance compares the devices' sums of peaks: not a figure any device held where its
+  // processes ran one after another.
+  if (v.apart_devices.empty()) find_imbalance(v);
   return v;
 }
 
@@ -445,7 +452,9 @@ std::string render_process_device_text(const ProcessDeviceView& v) {
   out += fmt::format("  {:<{}}  {:>5}", "all processes", w0, "");
   for (std::size_t k = 0; k < v.devices.size(); ++k) out += fmt::format("  {:>{}}", cols[k].back(), widths[k]);
   out += "\n";
-  out += "  (all processes: sums of each process's peak, the most the device can have held at once)\n";
+  out +=
+      "  (all processes: sums of each process's peak, the most the device can have held at once when they ran "
+      "together)\n";
   if (any_foreign) out += "  * memory on a device other than the process's own\n";
 
   if (v.imbalance) {

@@ -72,6 +72,9 @@ struct ProcessDeviceView {
   std::optional<double> imbalance;
   std::int32_t most_loaded = 0, least_loaded = 0;  ///< device keys
   bool others_equal = false;                       ///< every device but the most loaded holds the same (to 1%)
+  /// Devices whose processes ran one after another (their traces' times on it do not overlap; a
+  /// note says so): their sums were never held, so no imbalance is computed when there are any.
+  std::vector<std::int32_t> apart_devices;
   std::vector<std::string> notes;
 };
 

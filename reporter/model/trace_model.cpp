@@ -1342,6 +1342,7 @@ struct TraceModelBuilder::Impl {
                         "not reserved (the trace began after their segments were created, or has no "
                         "segment events)",
                         d.out.orphan_allocs));
+      d.out.times_back = d.times_back;
       if (d.times_back)
         d.out.notes.push_back(fmt::format(
             "{} a time earlier than an event before {} (the first at event {}, at most {:.3f} ms back): counted "

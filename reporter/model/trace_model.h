@@ -180,6 +180,9 @@ struct DeviceModel {
   History history = History::complete;
   std::int64_t lower_bound_until_ns = 0;  ///< history `late`: figures before this time are lower bounds
   std::uint64_t layout_conflicts = 0;     ///< events the layout could not place (described in notes)
+  /// Events earlier than an event before them (a clock that stepped back; in a vramtrace trace only
+  /// steps of a second or more): first_time_ns and last_time_ns do not bound the run then.
+  std::uint64_t times_back = 0;
   /// Every segment event of the device, in trace order (a few hundred in a training run: one per
   /// cudaMalloc of the allocator, not per tensor).
   std::vector<SegmentEvent> segment_events;

@@ -294,6 +294,52 @@ TEST_CASE("processes that ran one after another on a device: a note says their s
   const std::vector<TraceModel> together = {process(header("a.jsonl", 1, "", ""), {{0, 3 * MiB}}),
                                             process(header("b.jsonl", 2, "", ""), {{0, 5 * MiB}}, 2'000)};
   CHECK(has_note(process_device_view(together)).empty());
+  // Apart, and on a second device as well: no imbalance of sums that were never held.
+  const std::vector<TraceModel> two = {process(header("a.jsonl", 1, "", ""), {{0, 3 * MiB}, {1, MiB}}),
+                                       process(header("b.jsonl", 2, "", ""), {{0, 5 * MiB}, {1, MiB}}, 1'000'000'000)};
+  const ProcessDeviceView v2 = process_device_view(two);
+  CHECK(v2.apart_devices.size() == 2);
+  CHECK_FALSE(v2.imbalance);
+  CHECK(render_process_device_text(v2).find("Imbalance") == std::string::npos);
+  // No claim where a span is not known. A history without times (every time 0):
+  auto untimed = [&](std::int64_t t0_ns) {
+    RecordList l;
+    l.add(Action::segment_alloc, 0x7f0000000000ull, 5 * MiB).add(Action::alloc, 0x7f0000000000ull, 5 * MiB);
+    for (auto& r : l.records) r.time_ns = t0_ns;
+    TraceHeader h = header("b.jsonl", 2, "", "");
+    h.format = "torchtrace";
+    VectorReader reader(l.records, h);
+    return build_trace_model(reader);
+  };
+  CHECK(has_note(process_device_view({process(header("a.jsonl", 1, "", ""), {{0, 3 * MiB}}), untimed(0)})).empty());
+  // A history that began late (a free of memory from before its first event):
+  {
+    RecordList l;
+    l.add(Action::free_requested, 0x7e0000000000ull, MiB).add(Action::free_completed, 0x7e0000000000ull, MiB);
+    l.add(Action::segment_alloc, 0x7f0000000000ull, 5 * MiB);
+    for (auto& r : l.records) r.time_ns += 1'000'000'000;
+    TraceHeader h = header("b.jsonl", 2, "", "");
+    h.format = "vramtrace";
+    VectorReader reader(l.records, h);
+    const std::vector<TraceModel> late = {process(header("a.jsonl", 1, "", ""), {{0, 3 * MiB}}),
+                                          build_trace_model(reader)};
+    REQUIRE(late[1].devices[0].history == DeviceModel::History::late);
+    CHECK(has_note(process_device_view(late)).empty());
+  }
+  // Times that go back: its first event stamped far after the rest (the span would be one moment).
+  {
+    std::vector<TraceModel> odd = {process(header("a.jsonl", 1, "", ""), {{0, 3 * MiB}}),
+                                   process(header("b.jsonl", 2, "", ""), {{0, 5 * MiB}})};
+    RecordList l;
+    l.add(Action::segment_alloc, 0x7f0000000000ull, 5 * MiB).add(Action::alloc, 0x7f0000000000ull, 5 * MiB);
+    l.records[0].time_ns = 5'000'000'000;
+    TraceHeader h = header("b.jsonl", 2, "", "");
+    h.format = "vramtrace";
+    VectorReader reader(l.records, h);
+    odd[1] = build_trace_model(reader);
+    REQUIRE(odd[1].devices[0].times_back == 1);
+    CHECK(has_note(process_device_view(odd)).empty());
+  }
 }
 
 TEST_CASE("report data: the process section only with several traces", "[processes][report]") {
