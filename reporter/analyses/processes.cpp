@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -254,8 +255,10 @@ namespace {
 // Note [processes one after another]: the "all processes" sums of a device are the most it can
 // have held at once when its processes ran together (the ranks of a job). Traces of runs made one
 // after another (a directory of unrelated runs, a job restarted) never held their peaks at once:
-// where every process's time span on a device is known and none overlaps another's, a note says so
-// and names the largest single peak, the figure that device did hold.
+// where every process's time span on a device is known and each starts kApartGapNs or more after
+// the ones before it end, a note says so and names the largest single peak.
+constexpr std::int64_t kApartGapNs = 10'000'000'000;  // 10 s
+
 void note_processes_apart(ProcessDeviceView& v, const std::vector<TraceModel>& models) {
   struct Span {
     i64 begin, end, peak_reserved;
@@ -279,10 +282,16 @@ void note_processes_apart(ProcessDeviceView& v, const std::vector<TraceModel>& m
   for (auto& [key, list] : spans) {
     if (list.size() < 2 || unknown.count(key)) continue;
     std::sort(list.begin(), list.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    // A process holds its last memory past its last event, until it ends (unknown here): only a
+    // gap of kApartGapNs or more between one's last event and the next one's first tells runs made
+    // one after another from the ranks of one job, whose events interleave or follow within
+    // moments of each other.
     bool apart = true;
     i64 end = list.front().end, largest = list.front().peak_reserved;
+    i64 gap = std::numeric_limits<i64>::max();
     for (std::size_t i = 1; i < list.size(); ++i) {
-      apart = apart && list[i].begin > end;
+      gap = std::min(gap, list[i].begin - end);
+      apart = apart && list[i].begin - end >= kApartGapNs;
       end = std::max(end, list[i].end);
       largest = std::max(largest, list[i].peak_reserved);
     }
@@ -292,9 +301,10 @@ void note_processes_apart(ProcessDeviceView& v, const std::vector<TraceModel>& m
     for (const auto& d : v.devices)
       if (d.device == key) load = &d;
     v.notes.push_back(fmt::format(
-        "{}: its {} processes ran one after another (their traces' times do not overlap), so they never held "
-        "their peaks at once: the most it held is the largest single peak reserved, {}, not the sum",
-        load ? load->label : fmt::format("device {}", key % kHostStride), list.size(),
+        "{}: its {} processes' traces do not overlap in time ({:.1f} s or more between one's last event and the "
+        "next one's first): runs made one after another never held the sum of their peaks at once; the largest "
+        "single peak reserved is {}",
+        load ? load->label : fmt::format("device {}", key % kHostStride), list.size(), static_cast<double>(gap) / 1e9,
         format_bytes(largest, ByteStyle::pytorch)));
   }
 }

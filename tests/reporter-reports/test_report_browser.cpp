@@ -1068,7 +1068,7 @@ TEST_CASE("browser: the stacked per-process chart zooms on a drag and draws its 
   // The two runs were made one after another: the note under the process table says so.
   CHECK_THAT(b.eval("(function(){var e=document.querySelector('.process-note');return e?e.textContent:'';})()")
                  .get<std::string>(),
-             Catch::Contains("its 2 processes ran one after another"));
+             Catch::Contains("its 2 processes' traces do not overlap in time"));
   const auto before = b.eval(
       "(function(){var s=vtPage.stacks[0];s.canvas.scrollIntoView({block:'center'});var "
       "r=s.canvas.getBoundingClientRect();"
