@@ -201,7 +201,7 @@ std::vector<RetriedFailure> retried_failures(const TraceModel& m) {
 
 namespace {
 
-std::string settings_label(const WhatIf& w) { return w.settings.empty() ? "(trace's own)" : w.settings; }
+std::string settings_label(const WhatIf& w) { return w.settings.empty() ? "(trace's own)" : printable(w.settings); }
 
 // One sentence per setting: its verdict, what it rests on, and what the replay covers.
 std::string verdict_sentence(const WhatIfRun& run, const WhatIf& w) {
@@ -229,7 +229,7 @@ std::string verdict_sentence(const WhatIfRun& run, const WhatIf& w) {
     case WhatIfVerdict::failed:
       break;
   }
-  return "replay failed: " + w.error;
+  return "replay failed: " + printable(w.error);
 }
 
 }  // namespace
@@ -258,7 +258,7 @@ std::string render_whatif_text(const WhatIfRun& run) {
                      "spare");
   for (const auto& w : run.rows) {
     if (!w.error.empty()) {
-      out += fmt::format("  {:<44} replay failed: {}\n", settings_label(w), w.error);
+      out += fmt::format("  {:<44} replay failed: {}\n", settings_label(w), printable(w.error));
       continue;
     }
     out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>14}\n", settings_label(w), whatif_verdict_words(w.verdict),
@@ -321,7 +321,7 @@ std::string render_oom_text(const TraceModel& m, const std::vector<OomCase>& cas
       // PyTorch's messages are a few hundred characters; a header may hold anything.
       constexpr std::size_t kShown = 1000;
       const std::string& msg = c.without_entry->recorded->message;
-      out += fmt::format("  message: {}{}\n", msg.substr(0, kShown), msg.size() > kShown ? " ..." : "");
+      out += fmt::format("  message: {}{}\n", printable(msg.substr(0, kShown)), msg.size() > kShown ? " ..." : "");
     }
     auto line = [&](const char* name, std::optional<u64> v, const char* extra = "") {
       if (v) out += fmt::format("  {:<38} {:>12}  ({} B){}\n", name, fb(static_cast<i64>(*v)), *v, extra);

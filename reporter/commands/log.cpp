@@ -12,22 +12,15 @@ namespace vramtrace::cli {
 
 namespace {
 
-// The message as it was written, but with its control characters escaped (printable()) line by
-// line: messages quote a trace's own text (an action name, a workload, a path), and an ESC or CR
-// from a trace made elsewhere must not recolour, retitle or rewrite the user's terminal. The
-// line breaks of the message itself are kept.
+// The message with its control characters escaped (printable()): messages quote a trace's own
+// text (an action name, a workload, a path) and the command line's, and an ESC, CR or line break
+// from them must not recolour, retitle or rewrite the user's terminal, nor add a line that looks
+// like the command's own. Each message is one line.
 class PrintableFormatter final : public spdlog::formatter {
  public:
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
-    std::string_view rest(msg.payload.data(), msg.payload.size());
-    for (;;) {
-      const std::size_t nl = rest.find('\n');
-      const std::string line = printable(rest.substr(0, nl));
-      dest.append(line.data(), line.data() + line.size());
-      if (nl == std::string_view::npos) break;
-      dest.push_back('\n');
-      rest.remove_prefix(nl + 1);
-    }
+    const std::string line = printable(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(line.data(), line.data() + line.size());
     dest.push_back('\n');
   }
   std::unique_ptr<spdlog::formatter> clone() const override { return std::make_unique<PrintableFormatter>(); }

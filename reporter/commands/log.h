@@ -6,8 +6,8 @@
 namespace vramtrace::cli {
 
 /// The command's logger: spdlog, to stderr, each message as written (pattern "%v") but with its
-/// control characters escaped as printable() does, line by line (messages quote a trace's own
-/// text; the message's own line breaks are kept). Every message carries its own
+/// control characters, line breaks included, escaped as printable() does (messages quote a
+/// trace's own text and the command line's; each is one line). Every message carries its own
 /// "vramtrace <subcommand>: " prefix, so that a line is byte for byte what the command printed
 /// before it had a logger (tests assert these texts). Level info, nothing filtered:
 /// VRAMTRACE_LOG_LEVEL is the shim's, not the command's. For diagnostics only (usage and input

@@ -426,13 +426,23 @@ TEST_CASE("text reports print a trace's control characters escaped", "[cli]") {
   CHECK(has(vt("summary " + pickle).out, "evil\\x1b[31mRED\\x1b]0;title\\x07\\r\\nFAKE LINE.py:7 in f\\u009b2J"));
 }
 
+TEST_CASE("error messages print a command line's control characters and stray bytes escaped", "[cli]") {
+  const Result r =
+      vt("summary '/nonexistent\x9b"
+         "2J\nvramtrace: FAKE.jsonl'");
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, "/nonexistent\\x9b2J\\nvramtrace: FAKE.jsonl"));
+  CHECK_FALSE(has(r.err, "\x9b"));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
 TEST_CASE("error messages print a trace's control characters escaped", "[cli]") {
   // An action name the reader refuses is quoted in the message on standard error.
   const fs::path trace = dir() / "esc-action.torchtrace.jsonl";
   std::ofstream(trace, std::ios::binary)
       << R"({"kind":"header","total":17179869184})"
          "\n"
-      << R"({"action":"\u001b[31mRED\u001b]0;title\u0007\r\u00c2\u009b","addr":1,"size":2,"stream":0})"
+      << R"({"action":"\u001b[31mRED\u001b]0;title\u0007\r\nvramtrace: FAKE\u009b","addr":1,"size":2,"stream":0})"
          "\n";
   const std::string page = (dir() / "esc-action.html").string();
   for (const std::string& cmd :
@@ -441,7 +451,8 @@ TEST_CASE("error messages print a trace's control characters escaped", "[cli]") 
     const Result r = vt(cmd + " " + trace.string());
     CHECK(r.rc == 2);
     CHECK(has(r.err, "unknown action"));
-    CHECK(has(r.err, "\\x1b[31mRED\\x1b]0;title\\x07\\r"));
-    for (const std::string raw : {"\x1b", "\r", "\x07"}) CHECK_FALSE(has(r.err, raw));
+    CHECK(has(r.err, "\\x1b[31mRED\\x1b]0;title\\x07\\r\\nvramtrace: FAKE\\u009b"));
+    for (const std::string raw : {"\x1b", "\r", "\x07", "\nvramtrace: FAKE", "\xc2\x9b"}) CHECK_FALSE(has(r.err, raw));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one message, one line
   }
 }

@@ -241,6 +241,13 @@ TEST_CASE("sites: a label escapes the control characters of its frame", "[sites]
   CHECK(frame_label(fr("a\x1b[31m\r\n\t\x7f.py", 7, "f\xc2\x9b\xc3\xa9")) ==
         "a\\x1b[31m\\r\\n\\t\\x7f.py:7 in f\\u009b\xc3\xa9");
   CHECK(frame_label(fr("train.py", 3, "main")) == "train.py:3 in main");
+  // A byte of 0x80..0xff that starts no valid UTF-8 sequence (a raw 8-bit CSI, a cut sequence) as
+  // \xHH; valid sequences of 2 to 4 bytes are kept.
+  CHECK(frame_label(fr("a\x9b"
+                       "2J.py",
+                       1, "f\xe2\x82")) == "a\\x9b2J.py:1 in f\\xe2\\x82");
+  CHECK(frame_label(fr("\xe2\x82\xac.py", 1, "\xf0\x9f\x98\x80")) == "\xe2\x82\xac.py:1 in \xf0\x9f\x98\x80");
+  CHECK(frame_label(fr("\xc0\xaf.py", 1, "f")) == "\\xc0\\xaf.py:1 in f");  // an overlong "/"
 }
 
 TEST_CASE("sites: stacks are interned by content", "[sites]") {
