@@ -119,7 +119,8 @@ struct DeviceState {
   i64 last_before_ns = 0;
   // Frees in a segment of the trace that match no allocated block (odd_free), by what the address
   // is, and the first inside a live allocation.
-  u64 odd_inside_live = 0, odd_freed_twice = 0, odd_inside_free = 0;
+  u64 odd_inside_live = 0, odd_freed_twice = 0, odd_inside_free = 0, odd_released = 0;
+  std::map<u64, u64> released;  // begin -> end of device memory the trace released, merged
   std::string odd_inside_example;
   static constexpr i64 kThreadSkewNs = 1'000'000'000;  // 1 s: see the note on time in add()
   u64 times_back = 0;                                  // events earlier than an event before them
@@ -717,6 +718,7 @@ struct TraceModelBuilder::Impl {
     has_segment_events = true;
     u64 seg_addr = 0;
     Segment* s = segment_of(d, r.addr, &seg_addr);
+    released(d, r.addr, r.size);
     if (!s) {
       // A segment the history never created: it was reserved before the first event.
       const int pool = !unmap && r.size == kSmallBuffer ? kStatSmall : kStatLarge;
@@ -883,6 +885,9 @@ struct TraceModelBuilder::Impl {
     if (!s || it == s->blocks.end() || it->second.state != BlockState::active_allocated) {
       if (s) {
         odd_free(d, *s, r.addr);
+      } else if (in_released(d, r.addr)) {
+        ++d.out.unknown_frees;
+        ++d.odd_released;
       } else {
         ++d.out.unknown_frees;
         free_before_history(d, r, false);
@@ -893,6 +898,25 @@ struct TraceModelBuilder::Impl {
     release_live_stats(d, *s, it->second, false);
     if (it->second.size >= rules.max_split_size_bytes) d.out.stats.oversize_allocations.decrease(1);
     it->second.state = BlockState::active_pending_free;
+  }
+
+  // Address ranges of the device memory the trace released (segment_free, segment_unmap), merged:
+  // a later free of a block in one is the trace's own oddity, not memory from before it began.
+  void released(DeviceState& d, u64 addr, u64 size) {
+    if (size == 0) return;
+    u64 begin = addr, end = addr + size;
+    auto it = d.released.upper_bound(begin);
+    if (it != d.released.begin() && std::prev(it)->second >= begin) --it;
+    while (it != d.released.end() && it->first <= end) {
+      begin = std::min(begin, it->first);
+      end = std::max(end, it->second);
+      it = d.released.erase(it);
+    }
+    d.released.emplace(begin, end);
+  }
+  bool in_released(const DeviceState& d, u64 addr) const {
+    auto it = d.released.upper_bound(addr);
+    return it != d.released.begin() && addr < std::prev(it)->second;
   }
 
   // A free in a segment of the trace that matches no allocated block there: the trace's own
@@ -974,6 +998,9 @@ struct TraceModelBuilder::Impl {
     if (!s || it == s->blocks.end() || it->second.state == BlockState::inactive) {
       if (s) {
         odd_free(d, *s, r.addr);
+      } else if (in_released(d, r.addr)) {
+        ++d.out.unknown_frees;
+        ++d.odd_released;
       } else {
         ++d.out.unknown_frees;
         free_before_history(d, r, true);
@@ -1356,13 +1383,17 @@ struct TraceModelBuilder::Impl {
         if (d.odd_inside_live)
           what.push_back(fmt::format("{} at an address inside a live allocation (the first at {})", d.odd_inside_live,
                                      d.odd_inside_example));
-        if (d.odd_freed_twice) what.push_back(fmt::format("{} of a block already freed", d.odd_freed_twice));
+        if (d.odd_freed_twice)
+          what.push_back(
+              fmt::format("{} of a block not allocated then (already freed, or never allocated)", d.odd_freed_twice));
+        if (d.odd_released)
+          what.push_back(fmt::format("{} in memory the trace had released (its segment freed)", d.odd_released));
         if (d.odd_inside_free)
           what.push_back(fmt::format("{} at an address inside free memory of a segment", d.odd_inside_free));
-        d.out.notes.push_back(fmt::format(
-            "{} free events match no allocated block of the segments the trace created, and are left out of the "
-            "figures: {}",
-            odd, fmt::join(what, "; ")));
+        d.out.notes.push_back(
+            fmt::format("{} no allocated block of the segments the trace created, and {} left out of the figures: {}",
+                        odd == 1 ? "1 free event matches" : fmt::format("{} free events match", odd),
+                        odd == 1 ? "is" : "are", fmt::join(what, "; ")));
       }
       if (d.out.ooms.size() > opt.max_oom_states)
         d.out.notes.push_back(
