@@ -355,6 +355,7 @@ int run_replay(const ReplayArgs& args) {
   try {
     auto reader = open_trace(args.trace);
     Verdicts v;
+    bool capped_conf = false;  // a fraction or limit in --conf on a trace replayed on its own cap
     v.capacity_bytes = capacity;
     v.capacity_source = "--capacity";
     if (!capacity) {
@@ -362,15 +363,37 @@ int run_replay(const ReplayArgs& args) {
       const TraceHeader& h = reader->header();
       v.capacity_bytes = h.device_total_bytes;
       v.capacity_source = "the trace's device total";
+      const std::uint64_t total = h.device_total_bytes;
       if (const TraceHeader::Cap* c = h.cap_of(0); c && (!v.capacity_bytes || c->bytes < v.capacity_bytes)) {
         v.capacity_bytes = c->bytes;
         v.capacity_source = c->what;
+        // A fraction or a limit of --conf caps the device, not the trace's own cap: replayed on the
+        // cap it would be a cap of a cap, and its verdict a promise about another program.
+        for (const auto& conf : configs)
+          if (conf.settings.per_process_memory_fraction < 1.0 || conf.settings.limit_bytes != 0) {
+            v.warnings.push_back(fmt::format(
+                "the capacity is the trace's own cap ({}, {}), and \"{}\" sets a memory fraction or limit, which "
+                "would apply to the device{}: no verdict is given. Give --capacity {} to replay on the device",
+                format_size(c->bytes), c->what, conf.settings.text,
+                total ? fmt::format(" ({})", format_size(total)) : std::string(),
+                total ? std::to_string(total) : std::string("SIZE")));
+            capped_conf = true;
+            break;
+          }
       }
     }
-    v.known = v.capacity_bytes != 0;
-    if (!v.known) {
+    v.known = v.capacity_bytes != 0 && !capped_conf;
+    if (v.capacity_bytes == 0) {
       v.capacity_bytes = kFallbackCapacity;
       v.capacity_source = "the trace records no device total: 1 TiB, and no verdicts (give --capacity)";
+      for (const auto& conf : configs)
+        if (conf.settings.per_process_memory_fraction < 1.0) {
+          v.warnings.push_back(fmt::format(
+              "\"{}\" sets a memory fraction of a device the trace does not size: its figures are a fraction of "
+              "the 1 TiB stand-in; give --capacity SIZE",
+              conf.settings.text));
+          break;
+        }
     }
     v.bound_bytes = whatif_error_bound(v.capacity_bytes);
     for (auto& c : configs) c.capacity_bytes = v.capacity_bytes;

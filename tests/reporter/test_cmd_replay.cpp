@@ -242,6 +242,33 @@ TEST_CASE("vramtrace replay: no verdict when the trace's own settings do not rep
   CHECK(j["results"][0]["verdict"] == "does_not_fit");
 }
 
+TEST_CASE("vramtrace replay: a fraction in --conf on a trace replayed on its own cap gives no verdict", "[cli]") {
+  // The trace ran under PyTorch's memory fraction (128 MiB of the 1 GiB device): its capacity is
+  // that cap. A --conf fraction would cap the device, not the cap: 0.99 of 128 MiB is no program's.
+  const std::string capped = kHeader.substr(0, kHeader.size() - 1) + R"(, "cap_gib": 0.125})" + "\n" +
+                             held(4294967296, 62914560) + held(8589934592, 62914560) + oom_line(20971520, 900000000);
+  const auto path = write_file("capped.torchtrace.jsonl", capped);
+  Run r = run_cli("replay " + quote(path) + " --conf per_process_memory_fraction:0.99 --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["capacity_source"] == "PyTorch's memory fraction");
+  CHECK(j["results"][0]["verdict"].is_null());
+  bool said = false;
+  for (const auto& w : j["warnings"])
+    said = said || (w.get<std::string>().find("the trace's own cap") != std::string::npos &&
+                    w.get<std::string>().find("--capacity 1073741824") != std::string::npos);
+  CHECK(said);
+  // On the device, as the warning says: 0.99 of 1 GiB holds the 140 MiB the run needs.
+  r = run_cli("replay " + quote(path) + " --capacity 1073741824 --conf per_process_memory_fraction:0.99 --json");
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["results"][0]["verdict"] == "fits");
+  // Without a fraction, the trace's cap stays the capacity, with verdicts.
+  r = run_cli("replay " + quote(path) + " --conf expandable_segments:True --json");
+  REQUIRE(r.code == 0);
+  CHECK_FALSE(nlohmann::json::parse(r.out)["results"][0]["verdict"].is_null());
+}
+
 TEST_CASE("vramtrace oom: --capacity takes card names and applies to the diagnosis", "[cli]") {
   // The device had 900 MB free, the trace records no cap: unexplained, until --capacity says 128 MiB.
   const std::string t = kHeader + "\n" + held(4294967296, 125829120) + oom_line(20971520, 900000000);
