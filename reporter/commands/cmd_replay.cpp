@@ -443,14 +443,20 @@ int run_replay(const ReplayArgs& args) {
     // its replays): when they do not, the capacity is more than the program could use (the CUDA
     // context and memory outside the allocator are not in a device total, nor a cap the trace does
     // not record), and no verdict on it holds.
-    if (counter.ooms() > 0 && capacity == 0 && v.known) {
+    // An OOM the header records (its message, PyTorch's statistics) counts too: a history that
+    // ends before the failed request replays without it, and a verdict on it would be about a run
+    // that did not die.
+    std::uint64_t recorded = counter.ooms();
+    for (const auto& o : reader->header().recorded_ooms) recorded += o.device == 0 && counter.ooms() == 0;
+    if (recorded > 0 && capacity == 0 && v.known) {
       for (const ReplayResult& r : rep.results) {
         if (r.config.settings.text != reader->header().settings || r.failed_allocs != 0) continue;
         v.warnings.push_back(fmt::format(
             "the trace records {} OOM(s), but its own settings ({}) run without one on {} ({}): that is more than "
-            "the program could use, so no verdict is given. `vramtrace oom {}` replays on what the allocator could "
-            "reach at the OOM (reserved + free then); or give the real limit with --capacity SIZE",
-            counter.ooms(), settings_label(r.config), format_size(v.capacity_bytes), v.capacity_source, args.trace));
+            "the program could use, or the history ends before the failed request, so no verdict is given. "
+            "`vramtrace oom {}` replays on what the allocator could reach at the OOM (reserved + free then); or "
+            "give the real limit with --capacity SIZE",
+            recorded, settings_label(r.config), format_size(v.capacity_bytes), v.capacity_source, args.trace));
         v.known = false;
         v.judged.clear();
         break;

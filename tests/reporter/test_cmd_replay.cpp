@@ -242,6 +242,17 @@ TEST_CASE("vramtrace replay: no verdict when the trace's own settings do not rep
   CHECK(j["results"][0]["verdict"] == "does_not_fit");
 }
 
+TEST_CASE("vramtrace replay: an OOM only the header records (no entry) also needs reproducing", "[cli]") {
+  // The run died of an OOM its history holds no entry of (the failed request is not in it): the
+  // replay runs without it, and a verdict would be about a run that did not die.
+  const Run r = run_cli("replay " + quote(test::data_path("oom/dead_run.torchtrace.jsonl")) + " --json");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["results"][0]["verdict"].is_null());
+  REQUIRE(j["warnings"].size() == 1);
+  CHECK_THAT(j["warnings"][0].get<std::string>(), Catch::Contains("the trace records 1 OOM(s)"));
+}
+
 TEST_CASE("vramtrace replay: a fraction in --conf on a trace replayed on its own cap gives no verdict", "[cli]") {
   // The trace ran under PyTorch's memory fraction (128 MiB of the 1 GiB device): its capacity is
   // that cap. A --conf fraction would cap the device, not the cap: 0.99 of 128 MiB is no program's.
