@@ -566,16 +566,16 @@ nlohmann::json process_device_json(const ProcessDeviceView& v) {
                           {"used_bytes", or_null(c.ledger_end->used)}};
     cells.push_back(cj);
   }
-  nlohmann::json j = {
-      {"processes", procs}, {"devices", devs}, {"cells", cells}, {"cross_device", flagged}, {"notes", v.notes}};
-  if (v.imbalance)
-    j["imbalance"] = {{"ratio", *v.imbalance},
-                      {"most_loaded", v.most_loaded},
-                      {"least_loaded", v.least_loaded},
-                      {"others_equal", v.others_equal}};
-  else
-    j["imbalance"] = nullptr;
-  return j;
+  return {{"processes", procs},      {"devices", devs},  {"cells", cells},
+          {"cross_device", flagged}, {"notes", v.notes}, {"imbalance", imbalance_json(v)}};
+}
+
+nlohmann::json imbalance_json(const ProcessDeviceView& v) {
+  if (!v.imbalance) return nullptr;
+  return {{"ratio", *v.imbalance},
+          {"most_loaded", v.most_loaded},
+          {"least_loaded", v.least_loaded},
+          {"others_equal", v.others_equal}};
 }
 
 nlohmann::json process_device_timelines_json(const std::vector<TraceModel>& models, const ProcessDeviceView& view,

@@ -103,6 +103,10 @@ std::string render_process_device_text(const ProcessDeviceView& view);
 /// "most_loaded", "least_loaded", "others_equal"} | null, "cross_device": [labels], "notes"}.
 nlohmann::json process_device_json(const ProcessDeviceView& view);
 
+/// The view's imbalance as process_device_json writes it: {"ratio", "most_loaded",
+/// "least_loaded", "others_equal"}, or null without one. Pure.
+nlohmann::json imbalance_json(const ProcessDeviceView& view);
+
 /// For the HTML report: per device, a common time axis (ms since the earliest event of any
 /// trace) and per process its reserved and allocated bytes (the maximum over each interval of
 /// the axis, from the processes' timelines), for stacked bands. At most `max_points` points plus

@@ -883,15 +883,7 @@ struct TraceModelBuilder::Impl {
     Segment* s = segment_of(d, r.addr, &seg_addr);
     auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
     if (!s || it == s->blocks.end() || it->second.state != BlockState::active_allocated) {
-      if (s) {
-        odd_free(d, *s, r.addr);
-      } else if (in_released(d, r.addr)) {
-        ++d.out.unknown_frees;
-        ++d.odd_released;
-      } else {
-        ++d.out.unknown_frees;
-        free_before_history(d, r, false);
-      }
+      unmatched_free(d, s, r, false);
       return;
     }
     before_segment_change(d, seg_addr, s);
@@ -917,6 +909,20 @@ struct TraceModelBuilder::Impl {
   bool in_released(const DeviceState& d, u64 addr) const {
     auto it = d.released.upper_bound(addr);
     return it != d.released.begin() && addr < std::prev(it)->second;
+  }
+
+  // A free that matches no allocated block: in a segment of the trace (odd_free), in memory the
+  // trace released (its oddity too), or of memory from before the history (free_before_history).
+  void unmatched_free(DeviceState& d, const Segment* s, const TraceRecord& r, bool completed) {
+    if (s) {
+      odd_free(d, *s, r.addr);
+      return;
+    }
+    ++d.out.unknown_frees;
+    if (in_released(d, r.addr))
+      ++d.odd_released;
+    else
+      free_before_history(d, r, completed);
   }
 
   // A free in a segment of the trace that matches no allocated block there: the trace's own
@@ -996,15 +1002,7 @@ struct TraceModelBuilder::Impl {
     Segment* s = segment_of(d, r.addr, &seg_addr);
     auto it = s ? s->blocks.find(r.addr) : std::map<u64, Block>::iterator{};
     if (!s || it == s->blocks.end() || it->second.state == BlockState::inactive) {
-      if (s) {
-        odd_free(d, *s, r.addr);
-      } else if (in_released(d, r.addr)) {
-        ++d.out.unknown_frees;
-        ++d.odd_released;
-      } else {
-        ++d.out.unknown_frees;
-        free_before_history(d, r, true);
-      }
+      unmatched_free(d, s, r, true);
       return;
     }
     before_segment_change(d, seg_addr, s);

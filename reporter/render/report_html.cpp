@@ -611,15 +611,9 @@ nlohmann::json page_processes_json(const ProcessDeviceView& v, const std::vector
                       {"cross", std::move(cross)},
                       {"cross_count", cross_all},
                       {"devices_count", v.devices.size()},
-                      {"notes", v.notes}};
+                      {"notes", v.notes},
+                      {"imbalance", imbalance_json(v)}};
   if (!more.empty()) j["more"] = rows_left_out_json(std::move(more));
-  if (v.imbalance)
-    j["imbalance"] = {{"ratio", *v.imbalance},
-                      {"most_loaded", v.most_loaded},
-                      {"least_loaded", v.least_loaded},
-                      {"others_equal", v.others_equal}};
-  else
-    j["imbalance"] = nullptr;
   return j;
 }
 
