@@ -45,12 +45,19 @@ struct RunOptions {
 };
 
 volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_pending = 0;  // a signal to forward that came before the command's pid was known
 
 // Forwards a signal sent by another process (kill, a job scheduler) to the command. Signals from
 // the terminal (Ctrl-C: si_code SI_KERNEL) already reach the command, which shares our process
-// group; forwarding those would deliver them twice.
+// group; forwarding those would deliver them twice. One that comes between the handler's
+// installation and the fork's return (a fork of a large process takes a while) is kept in
+// g_pending and forwarded by launch() once the pid is known.
 void forward_signal(int sig, siginfo_t* info, void*) {
-  if (g_child > 0 && (info == nullptr || info->si_code <= 0)) kill(static_cast<pid_t>(g_child), sig);
+  if (info != nullptr && info->si_code > 0) return;
+  if (g_child > 0)
+    kill(static_cast<pid_t>(g_child), sig);
+  else
+    g_pending = sig;
 }
 
 std::string with_commas(std::uint64_t n) {
@@ -549,10 +556,13 @@ bool launch(const std::vector<std::string>& command, const std::vector<std::pair
     _exit(err == ENOENT ? 127 : 126);
   }
   g_child = child;
+  // A signal before this point was kept, not forwarded (forward_signal); one after it is forwarded.
+  if (const int pending = g_pending; pending != 0) kill(child, pending);
   status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   g_child = 0;
+  g_pending = 0;
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGHUP, &old_hup, nullptr);
