@@ -209,6 +209,7 @@ void ElfImage::read_debug_link() {
   const ElfSection* s = find_section(".gnu_debuglink");
   if (!s) return;
   const auto bytes = contents(*s);
+  if (bytes.empty()) return;  // an empty section's data may be null, which memchr must not see
   const void* nul = std::memchr(bytes.data(), 0, bytes.size());
   if (!nul) return;
   const auto len = static_cast<std::size_t>(static_cast<const std::uint8_t*>(nul) - bytes.data());
