@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "analyses/diagnosis.h"
+#include "analyses/oom/diagnosis.h"
 #include "model/ledger.h"
 #include "vramtrace/units.h"
 

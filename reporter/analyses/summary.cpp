@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <map>
 
-#include "analyses/diagnosis.h"
+#include "analyses/oom/diagnosis.h"
 #include "analyses/ledger_report.h"
 #include "analyses/printable.h"
 #include "analyses/sites.h"

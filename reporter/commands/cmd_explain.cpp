@@ -8,7 +8,7 @@
 #include <iterator>
 #include <sstream>
 
-#include "analyses/explain.h"
+#include "analyses/oom/explain.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 

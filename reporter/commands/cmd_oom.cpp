@@ -3,8 +3,8 @@
 // process's memory on the device is a cause of OOM that one trace cannot show), then each trace.
 #include <cstdio>
 
-#include "analyses/oom_report.h"
-#include "analyses/oom_whatif.h"
+#include "analyses/oom/oom_report.h"
+#include "analyses/oom/oom_whatif.h"
 #include "analyses/processes.h"
 #include "commands/commands.h"
 #include "commands/log.h"

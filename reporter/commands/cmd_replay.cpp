@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "analyses/oom_whatif.h"
+#include "analyses/oom/oom_whatif.h"
 #include "analyses/printable.h"
 #include "analyses/replay.h"
-#include "analyses/verdict.h"
+#include "analyses/oom/verdict.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "commands/progress.h"
@@ -55,7 +55,7 @@ std::string oom_cell(const ReplayResult& r) {
                      format_size(o.requested_bytes), format_size(o.allocated_bytes), format_size(o.reserved_bytes));
 }
 
-/// What the replay ran on and how each result is judged (analyses/verdict.h).
+/// What the replay ran on and how each result is judged (analyses/oom/verdict.h).
 struct Verdicts {
   std::uint64_t capacity_bytes = 0;
   std::string capacity_source;

@@ -1,7 +1,7 @@
 // `vramtrace tune [--limit SIZE|CARD] [--candidates 'A;B'] [--from TRACE] -- CMD...`: runs the
 // program under the cap once per allocator setting (PyTorch's defaults first) and prints what
 // really fits. The what-if replays of `vramtrace oom` are a model with an error bound
-// (analyses/verdict.h); this is the verification on the real program, the answer a user can rely
+// (analyses/oom/verdict.h); this is the verification on the real program, the answer a user can rely
 // on.
 //
 // Each run is `vramtrace run --limit L -o DIR/tune-N.%p.jsonl -- CMD` with
@@ -26,9 +26,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "analyses/oom_report.h"
-#include "analyses/oom_whatif.h"
-#include "analyses/verdict.h"
+#include "analyses/oom/oom_report.h"
+#include "analyses/oom/oom_whatif.h"
+#include "analyses/oom/verdict.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "commands/usage.h"

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "analyses/oom_report.h"
+#include "analyses/oom/oom_report.h"
 #include "analyses/sites.h"
 #include "model/trace_model.h"
 #include "readers/read_progress.h"

@@ -8,9 +8,9 @@
 #include <set>
 #include <unordered_map>
 
-#include "analyses/diagnosis.h"
+#include "analyses/oom/diagnosis.h"
 #include "analyses/ledger_report.h"
-#include "analyses/oom_report.h"
+#include "analyses/oom/oom_report.h"
 #include "analyses/processes.h"
 #include "analyses/sites.h"
 #include "analyses/summary.h"

@@ -10,15 +10,15 @@
 //  - parse_printed_size of a figure's printed text gives back its bytes.
 #include <string>
 
-#include "analyses/explain.h"
-#include "analyses/oom_message.h"
+#include "analyses/oom/explain.h"
+#include "analyses/oom/oom_message.h"
 #include "fuzz_check.h"
 
 using namespace vramtrace;
 
 namespace {
 
-// What the reader treats as white space (normalise in reporter/analyses/oom_message.cpp): spaces
+// What the reader treats as white space (normalise in reporter/analyses/oom/oom_message.cpp): spaces
 // and every control character, so that a figure split by one (a byte 0x16 between "1.8" and "GiB",
 // fuzz finding) compares equal.
 std::string without_space(std::string_view s) {

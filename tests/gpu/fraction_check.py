@@ -4,7 +4,7 @@ program under the same cap.
 
 A replay row whose settings hold `per_process_memory_fraction:F` is judged against what F lets
 the allocator reserve (F x the device's total memory), not the device (allowed_bytes in
-reporter/analyses/verdict.h). This script checks that rule where it can be wrong: at caps chosen
+reporter/analyses/oom/verdict.h). This script checks that rule where it can be wrong: at caps chosen
 around the replayed peak, so that the verdicts fall on both sides of the error bound.
 
 For each workload:

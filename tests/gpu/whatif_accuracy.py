@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU measurement: how far a what-if replay's peak reserved memory is from the real program's
 under the same allocator setting (the error bound of `vramtrace oom`'s verdicts: Note [what-if
-error bound] in reporter/analyses/verdict.h).
+error bound] in reporter/analyses/oom/verdict.h).
 
 For each workload:
   1. the program under the default `vramtrace run` (no cap, default settings): its tensor-level

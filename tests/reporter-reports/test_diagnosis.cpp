@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "analyses/diagnosis.h"
-#include "analyses/explain.h"
+#include "analyses/oom/diagnosis.h"
+#include "analyses/oom/explain.h"
 #include "messages.h"
 
 using namespace vramtrace;

@@ -7,9 +7,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "analyses/explain.h"
-#include "analyses/oom_report.h"
-#include "analyses/oom_whatif.h"
+#include "analyses/oom/explain.h"
+#include "analyses/oom/oom_report.h"
+#include "analyses/oom/oom_whatif.h"
 #include "analyses/summary.h"
 #include "messages.h"
 #include "model/load_models.h"

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "analyses/ledger_report.h"
-#include "analyses/oom_report.h"
+#include "analyses/oom/oom_report.h"
 #include "analyses/processes.h"
 #include "analyses/summary.h"
 #include "model/ledger.h"

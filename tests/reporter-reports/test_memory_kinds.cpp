@@ -1,7 +1,7 @@
-// Kinds of memory from call stacks, and the next step by kind (analyses/memory_kinds.h).
+// Kinds of memory from call stacks, and the next step by kind (analyses/oom/memory_kinds.h).
 #include <catch2/catch.hpp>
 
-#include "analyses/memory_kinds.h"
+#include "analyses/oom/memory_kinds.h"
 
 using namespace vramtrace;
 

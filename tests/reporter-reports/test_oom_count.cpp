@@ -3,7 +3,7 @@
 // an entry counted from the header, the recorded statistics and the observer's figures.
 #include <catch2/catch.hpp>
 
-#include "analyses/oom_report.h"
+#include "analyses/oom/oom_report.h"
 #include "analyses/summary.h"
 #include "model/trace_model.h"
 #include "vector_reader.h"

@@ -4,7 +4,7 @@
 #include <random>
 #include <string>
 
-#include "analyses/oom_message.h"
+#include "analyses/oom/oom_message.h"
 #include "messages.h"
 
 using namespace vramtrace;

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "analyses/oom_report.h"
+#include "analyses/oom/oom_report.h"
 #include "analyses/processes.h"
 #include "model/load_models.h"
 #include "readers/open_trace.h"

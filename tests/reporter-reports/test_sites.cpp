@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "analyses/oom_report.h"
+#include "analyses/oom/oom_report.h"
 #include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "model/load_models.h"

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "analyses/oom_report.h"
-#include "analyses/oom_whatif.h"
-#include "analyses/verdict.h"
+#include "analyses/oom/oom_report.h"
+#include "analyses/oom/oom_whatif.h"
+#include "analyses/oom/verdict.h"
 #include "model/load_models.h"
 #include "readers/open_trace.h"
 

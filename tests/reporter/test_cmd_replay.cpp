@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "analyses/verdict.h"
+#include "analyses/oom/verdict.h"
 #include "test_util.h"
 #include "vramtrace/units.h"
 

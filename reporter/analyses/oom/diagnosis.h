@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "analyses/oom_message.h"
+#include "analyses/oom/oom_message.h"
 
 namespace vramtrace {
 

@@ -1,7 +1,7 @@
 // Reader of out-of-memory messages. Hand-written phrase search rather than regular expressions:
 // messages can be whole logs (TensorFlow dumps thousands of chunk lines), and std::regex recurses
 // per character on long inputs.
-#include "analyses/oom_message.h"
+#include "analyses/oom/oom_message.h"
 
 #include <fmt/format.h>
 #include <algorithm>

@@ -15,7 +15,7 @@
 //     would make the request fit.
 //  7. capacity: otherwise.
 // undetermined is what a rule gives when a figure it needs is missing.
-#include "analyses/diagnosis.h"
+#include "analyses/oom/diagnosis.h"
 #include "vramtrace/size_rules.h"
 #include "vramtrace/units.h"
 

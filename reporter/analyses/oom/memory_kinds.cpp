@@ -1,4 +1,4 @@
-#include "analyses/memory_kinds.h"
+#include "analyses/oom/memory_kinds.h"
 
 #include <fmt/format.h>
 

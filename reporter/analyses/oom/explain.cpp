@@ -1,4 +1,4 @@
-#include "analyses/explain.h"
+#include "analyses/oom/explain.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "analyses/verdict.h"
+#include "analyses/oom/verdict.h"
 
 #include <fmt/format.h>
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "analyses/diagnosis.h"
-#include "analyses/verdict.h"
+#include "analyses/oom/diagnosis.h"
+#include "analyses/oom/verdict.h"
 #include "model/trace_model.h"
 
 namespace vramtrace {
@@ -69,7 +69,7 @@ struct RetriedFailure {
 std::vector<RetriedFailure> retried_failures(const TraceModel& m);
 
 /// One what-if replay result: one setting, its verdict with its margin and the error bound
-/// (analyses/verdict.h, Note [what-if error bound]).
+/// (analyses/oom/verdict.h, Note [what-if error bound]).
 struct WhatIf {
   std::string settings;  ///< PYTORCH_CUDA_ALLOC_CONF text ("" = the trace's own)
   WhatIfVerdict verdict = WhatIfVerdict::failed;

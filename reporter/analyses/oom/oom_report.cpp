@@ -1,10 +1,10 @@
-#include "analyses/oom_report.h"
+#include "analyses/oom/oom_report.h"
 
 #include <fmt/format.h>
 
-#include "analyses/explain.h"
+#include "analyses/oom/explain.h"
 #include "analyses/ledger_report.h"
-#include "analyses/memory_kinds.h"
+#include "analyses/oom/memory_kinds.h"
 #include "analyses/printable.h"
 #include "analyses/sites.h"
 #include "analyses/summary.h"

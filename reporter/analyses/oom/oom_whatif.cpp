@@ -1,4 +1,4 @@
-#include "analyses/oom_whatif.h"
+#include "analyses/oom/oom_whatif.h"
 
 #include <fmt/format.h>
 

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "analyses/diagnosis.h"
-#include "analyses/oom_message.h"
+#include "analyses/oom/diagnosis.h"
+#include "analyses/oom/oom_message.h"
 
 namespace vramtrace {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "analyses/oom_report.h"
+#include "analyses/oom/oom_report.h"
 #include "model/trace_model.h"
 #include "readers/open_trace.h"
 
@@ -136,7 +136,7 @@ struct WhatIfOptions {
 std::string tune_command(const WhatIfRun& run, std::uint64_t limit_bytes, const std::string& command);
 
 /// Replays `path` (reopened), or `options.full_path`, under each setting on `capacity` and on
-/// capacity + the error bound, and judges each (analyses/verdict.h). A setting that the allocator
+/// capacity + the error bound, and judges each (analyses/oom/verdict.h). A setting that the allocator
 /// rejects, or a replay error, is reported in WhatIf::error. The result says what the replays
 /// cover, whether the trace's own row reproduces the trace's OOM, and, with a full trace, whether
 /// it matches the trace up to the failure. Throws TraceError on unreadable input.
