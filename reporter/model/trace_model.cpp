@@ -803,6 +803,7 @@ struct TraceModelBuilder::Impl {
   }
 
   void on_alloc(DeviceState& d, const TraceRecord& r) {
+    d.out.request_sizes.add(r.size);
     // The block size the trace recorded (vramtrace's "b"), else the allocator's rounding.
     u64 rounded = r.block_size != 0 ? r.block_size : rules.round_size(r.size);
     u64 seg_addr = 0;
@@ -1417,7 +1418,11 @@ TraceModelBuilder::TraceModelBuilder(TraceHeader header, ModelOptions options) :
 }
 TraceModelBuilder::~TraceModelBuilder() = default;
 void TraceModelBuilder::add(const TraceRecord& r, std::string_view mark_name) { impl_->add(r, mark_name); }
-TraceModel TraceModelBuilder::finish(bool incomplete) { return impl_->finish(incomplete); }
+TraceModel TraceModelBuilder::finish(bool incomplete) {
+  TraceModel m = impl_->finish(incomplete);
+  m.level = allocation_level(m);
+  return m;
+}
 TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
   impl_->header.recorded_stats = reader.header().recorded_stats;
   impl_->header.recorded_device_stats = reader.header().recorded_device_stats;
@@ -1441,6 +1446,7 @@ TraceModel TraceModelBuilder::finish(const TraceReader& reader) {
                     "never written (a crash or power loss while the trace grew)",
                     reader.nul_bytes()));
   }
+  m.level = allocation_level(m);
   return m;
 }
 

@@ -19,7 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/allocation_level.h"
 #include "model/oom_count.h"
+#include "model/request_sizes.h"
 #include "readers/open_trace.h"
 #include "vramtrace/event.h"
 #include "vramtrace/snapshot.h"
@@ -166,6 +168,8 @@ struct DeviceModel {
   /// with every series after it, around the first moment allocated memory reached its peak.
   std::vector<TimelinePoint> exact;
   std::vector<TimelineMarker> markers;
+  /// The sizes its allocations asked for (model/request_sizes.h), forwarded device memory included.
+  RequestSizes request_sizes;
   std::uint64_t orphan_allocs = 0;  ///< allocs at an address in no known segment
   std::uint64_t unknown_frees = 0;  ///< frees of an address never allocated in the trace
   /// Of those, the blocks that lay in no segment of the trace: memory allocated before the history
@@ -204,6 +208,9 @@ struct TraceModel {
   std::uint64_t lost_events = 0;
   bool has_segment_events = false;
   std::uint64_t events = 0;
+  /// Whose requests its allocations are (Note [the level of a trace]), decided when the model is
+  /// finished, while the stacks are still there.
+  AllocationLevelFinding level;
   std::vector<DeviceModel> devices;  ///< sorted by device id
   std::vector<std::string> notes;
   /// The frames behind StateAt::stacks (the reader's table, kept alive here); null when the trace

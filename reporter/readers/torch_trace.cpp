@@ -106,7 +106,7 @@ class TorchTraceReader final : public TraceReader {
       const double gib = it->get<double>();
       if (gib > 0 && gib < 8.0e9)
         header_.caps.push_back(
-            {-1, static_cast<std::uint64_t>(std::llround(gib * 1073741824.0)), "PyTorch's memory fraction"});
+            {-1, static_cast<std::uint64_t>(std::llround(gib * 1073741824.0)), "PyTorch's memory fraction", true});
     }
     if (auto it = h.find("stats"); it != h.end() && it->is_object()) {
       for (const auto& [k, v] : it->items())

@@ -615,6 +615,7 @@ class Reader final : public VramtraceTraceReader {
       header_.workload += details_.command_line[i];
     }
     header_.settings = details_.allocator_settings;
+    header_.tool_settings = details_.settings;
     header_.pid = details_.pid;
     header_.host = details_.host;
     header_.rank = details_.rank;

@@ -104,6 +104,11 @@ trace::HeaderInfo base_header() {
     if (l.others_bytes != 0) v += (v.empty() ? "" : ",") + std::string("*:") + std::to_string(l.others_bytes);
     h.settings.emplace_back("limit", "[" + v + "]");
   }
+  // Whether PyTorch's caching allocator was switched off in this process (`vramtrace run
+  // --tensors`): the reports read a trace of a PyTorch program as its tensors then, and as
+  // PyTorch's segments otherwise (reporter/model/allocation_level.h). Absent when unset.
+  if (const char* v = std::getenv("PYTORCH_NO_CUDA_MEMORY_CACHING"); v != nullptr)
+    h.settings.emplace_back("pytorch_no_cuda_memory_caching", v);
   for (std::size_t i = 0; i < kHookCount; ++i) h.entry_points.emplace_back(hook_name(static_cast<std::uint16_t>(i)));
   return h;
 }

@@ -211,6 +211,10 @@ struct TraceHeader {
     /// "PyTorch's memory fraction" (set_per_process_memory_fraction, which caps the reserved
     /// memory of PyTorch's allocator).
     std::string what;
+    /// PyTorch's set_per_process_memory_fraction: PyTorch's allocator knows this cap (its
+    /// garbage_collection_threshold acts against it). False for a cap the program does not see
+    /// as such (the shim's `limit`, which makes the device look smaller).
+    bool pytorch_fraction = false;
   };
   /// The caps the trace records: a vramtrace header's `limit` setting (its devices' totals are
   /// already the capped ones), a torchtrace header's "cap_gib" (PyTorch's memory fraction, GiB).
@@ -258,6 +262,10 @@ struct TraceHeader {
   /// snapshot's sidecar); empty otherwise. Reports compare each device with its own entry
   /// (recorded_stats_of).
   std::vector<std::pair<std::int32_t, std::vector<std::pair<std::string, std::int64_t>>>> recorded_device_stats;
+  /// The recording tool's own settings as the trace states them (a vramtrace header's
+  /// "settings" object: reuse, stacks, limit, pytorch_no_cuda_memory_caching, ...), in the
+  /// order written; empty for PyTorch's formats.
+  std::vector<std::pair<std::string, std::string>> tool_settings;
   /// What the reader has to say about files that come with the trace (a snapshot's sidecar it
   /// could not use, and why), for the reports' notes. Empty for most traces.
   std::vector<std::string> notes;
