@@ -76,13 +76,11 @@ void register_oom(CLI::App& app) {
         auto cases = oom_cases(m, oom_options);
         WhatIfRun run;
         if (!opts->no_replay && !cases.empty()) {
-          const WhatIfCapacity capacity = whatif_capacity(m, cases, oom_options.capacity_bytes);
-          if (capacity.bytes) {
-            WhatIfOptions wo;
-            wo.full_path = full;
-            run = run_whatifs(paths[i], m, capacity, wo);
-            note_replays_in_cases(cases, run);
-          }
+          WhatIfOptions wo;
+          wo.full_path = full;
+          wo.capacity_bytes = oom_options.capacity_bytes;
+          run = run_whatifs(paths[i], m, wo);
+          note_replays_in_cases(cases, run);
         }
         // The program's command line is known from the shim's trace (its header's command line).
         // Its cap: --capacity, else the one the trace records, else the device's total.

@@ -9,13 +9,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analyses/oom/oom_report.h"
 #include "analyses/oom/oom_whatif.h"
+#include "analyses/oom/verdict.h"
 #include "analyses/printable.h"
 #include "analyses/replay.h"
-#include "analyses/oom/verdict.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "commands/progress.h"
+#include "model/load_models.h"
 #include "model/trace_model.h"
 
 namespace vramtrace::cli {
@@ -37,9 +39,6 @@ void out(fmt::format_string<T...> format, T&&... args) {
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 
-/// Capacity when neither --capacity nor the trace gives one.
-constexpr std::uint64_t kFallbackCapacity = 1024 * kGiB;
-
 std::string settings_label(const ReplayConfig& c) { return c.settings.text.empty() ? "(defaults)" : c.settings.text; }
 
 std::string bytes_cell(std::int64_t b) {
@@ -55,50 +54,33 @@ std::string oom_cell(const ReplayResult& r) {
                      format_size(o.requested_bytes), format_size(o.allocated_bytes), format_size(o.reserved_bytes));
 }
 
-/// What the replay ran on and how each result is judged (analyses/oom/verdict.h).
-struct Verdicts {
-  std::uint64_t capacity_bytes = 0;
-  std::string capacity_source;
-  bool known = false;  ///< a real capacity (given or recorded): without one there is no verdict
-  std::uint64_t bound_bytes = 0;
-  std::vector<Judgement> judged;  ///< per shown result, in order
-  std::string covers = "whole_trace";
-  std::string covers_text;  ///< one line for people, empty for a whole trace
-  std::vector<std::string> warnings;
+/// Why a result's figures may not be what the setting would do, or "": PyTorch's garbage
+/// collection of cached blocks runs only under its memory fraction (Note in
+/// docs/pytorch-allocator.md, `garbage_collection_threshold`), and --capacity is the device's
+/// size, not a cap. (With `limit`, which PyTorch does not see, the verdict is withheld:
+/// analyses/oom/verdict_support.h.)
+std::string setting_note(const AllocatorSettings& s) {
+  if (s.garbage_collection_threshold <= 0.0 || s.per_process_memory_fraction < 1.0 || s.limit_bytes != 0) return {};
+  return "garbage_collection_threshold acts only under PyTorch's memory fraction (per_process_memory_fraction "
+         "below 1 in the same --conf): without one PyTorch never collects cached blocks, so these figures are "
+         "those of the same settings without it";
+}
+
+/// One column of the table: a setting's replay on one device, and its judgement.
+struct Column {
+  const WhatIf* row = nullptr;
+  const ReplayResult* result = nullptr;
+  const Judgement* judgement = nullptr;
 };
 
-std::string verdict_cell(const Judgement& j, std::uint64_t ooms, std::uint64_t capacity) {
-  // Spare memory under a fraction or a limit is spare below that cap, not below the device.
-  const std::string spare =
-      j.allowed_bytes < capacity
-          ? fmt::format("{} spare of the {} allowed", format_size(static_cast<std::uint64_t>(j.margin_bytes)),
-                        format_size(j.allowed_bytes))
-          : fmt::format("{} spare", format_size(static_cast<std::uint64_t>(j.margin_bytes)));
-  switch (j.verdict) {
-    case WhatIfVerdict::fits:
-      return fmt::format("fits ({} > {} bound)", spare, format_size(j.bound_bytes));
-    case WhatIfVerdict::marginal:
-      if (ooms == 0) return fmt::format("marginal ({} <= {} bound: verify)", spare, format_size(j.bound_bytes));
-      return fmt::format("marginal (OOM here, none with {} more: verify)", format_size(j.bound_bytes));
-    case WhatIfVerdict::does_not_fit:
-      return fmt::format("does not fit (OOM also with {} more)", format_size(j.bound_bytes));
-    case WhatIfVerdict::failed:
-      break;
-  }
-  return "-";
+std::vector<Column> columns_of(const WhatIfRun& run) {
+  std::vector<Column> out;
+  for (const WhatIf* w : run.shown_rows())
+    for (std::size_t d = 0; d < w->results.size(); ++d) out.push_back({w, &w->results[d], &w->per_device[d]});
+  return out;
 }
 
-/// Why a result's figures may not be what the setting would do, or "": PyTorch's garbage
-/// collection of cached blocks runs only when a memory fraction or a limit caps the allocator
-/// (Note in docs/pytorch-allocator.md, `garbage_collection_threshold`), and --capacity is the
-/// device's size, not a cap.
-std::string setting_note(const ReplayConfig& c) {
-  const AllocatorSettings& s = c.settings;
-  if (s.garbage_collection_threshold <= 0.0 || s.per_process_memory_fraction < 1.0 || s.limit_bytes != 0) return {};
-  return "garbage_collection_threshold acts only under a memory limit (per_process_memory_fraction below 1, or "
-         "limit:SIZE, in the same --conf): without one PyTorch never collects cached blocks, so these figures "
-         "are those of the same settings without it";
-}
+std::string label_of(const Column& c) { return c.row->settings.empty() ? "(defaults)" : c.row->settings; }
 
 /// Column width of the side-by-side table: a wider cell keeps its first words and moves its
 /// details (the part in parentheses) to a note below the table; a wider settings name wraps.
@@ -126,12 +108,12 @@ std::vector<std::string> wrap(const std::string& text, std::size_t width) {
   return lines;
 }
 
-/// Rows of the report: label and one cell per result.
-std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::vector<ReplayResult>& results) {
+/// Rows of the report: label and one cell per column.
+std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::vector<Column>& columns) {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
   auto add = [&](std::string label, auto cell) {
     std::vector<std::string> cells;
-    for (const auto& r : results) cells.push_back(cell(r));
+    for (const Column& c : columns) cells.push_back(cell(*c.result));
     out.emplace_back(std::move(label), std::move(cells));
   };
   add("capacity", [](const ReplayResult& r) { return format_size(r.config.capacity_bytes); });
@@ -150,133 +132,161 @@ std::vector<std::pair<std::string, std::vector<std::string>>> rows(const std::ve
       [](const ReplayResult& r) { return bytes_cell(r.stats.inactive_split_bytes[kStatAll].peak); });
   add("largest free block at peak",
       [](const ReplayResult& r) { return bytes_cell(static_cast<std::int64_t>(r.largest_free_at_peak)); });
+  std::vector<std::string> verdicts;
+  for (const Column& c : columns) verdicts.push_back(judgement_text(*c.judgement));
+  out.emplace_back("verdict", std::move(verdicts));
   return out;
 }
 
-void print_text(const ReplayReport& rep, const Verdicts& v, bool multi_device) {
-  const TraceHeader& h = rep.header;
+/// The head of the text report: the trace, what the replays cover, the capacity and the bound,
+/// and why there is no verdict, if so.
+void print_head(const WhatIfRun& run) {
+  const TraceHeader& h = run.header;
   out("trace     {} ({}{}{})\n", printable(h.path), h.format,
       h.workload.empty() ? "" : ", workload " + printable(h.workload),
       fmt::format(", recorded with settings: {}", h.settings.empty() ? "(defaults)" : printable(h.settings)));
-  out("events    {} ({} allocation requests){}\n", rep.events, rep.alloc_requests,
-      rep.incomplete ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event"
+  out("events    {} ({} allocation requests){}\n", run.events, run.alloc_requests,
+      run.incomplete ? " -- the trace ends abruptly (cut, or the process did not finish): replayed up to its last event"
                      : "");
-  if (rep.lost_events) out("{}\n", lost_events_warning(rep.lost_events));
-  if (!v.covers_text.empty()) out("covers    {}\n", v.covers_text);
-  out("capacity  {} ({})\n", format_size(v.capacity_bytes), v.capacity_source);
-  if (v.known) out("bound     {} ({})\n", format_size(v.bound_bytes), whatif_bound_source());
-  for (const auto& w : v.warnings) out("WARNING: {}\n", w);
-  auto table = rows(rep.results);
-  if (v.known) {
-    std::vector<std::string> cells;
-    for (std::size_t i = 0; i < rep.results.size(); ++i)
-      cells.push_back(verdict_cell(v.judged[i], rep.results[i].failed_allocs, v.capacity_bytes));
-    table.emplace_back("verdict", std::move(cells));
+  if (run.lost_events) out("{}\n", lost_events_warning(run.lost_events));
+  if (run.covers == WhatIfCovers::full_trace)
+    out("covers    {}, a complete trace of the same program (--full), replayed on this trace's capacity\n",
+        printable(run.full_path));
+  else if (run.covers == WhatIfCovers::to_failure)
+    out("covers    the run up to its failed request (the trace ends at its OOM): the rest of the run was never "
+        "recorded\n");
+  if (run.capacity.bytes)
+    out("capacity  {} ({})\n", format_size(run.capacity.bytes), run.capacity.source);
+  else
+    out("capacity  {} (a stand-in: the trace records no device total and no cap; give --capacity)\n",
+        format_size(run.replayed_capacity_bytes));
+  out("bound     {}\n", whatif_bound_source());
+  const std::string withheld = render_withheld_text(run);
+  if (!withheld.empty()) out("{}", withheld);
+  for (const auto& w : run.warnings) out("WARNING: {}\n", printable(w));
+}
+
+/// The side-by-side table of several columns: each as wide as its content, at most kMaxColumn;
+/// the details of a longer cell and the note of a setting become numbered notes below it.
+void print_columns(const std::vector<Column>& columns,
+                   std::vector<std::pair<std::string, std::vector<std::string>>> table, bool multi_device) {
+  std::vector<std::string> notes;
+  auto note = [&](std::string text) {
+    notes.push_back(std::move(text));
+    return fmt::format("[{}]", notes.size());
+  };
+  std::vector<std::vector<std::string>> head;
+  for (const Column& c : columns) {
+    const std::string label = multi_device ? fmt::format("{} [device {}]", label_of(c), c.result->device) : label_of(c);
+    std::vector<std::string> lines = wrap(label, kMaxColumn);
+    std::string why = setting_note(c.result->config.settings);
+    if (c.judgement->withheld && c.judgement->verdict == WhatIfVerdict::withheld && !c.judgement->partial)
+      why = c.judgement->withheld->why + (c.judgement->withheld->how.empty() ? "" : "; " + c.judgement->withheld->how);
+    if (!why.empty()) {
+      const std::string mark = note(label_of(c) + ": " + why);
+      if (lines.back().size() + 1 + mark.size() <= kMaxColumn)
+        lines.back() += " " + mark;
+      else
+        lines.push_back(mark);
+    }
+    head.push_back(std::move(lines));
   }
-  if (rep.results.size() == 1) {
-    const ReplayResult& r = rep.results[0];
-    out("settings  {}\n", settings_label(r.config));
-    if (const std::string why = setting_note(r.config); !why.empty()) out("note      {}\n", why);
-    out("\n");
-    for (const auto& [label, cells] : table) out("{:<32} {}\n", label, cells[0]);
-  } else {
-    // Each column as wide as its content, at most kMaxColumn: the details of a longer cell and
-    // the note of a setting become numbered notes below the table.
-    std::vector<std::string> notes;
-    auto note = [&](std::string text) {
-      notes.push_back(std::move(text));
-      return fmt::format("[{}]", notes.size());
-    };
-    std::vector<std::vector<std::string>> head;
-    for (const auto& r : rep.results) {
-      std::string label =
-          multi_device ? fmt::format("{} [device {}]", settings_label(r.config), r.device) : settings_label(r.config);
-      const std::string why = setting_note(r.config);
-      std::vector<std::string> lines = wrap(label, kMaxColumn);
-      if (!why.empty()) {
-        const std::string mark = note(settings_label(r.config) + ": " + why);
-        if (lines.back().size() + 1 + mark.size() <= kMaxColumn)
-          lines.back() += " " + mark;
-        else
-          lines.push_back(mark);
-      }
-      head.push_back(std::move(lines));
+  for (auto& [label, cells] : table) {
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      std::string& cell = cells[i];
+      const std::size_t paren = cell.find(" (");
+      if (cell.size() <= kMaxColumn || paren == std::string::npos || cell.back() != ')') continue;
+      const std::string detail = cell.substr(paren + 2, cell.size() - paren - 3);
+      cell = cell.substr(0, paren) + " " + note(fmt::format("{}, {}: {}", label, label_of(columns[i]), detail));
     }
-    for (auto& [label, cells] : table) {
-      for (std::size_t i = 0; i < cells.size(); ++i) {
-        std::string& cell = cells[i];
-        const std::size_t paren = cell.find(" (");
-        if (cell.size() <= kMaxColumn || paren == std::string::npos || cell.back() != ')') continue;
-        const std::string detail = cell.substr(paren + 2, cell.size() - paren - 3);
-        cell = cell.substr(0, paren) + " " +
-               note(fmt::format("{}, {}: {}", label, settings_label(rep.results[i].config), detail));
-      }
-    }
-    std::vector<std::size_t> width(rep.results.size());
-    for (std::size_t i = 0; i < head.size(); ++i) {
-      for (const auto& line : head[i]) width[i] = std::max(width[i], line.size());
-      for (const auto& row : table) width[i] = std::max(width[i], std::min(row.second[i].size(), kMaxColumn));
-    }
-    auto print_row = [&](const std::string& label, const std::vector<std::vector<std::string>>& cells) {
-      std::size_t lines = 1;
-      for (const auto& c : cells) lines = std::max(lines, c.size());
-      for (std::size_t l = 0; l < lines; ++l) {
-        out("{:<32}", l == 0 ? label : std::string());
-        for (std::size_t i = 0; i < cells.size(); ++i)
-          out(" | {:<{}}", l < cells[i].size() ? cells[i][l] : std::string(), width[i]);
-        out("\n");
-      }
-    };
-    out("\n");
-    print_row("settings", head);
-    for (const auto& [label, cells] : table) {
-      std::vector<std::vector<std::string>> wrapped;
-      for (const auto& c : cells) wrapped.push_back(wrap(c, kMaxColumn));
-      print_row(label, wrapped);
-    }
-    if (!notes.empty()) out("\n");
-    for (std::size_t i = 0; i < notes.size(); ++i) out("[{}] {}\n", i + 1, notes[i]);
   }
-  for (const auto& note : rep.notes) out("\nNote: {}\n", note);
-  for (const auto& r : rep.results) {
-    if (r.first_oom) {
-      out("\nOut of memory with {}{}: the program would have stopped at allocation #{} ({} requested). The "
-          "replay skipped each failed allocation and its free and went on; {} allocation(s) failed in all.\n",
-          settings_label(r.config), multi_device ? fmt::format(" on device {}", r.device) : "",
-          r.first_oom->alloc_index, format_size(r.first_oom->requested_bytes), r.failed_allocs);
+  std::vector<std::size_t> width(columns.size());
+  for (std::size_t i = 0; i < head.size(); ++i) {
+    for (const auto& line : head[i]) width[i] = std::max(width[i], line.size());
+    for (const auto& row : table) width[i] = std::max(width[i], std::min(row.second[i].size(), kMaxColumn));
+  }
+  auto print_row = [&](const std::string& label, const std::vector<std::vector<std::string>>& cells) {
+    std::size_t lines = 1;
+    for (const auto& c : cells) lines = std::max(lines, c.size());
+    for (std::size_t l = 0; l < lines; ++l) {
+      out("{:<32}", l == 0 ? label : std::string());
+      for (std::size_t i = 0; i < cells.size(); ++i)
+        out(" | {:<{}}", l < cells[i].size() ? cells[i][l] : std::string(), width[i]);
+      out("\n");
     }
+  };
+  out("\n");
+  print_row("settings", head);
+  for (const auto& [label, cells] : table) {
+    std::vector<std::vector<std::string>> wrapped;
+    for (const auto& c : cells) wrapped.push_back(wrap(c, kMaxColumn));
+    print_row(label, wrapped);
+  }
+  if (!notes.empty()) out("\n");
+  for (std::size_t i = 0; i < notes.size(); ++i) out("[{}] {}\n", i + 1, printable(notes[i]));
+}
+
+void print_text(const WhatIfRun& run) {
+  print_head(run);
+  const std::vector<Column> columns = columns_of(run);
+  bool multi_device = false;
+  for (const Column& c : columns) multi_device |= c.result->device != 0;
+  for (const WhatIf& w : run.rows)
+    if (w.shown && !w.error.empty()) out("replay failed for {}: {}\n", printable(w.settings), printable(w.error));
+  if (columns.size() == 1) {
+    const Column& c = columns[0];
+    out("settings  {}\n", printable(label_of(c)));
+    if (const std::string why = setting_note(c.result->config.settings); !why.empty()) out("note      {}\n", why);
+    if (c.judgement->verdict == WhatIfVerdict::withheld && c.judgement->withheld && !c.judgement->partial &&
+        !run.withheld)
+      out("no verdict {}; to get one: {}\n", c.judgement->withheld->why, c.judgement->withheld->how);
+    out("\n");
+    for (const auto& [label, cells] : rows(columns)) out("{:<32} {}\n", label, cells[0]);
+  } else if (!columns.empty()) {
+    print_columns(columns, rows(columns), multi_device);
+  }
+  for (const auto& note : run.replay_notes) out("\nNote: {}\n", note);
+  for (const auto& n : run.notes) out("\nNote: {}\n", n);
+  for (const Column& c : columns) {
+    const ReplayResult& r = *c.result;
+    if (!r.first_oom) continue;
+    out("\nOut of memory with {}{}: the program would have stopped at allocation #{} ({} requested). The "
+        "replay skipped each failed allocation and its free and went on; {} allocation(s) failed in all.\n",
+        printable(label_of(c)), multi_device ? fmt::format(" on device {}", r.device) : "", r.first_oom->alloc_index,
+        format_size(r.first_oom->requested_bytes), r.failed_allocs);
   }
 }
 
-void print_json(const ReplayReport& rep, const Verdicts& v, bool multi_device, const std::string& trace) {
+void print_json(const WhatIfRun& run, const std::string& trace) {
   nlohmann::ordered_json j;
   j["trace"] = trace;
-  if (rep.header.path != trace) j["full_trace"] = rep.header.path;
-  j["events"] = rep.events;
-  j["lost_events"] = rep.lost_events;
-  j["capacity_source"] = v.capacity_source;
-  j["bound_bytes"] = v.known ? nlohmann::ordered_json(v.bound_bytes) : nlohmann::ordered_json(nullptr);
-  j["covers"] = v.covers;
-  j["warnings"] = v.warnings;
+  if (!run.full_path.empty()) j["full_trace"] = run.full_path;
+  j["events"] = run.events;
+  j["lost_events"] = run.lost_events;
+  j["capacity_source"] = run.capacity.source;
+  const bool judged = !run.withheld;
+  j["bound_bytes"] =
+      judged ? nlohmann::ordered_json(whatif_error_bound(run.capacity.bytes)) : nlohmann::ordered_json(nullptr);
+  j["covers"] = whatif_covers_name(run.covers);
+  auto withheld = [](const std::optional<Withheld>& w) {
+    return w ? nlohmann::ordered_json{{"why", w->why}, {"how", w->how}} : nlohmann::ordered_json(nullptr);
+  };
+  j["withheld"] = withheld(run.withheld);
+  j["partial"] = withheld(run.partial);
+  j["warnings"] = run.warnings;
   j["results"] = nlohmann::ordered_json::array();
-  for (std::size_t i = 0; i < rep.results.size(); ++i) {
-    const ReplayResult& r = rep.results[i];
+  const std::vector<Column> columns = columns_of(run);
+  bool multi_device = false;
+  for (const Column& c : columns) multi_device |= c.result->device != 0;
+  for (const Column& c : columns) {
+    const ReplayResult& r = *c.result;
     nlohmann::ordered_json o;
-    o["settings"] = r.config.settings.text;
+    o["settings"] = c.row->settings;
     if (multi_device) o["device"] = r.device;
     o["capacity_bytes"] = r.config.capacity_bytes;
     o["notes"] = nlohmann::ordered_json::array();
-    if (const std::string why = setting_note(r.config); !why.empty()) o["notes"].push_back(why);
-    if (v.known) {
-      const Judgement& jd = v.judged[i];
-      o["verdict"] = whatif_verdict_name(jd.verdict);
-      o["margin_bytes"] = jd.margin_bytes;
-      o["allowed_bytes"] = jd.allowed_bytes;
-      o["shortfall_bytes"] =
-          jd.shortfall_bytes ? nlohmann::ordered_json(*jd.shortfall_bytes) : nlohmann::ordered_json(nullptr);
-    } else {
-      o["verdict"] = nullptr;
-    }
+    if (const std::string why = setting_note(r.config.settings); !why.empty()) o["notes"].push_back(why);
+    put_judgement(o, *c.judgement);
     nlohmann::ordered_json stats = nlohmann::ordered_json::object();
     for (const auto& [name, value] : flatten_stats(r.stats)) stats[name] = value;
     o["stats"] = std::move(stats);
@@ -328,146 +338,46 @@ class Progress {
 };
 
 int run_replay(const ReplayArgs& args) {
-  std::uint64_t capacity = 0;
+  std::optional<std::uint64_t> capacity;
   if (!args.capacity.empty()) {
+    std::uint64_t bytes = 0;
     std::string err;
-    if (!parse_size(args.capacity, capacity, err)) {
+    if (!parse_size(args.capacity, bytes, err)) {
       logger().error("vramtrace replay: --capacity {}: {}", args.capacity, err);
       return 2;
     }
-    if (capacity == 0) {
+    if (bytes == 0) {
       logger().error("vramtrace replay: --capacity must be more than 0 bytes");
       return 2;
     }
+    capacity = bytes;
   }
-  std::vector<ReplayConfig> configs;
   std::vector<std::string> confs = args.confs.empty() ? std::vector<std::string>{""} : args.confs;
   for (const auto& text : confs) {
-    ReplayConfig c;
+    AllocatorSettings s;
     std::string err;
-    if (!AllocatorSettings::parse(text, c.settings, err)) {
+    if (!AllocatorSettings::parse(text, s, err)) {
       logger().error("vramtrace replay: --conf \"{}\": {}", text, err);
       return 2;
     }
-    c.settings.text = text;
-    configs.push_back(std::move(c));
   }
   try {
-    auto reader = open_trace(args.trace);
-    Verdicts v;
-    bool capped_conf = false;  // a fraction or limit in --conf on a trace replayed on its own cap
-    v.capacity_bytes = capacity;
-    v.capacity_source = "--capacity";
-    if (!capacity) {
-      // The trace's device, capped where the trace records a cap (TraceHeader::cap_of).
-      const TraceHeader& h = reader->header();
-      v.capacity_bytes = h.device_total_bytes;
-      v.capacity_source = "the trace's device total";
-      const std::uint64_t total = h.device_total_bytes;
-      if (const TraceHeader::Cap* c = h.cap_of(0); c && (!v.capacity_bytes || c->bytes < v.capacity_bytes)) {
-        v.capacity_bytes = c->bytes;
-        v.capacity_source = c->what;
-        // A fraction or a limit of --conf caps the device, not the trace's own cap: replayed on the
-        // cap it would be a cap of a cap, and its verdict a promise about another program.
-        for (const auto& conf : configs)
-          if (conf.settings.per_process_memory_fraction < 1.0 || conf.settings.limit_bytes != 0) {
-            v.warnings.push_back(fmt::format(
-                "the capacity is the trace's own cap ({}, {}), and \"{}\" sets a memory fraction or limit, which "
-                "would apply to the device{}: no verdict is given. Give --capacity {} to replay on the device",
-                format_size(c->bytes), c->what, conf.settings.text,
-                total ? fmt::format(" ({})", format_size(total)) : std::string(),
-                total ? std::to_string(total) : std::string("SIZE")));
-            capped_conf = true;
-            break;
-          }
-      }
-    }
-    v.known = v.capacity_bytes != 0 && !capped_conf;
-    if (v.capacity_bytes == 0) {
-      v.capacity_bytes = kFallbackCapacity;
-      v.capacity_source = "the trace records no device total: 1 TiB, and no verdicts (give --capacity)";
-      for (const auto& conf : configs)
-        if (conf.settings.per_process_memory_fraction < 1.0) {
-          v.warnings.push_back(fmt::format(
-              "\"{}\" sets a memory fraction of a device the trace does not size: its figures are a fraction of "
-              "the 1 TiB stand-in; give --capacity SIZE",
-              conf.settings.text));
-          break;
-        }
-    }
-    v.bound_bytes = whatif_error_bound(v.capacity_bytes);
-    for (auto& c : configs) c.capacity_bytes = v.capacity_bytes;
-    std::unique_ptr<TraceReader> full;
-    if (!args.full.empty()) {
-      const TraceMatch match = match_traces(args.trace, args.full);
-      full = open_trace(args.full);
-      v.covers = "full_trace";
-      v.covers_text = fmt::format(
-          "{}, a complete trace of the same program (--full), replayed on this trace's capacity", args.full);
-      if (!match.first_difference.empty())
-        v.warnings.push_back(
-            fmt::format("the full trace differs from {} at {} ({} of {} allocations before its "
-                        "failure match): it may not be the same program or input",
-                        args.trace, match.first_difference, match.matching, match.compared));
-      if (match.full_ooms > 0 || match.full_incomplete)
-        v.warnings.push_back("the full trace is not a complete run (it records an OOM, or it ends abruptly)");
-    }
-    FailureCounter counter(full ? *full : *reader);
-    OomAsAllocReader wrapped(counter);
+    // The model of the trace gives what every command judges from: its OOMs, its level, its cap
+    // and its coverage (analyses/oom/verdict_support.h); then the replays run in one more pass.
+    std::vector<TraceModel> models = load_models({args.trace});
+    WhatIfOptions wo;
+    wo.settings = confs;
+    wo.settings_replace_own = true;
+    wo.capacity_bytes = capacity;
+    wo.full_path = args.full;
     Progress progress;
-    ReplayOptions opts;
-    opts.progress = [&](std::uint64_t n, std::uint64_t b, std::uint64_t t) { progress.update(n, b, t); };
-    const std::vector<ReplayConfig> lanes = v.known ? with_bound_lanes(configs, v.bound_bytes) : configs;
-    ReplayReport rep = replay(wrapped, lanes, opts);
+    wo.replay.progress = [&](std::uint64_t n, std::uint64_t b, std::uint64_t t) { progress.update(n, b, t); };
+    const WhatIfRun run = run_whatifs(args.trace, models.front(), wo);
     progress.done();
-    if (!full && counter.ends_at_failure()) {
-      v.covers = "to_failure";
-      v.covers_text = fmt::format(
-          "the run up to its failed request (the trace ends at its OOM, after allocation #{}): the rest of the run "
-          "was never recorded; --full TRACE replays a complete trace of the same program",
-          counter.allocs_before_last_oom());
-    }
-    // The table shows the settings on the capacity; the bound's lanes only judge them.
-    std::vector<ReplayResult> shown;
-    for (const auto& r : rep.results) {
-      if (r.config.capacity_bytes != v.capacity_bytes) continue;
-      if (v.known) {
-        ReplayConfig wide = r.config;
-        wide.capacity_bytes += v.bound_bytes;
-        v.judged.push_back(judge_replay(r, result_of(rep.results, wide, r.device), v.capacity_bytes, v.bound_bytes));
-      }
-      shown.push_back(r);
-    }
-    rep.results = std::move(shown);
-    // The trace's own settings must run out of memory where the trace did (as `oom` requires of
-    // its replays): when they do not, the capacity is more than the program could use (the CUDA
-    // context and memory outside the allocator are not in a device total, nor a cap the trace does
-    // not record), and no verdict on it holds.
-    // An OOM the header records (its message, PyTorch's statistics) counts too: a history that
-    // ends before the failed request replays without it, and a verdict on it would be about a run
-    // that did not die.
-    std::uint64_t recorded = counter.ooms();
-    for (const auto& o : reader->header().recorded_ooms) recorded += o.device == 0 && counter.ooms() == 0;
-    if (recorded > 0 && capacity == 0 && v.known) {
-      for (const ReplayResult& r : rep.results) {
-        if (r.config.settings.text != reader->header().settings || r.failed_allocs != 0) continue;
-        v.warnings.push_back(fmt::format(
-            "the trace records {} OOM(s), but its own settings ({}) run without one on {} ({}): that is more than "
-            "the program could use, or the history ends before the failed request, so no verdict is given. "
-            "`vramtrace oom {}` replays on what the allocator could reach at the OOM (reserved + free then); or "
-            "give the real limit with --capacity SIZE",
-            recorded, settings_label(r.config), format_size(v.capacity_bytes), v.capacity_source, args.trace));
-        v.known = false;
-        v.judged.clear();
-        break;
-      }
-    }
-    bool multi_device = false;
-    for (const auto& r : rep.results) multi_device |= r.device != 0;
     if (args.json)
-      print_json(rep, v, multi_device, args.trace);
+      print_json(run, args.trace);
     else
-      print_text(rep, v, multi_device);
+      print_text(run);
     return 0;
   } catch (const TraceError& e) {
     logger().error("vramtrace replay: {}", e.what());

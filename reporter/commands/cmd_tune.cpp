@@ -155,6 +155,68 @@ void read_run(TuneRow& row, const std::string& dir, std::size_t index) {
   }
 }
 
+// With --from: replays `from` under each candidate on the cap (run_whatifs, the settings added to
+// the trace's own) and keeps in `candidates` the best `top` that the verdict rule offers to tune
+// (tune_candidate: fits by spare, then marginal within the measured error, then settings that got
+// through a trace covering part of the run); `replay_verdicts` gets every candidate's verdict
+// name ("" when withheld). When the replays give no verdict at all, the candidates stay as given,
+// unranked, with a warning. With `dry_run`, prints the replays and the plan (text or JSON) and
+// returns 0. Returns -1 to go on with the runs, or an exit code (2: unusable trace).
+int rank_from_trace(const std::string& from, std::optional<std::uint64_t> cap, std::size_t top, bool json, bool dry_run,
+                    std::vector<std::string>& candidates,
+                    std::vector<std::pair<std::string, std::string>>& replay_verdicts) {
+  WhatIfRun run;
+  try {
+    const auto paths = traces_to_read({from}, "auto", "tune");
+    if (paths.size() != 1) {
+      logger().error("vramtrace tune: --from {} names {} traces; give one", from, paths.size());
+      return 2;
+    }
+    auto models = load_models(paths);
+    WhatIfOptions wo;
+    wo.settings = candidates;
+    wo.capacity_bytes = cap;
+    run = run_whatifs(paths[0], models[0], wo);
+  } catch (const TraceError& e) {
+    logger().error("vramtrace tune: --from: {}", e.what());
+    return 2;
+  }
+  std::vector<const WhatIf*> ranked;
+  for (const WhatIf* w : run.shown_rows()) {
+    replay_verdicts.emplace_back(
+        w->settings, w->judgement.verdict == WhatIfVerdict::withheld ? "" : whatif_verdict_name(w->judgement.verdict));
+    if (!w->settings.empty() && w->error.empty() && tune_candidate(w->judgement)) ranked.push_back(w);
+  }
+  auto rank = [](const WhatIf* w) {
+    return w->judgement.verdict == WhatIfVerdict::fits ? 0 : w->judgement.verdict == WhatIfVerdict::marginal ? 1 : 2;
+  };
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const WhatIf* a, const WhatIf* b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    return a->judgement.margin_bytes.value_or(0) > b->judgement.margin_bytes.value_or(0);
+  });
+  if (run.withheld) {
+    logger().warn("vramtrace tune: --from {}: no verdict from its replays ({}); the candidates run as given", from,
+                  run.withheld->why);
+  } else {
+    candidates.clear();
+    for (const WhatIf* w : ranked)
+      if (candidates.size() < top) candidates.push_back(w->settings);
+  }
+  if (!dry_run) return -1;
+  if (json) {
+    nlohmann::json j = {{"from", from}, {"whatif", whatif_json(run)}, {"candidates", candidates}};
+    std::fputs(j.dump(2).c_str(), stdout);
+    std::fputc('\n', stdout);
+  } else {
+    std::string text = render_whatif_text(run);
+    text += candidates.empty()
+                ? "No candidate to run: no setting is offered by the replays.\n"
+                : fmt::format("Would run (after the program's own settings): {}\n", fmt::join(candidates, "; "));
+    std::fputs(text.c_str(), stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void register_tune(CLI::App& app) {
@@ -165,6 +227,7 @@ void register_tune(CLI::App& app) {
     std::string candidates;
     std::string from;
     std::size_t top = 3;
+    bool dry_run = false;
     double timeout = 0;
     std::string out = "vramtrace-tune";
     bool json = false;
@@ -183,6 +246,8 @@ void register_tune(CLI::App& app) {
                   "are run (each row then shows the replay's verdict beside the real result)");
   cmd->add_option("--top", opts->top, "With --from: how many of the ranked candidates to run (default 3)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--dry-run", opts->dry_run,
+                "With --from: print the replays' verdicts and the candidates that would run, and run nothing");
   cmd->add_option("--timeout", opts->timeout, "Seconds each run may take (default: no limit)")
       ->check(number_check(0, false, 1e9, false, "seconds from 0 (no limit) to 1e9", "SECONDS"));
   cmd->add_option("-o,--output", opts->out, "Directory for the runs' traces and logs (default ./vramtrace-tune)");
@@ -220,55 +285,26 @@ void register_tune(CLI::App& app) {
       for (const auto& c : whatif_settings())
         if (!c.empty()) candidates.push_back(c);
 
-    // With --from: rank by the replays on the cap (fits by spare, then marginal, then the rest).
-    std::vector<std::pair<std::string, std::string>> replay_verdicts;  // candidate, verdict words
+    // With --from: the replays on the cap rank the candidates (analyses/oom/oom_whatif.h), and only
+    // those the verdict rule offers (tune_candidate) are run.
+    std::vector<std::pair<std::string, std::string>> replay_verdicts;  // candidate, verdict name ("" = none)
     if (!opts->from.empty()) {
-      try {
-        const auto paths = traces_to_read({opts->from}, "auto", "tune");
-        if (paths.size() != 1) {
-          logger().error("vramtrace tune: --from {} names {} traces; give one", opts->from, paths.size());
-          set_exit_code(2);
-          return;
-        }
-        auto models = load_models(paths);
-        OomOptions oo;
-        if (!opts->limit.empty()) {
-          std::uint64_t b = 0;
-          std::string err;
-          if (parse_size(opts->limit, b, err)) oo.capacity_bytes = b;
-        }
-        const auto cases = oom_cases(models[0], oo);
-        const WhatIfCapacity capacity = whatif_capacity(models[0], cases, oo.capacity_bytes);
-        if (capacity.bytes == 0) {
-          logger().error("vramtrace tune: --from {}: no capacity to replay on (give --limit)", opts->from);
-          set_exit_code(2);
-          return;
-        }
-        WhatIfOptions wo;
-        wo.settings = candidates;
-        const WhatIfRun run = run_whatifs(paths[0], models[0], capacity, wo);
-        std::vector<const WhatIf*> ranked;
-        for (const auto& w : run.rows)
-          if (!w.settings.empty() && w.error.empty()) ranked.push_back(&w);
-        auto rank = [](const WhatIf* w) {
-          return w->verdict == WhatIfVerdict::fits ? 0 : w->verdict == WhatIfVerdict::marginal ? 1 : 2;
-        };
-        std::stable_sort(ranked.begin(), ranked.end(), [&](const WhatIf* a, const WhatIf* b) {
-          if (rank(a) != rank(b)) return rank(a) < rank(b);
-          return a->margin_bytes > b->margin_bytes;
-        });
-        candidates.clear();
-        for (const WhatIf* w : ranked) {
-          if (candidates.size() < opts->top) candidates.push_back(w->settings);
-          replay_verdicts.emplace_back(w->settings, whatif_verdict_words(w->verdict));
-        }
-        for (const auto& w : run.rows)
-          if (w.settings.empty() && w.error.empty()) replay_verdicts.emplace_back("", whatif_verdict_words(w.verdict));
-      } catch (const TraceError& e) {
-        logger().error("vramtrace tune: --from: {}", e.what());
-        set_exit_code(2);
+      std::optional<std::uint64_t> cap;
+      if (!opts->limit.empty()) {
+        std::uint64_t b = 0;
+        std::string err;
+        if (parse_size(opts->limit, b, err)) cap = b;
+      }
+      const int rc =
+          rank_from_trace(opts->from, cap, opts->top, opts->json, opts->dry_run, candidates, replay_verdicts);
+      if (rc >= 0 || opts->dry_run) {
+        set_exit_code(rc < 0 ? 0 : rc);
         return;
       }
+    } else if (opts->dry_run) {
+      logger().error("vramtrace tune: --dry-run shows what --from would run; give --from TRACE");
+      set_exit_code(2);
+      return;
     }
 
     std::error_code ec;

@@ -351,8 +351,8 @@ std::vector<std::string> choose_trace_level(const std::vector<std::string>& path
       if (!companion[i].empty())
         notes.push_back(p + ": device level (the shim's trace); PyTorch's tensor level is in " + companion[i] +
                         ". Here PyTorch's segments are memory the program holds: the free blocks of its cache "
-                        "inside them are not seen, so an OOM that the tensor level calls fragmentation reads as "
-                        "capacity here");
+                        "inside them are not seen, so no fragmentation or capacity verdict and no verdict on an "
+                        "allocator setting is given at this level");
       add(p);
       continue;
     }

@@ -256,7 +256,7 @@ TEST_CASE("replay: several settings with OOMs keep every column narrow, details 
 TEST_CASE("replay: garbage_collection_threshold without a memory limit says it does not act", "[cli]") {
   const Result alone = vt("replay " + kGpt2 + " --conf garbage_collection_threshold:0.6");
   REQUIRE(alone.rc == 0);
-  CHECK(has(alone.out, "note      garbage_collection_threshold acts only under a memory limit"));
+  CHECK(has(alone.out, "note      garbage_collection_threshold acts only under PyTorch's memory fraction"));
   const Result side = vt("replay " + kGpt2 + " --conf '' --conf garbage_collection_threshold:0.6");
   REQUIRE(side.rc == 0);
   CHECK(has(side.out, "| garbage_collection_threshold:0.6"));
@@ -270,7 +270,14 @@ TEST_CASE("replay: garbage_collection_threshold without a memory limit says it d
   const Result capped =
       vt("replay " + kGpt2 + " --conf garbage_collection_threshold:0.6,per_process_memory_fraction:0.5");
   REQUIRE(capped.rc == 0);
-  CHECK_FALSE(has(capped.out, "acts only under a memory limit"));
+  CHECK_FALSE(has(capped.out, "acts only under PyTorch's memory fraction"));
+  // With `limit`, a cap PyTorch does not see, garbage collection would act in the replay and not
+  // in PyTorch: no verdict, and why.
+  const Result limited = vt("replay " + kGpt2 + " --conf garbage_collection_threshold:0.6,limit:15GiB --json");
+  REQUIRE(limited.rc == 0);
+  const auto lj = nlohmann::json::parse(limited.out);
+  CHECK(lj["results"][0]["verdict"].is_null());
+  CHECK(has(lj["results"][0]["withheld"].get<std::string>(), "`limit` is a cap PyTorch does not see"));
 }
 
 TEST_CASE("diff --exit-code: 0 when nothing changed, 1 when something did, 2 on error", "[cli]") {

@@ -306,6 +306,23 @@ TEST_CASE("two messages in one log are explained one by one", "[explain][diagnos
             .size() == 1);
 }
 
+namespace {
+// ReplayOutcome by its fields: settings that got past the failure, the shortfalls of the marginal
+// ones, how many were tried, whether the own settings reproduce the OOM, whether expandable
+// segments were among them, whether one had room above the bound.
+ReplayOutcome outcome(std::vector<std::string> passing, std::vector<std::uint64_t> short_by, std::size_t tried,
+                      bool reproduces, bool layout_tried, bool any_room) {
+  ReplayOutcome r;
+  r.passing = std::move(passing);
+  r.short_by = std::move(short_by);
+  r.tried = tried;
+  r.reproduces = reproduces;
+  r.layout_tried = layout_tried;
+  r.any_room = any_room;
+  return r;
+}
+}  // namespace
+
 TEST_CASE("capacity never says settings cannot help, and takes the replays in", "[diagnosis]") {
   for (const char* m : {msg::kM1, msg::kM3Full, msg::kTfCapacity}) {
     auto e = explain_message(m);
@@ -314,30 +331,50 @@ TEST_CASE("capacity never says settings cannot help, and takes the replays in", 
   auto e = explain_message(msg::kM3Full);
   REQUIRE(e.diagnosis.code == DiagnosisCode::capacity);
   Diagnosis d = e.diagnosis;
-  note_replays_in_diagnosis(d, {{"expandable_segments:True (fits, 1.83 GiB spare)"}, 5, true, true, true});
+  note_replays_in_diagnosis(d, outcome({"expandable_segments:True (fits, 1.83 GiB spare)"}, {}, 5, true, true, true));
   CHECK(contains(d.next_step, "get past the failure under: expandable_segments:True (fits, 1.83 GiB spare)"));
   d = e.diagnosis;
-  note_replays_in_diagnosis(d, {{}, 5, true, true, false});
-  CHECK(contains(d.next_step, "None of the 5 replayed settings"));
+  note_replays_in_diagnosis(d, outcome({}, {}, 5, true, true, false));
+  CHECK(contains(d.next_step, "None of the 5 replayed settings gets past it either"));
+  // The words follow the table: settings the table calls marginal (out of memory on the capacity,
+  // not with the bound) are named as such, never "none gets past it" alone.
   d = e.diagnosis;
-  note_replays_in_diagnosis(d, {{"x"}, 5, false, true, false});
+  note_replays_in_diagnosis(d, outcome({}, {276ull << 20, 294ull << 20, 280ull << 20}, 5, true, true, false));
+  CHECK_FALSE(contains(d.next_step, "gets past it either"));
+  CHECK(contains(d.next_step, "3 are marginal: out of memory on this capacity, short by 276.00 MiB to 294.00 MiB"));
+  d = e.diagnosis;
+  note_replays_in_diagnosis(d, outcome({"x"}, {}, 5, false, true, false));
   CHECK(contains(d.next_step, "do not reproduce this OOM"));
+  // No verdict at all (the wrong level, say): the diagnosis says so and nothing else.
+  d = e.diagnosis;
+  ReplayOutcome none = outcome({"x"}, {}, 5, true, true, true);
+  none.withheld = true;
+  note_replays_in_diagnosis(d, none);
+  CHECK(contains(d.next_step, "give no verdict"));
+  CHECK_FALSE(contains(d.next_step, "get past the failure under"));
   // Fragmentation that no replayed layout rescues is capacity: with expandable segments replayed
-  // and nothing fitting above the bound, the promise "a setting fixes it" is not kept.
+  // and nothing getting past it with room above the bound, the promise "a setting fixes it" is
+  // not kept.
   auto c4 = explain_message(msg::kC4);
   REQUIRE(c4.diagnosis.code == DiagnosisCode::fragmentation);
   Diagnosis k = c4.diagnosis;
-  note_replays_in_diagnosis(k, {{"expandable_segments:True (marginal, 10.00 MiB spare)"}, 5, true, true, false});
+  note_replays_in_diagnosis(
+      k, outcome({"expandable_segments:True (marginal, 10.00 MiB spare)"}, {}, 5, true, true, false));
   CHECK(k.code == DiagnosisCode::capacity);
-  CHECK(contains(k.reasons.back(), "none fits above the error bound; within it: expandable_segments:True (marginal"));
+  CHECK(contains(k.reasons.back(),
+                 "none gets past the failure with room above the error bound; within it: "
+                 "expandable_segments:True (marginal"));
   CHECK(contains(k.next_step, "vramtrace tune"));
   k = c4.diagnosis;
-  note_replays_in_diagnosis(k, {{}, 5, true, true, false});
+  note_replays_in_diagnosis(k, outcome({}, {}, 5, true, true, false));
   CHECK(k.code == DiagnosisCode::capacity);
-  CHECK(contains(k.reasons.back(), "none of the 5 replayed settings"));
-  // ... but not when the replays cannot tell: they do not reproduce the OOM, or no setting that
-  // packs free memory was replayed.
-  for (ReplayOutcome r : {ReplayOutcome{{}, 5, false, true, false}, ReplayOutcome{{}, 3, true, false, false}}) {
+  CHECK(contains(k.reasons.back(), "of the 5 replayed settings"));
+  // ... but not when the replays cannot tell: they do not reproduce the OOM, no setting that
+  // packs free memory was replayed, or they give no verdict at all.
+  ReplayOutcome withheld = outcome({}, {}, 5, true, true, false);
+  withheld.withheld = true;
+  for (const ReplayOutcome& r :
+       {outcome({}, {}, 5, false, true, false), outcome({}, {}, 3, true, false, false), withheld}) {
     k = c4.diagnosis;
     note_replays_in_diagnosis(k, r);
     CHECK(k.code == DiagnosisCode::fragmentation);
@@ -345,6 +382,6 @@ TEST_CASE("capacity never says settings cannot help, and takes the replays in", 
   // Other codes are left alone.
   auto f = explain_message(msg::kC4);
   Diagnosis g = f.diagnosis;
-  note_replays_in_diagnosis(g, {{"x"}, 5, true, true, true});
+  note_replays_in_diagnosis(g, outcome({"x"}, {}, 5, true, true, true));
   CHECK(g.next_step == f.diagnosis.next_step);
 }

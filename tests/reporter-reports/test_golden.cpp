@@ -55,15 +55,16 @@ TEST_CASE("golden: oom post-mortem of the small trace, with replays", "[golden][
   CHECK(*cases[0].figures.largest_free_block == 60u << 20);
   auto cap = whatif_capacity(m, cases, std::nullopt);
   CHECK(cap.bytes == (122u + 150u) << 20);  // reserved + free on the device at the OOM
-  auto run = run_whatifs(kDir + "/data/golden_small.torchtrace.jsonl", m, cap);
+  auto run = run_whatifs(kDir + "/data/golden_small.torchtrace.jsonl", m);
   REQUIRE(!run.rows.empty());
   CHECK(run.rows[0].settings.empty());
   CHECK(run.rows[0].error.empty());
-  CHECK_FALSE(run.rows[0].fits);  // the trace's own settings reproduce the OOM
-  CHECK(run.rows[0].verdict == WhatIfVerdict::does_not_fit);
+  CHECK(run.rows[0].judgement.ooms > 0);  // the trace's own settings reproduce the OOM
+  CHECK(run.rows[0].judgement.verdict == WhatIfVerdict::does_not_fit);
   CHECK(run.reproduces);
-  // The trace stops at its OOM (only frees follow): "fits" covers the run up to the failure.
+  // The trace stops at its OOM (only frees follow): what gets past the failure has no verdict.
   CHECK(run.covers == WhatIfCovers::to_failure);
+  CHECK(run.partial);
   note_replays_in_cases(cases, run);
   check_golden("oom_small.txt", render_oom_text(m, cases, run));
 }

@@ -87,37 +87,81 @@ ReplayResult result(std::int64_t peak_reserved, std::uint64_t ooms) {
 
 }  // namespace
 
+Judgement judge_on(const ReplayResult& at, const ReplayResult* wide, std::uint64_t capacity) {
+  JudgeContext ctx;
+  ctx.capacity_bytes = capacity;
+  return judge(at, wide, ctx);
+}
+
 TEST_CASE("verdicts: fits above the bound, marginal within it either way, does not fit beyond it", "[whatif]") {
   CHECK(whatif_error_bound(24351 * MiB) == static_cast<std::uint64_t>(std::ceil(24351.0 * MiB * 0.02)));
   CHECK(whatif_error_bound(1 * GiB) == 40 * MiB);  // 2 % is less than two 20 MiB segments
-  const std::uint64_t cap = 24351 * MiB, bound = whatif_error_bound(cap);
+  const std::uint64_t cap = 24351 * MiB;
   // The H200 measurement: 1 and 11 MiB spare were said to fit and ran out on the real GPU.
   for (std::uint64_t spare : {1 * MiB, 11 * MiB}) {
-    auto j = judge_replay(result(static_cast<std::int64_t>(cap - spare), 0), nullptr, cap, bound);
+    auto j = judge_on(result(static_cast<std::int64_t>(cap - spare), 0), nullptr, cap);
     CHECK(j.verdict == WhatIfVerdict::marginal);
-    CHECK(j.margin_bytes == static_cast<std::int64_t>(spare));
+    CHECK(j.margin_bytes == spare);
+    CHECK_FALSE(j.shortfall_bytes);
   }
   // 1.83 GiB spare did fit.
-  auto fits = judge_replay(result(static_cast<std::int64_t>(cap - 1874 * MiB), 0), nullptr, cap, bound);
+  auto fits = judge_on(result(static_cast<std::int64_t>(cap - 1874 * MiB), 0), nullptr, cap);
   CHECK(fits.verdict == WhatIfVerdict::fits);
-  // An OOM that the bound's extra memory removes is marginal, with how far it went past.
+  // An OOM that the bound's extra memory removes is marginal, with how far it went past, and no
+  // margin beside it.
   auto wide = result(static_cast<std::int64_t>(cap + 30 * MiB), 0);
-  auto short_by = judge_replay(result(static_cast<std::int64_t>(cap), 2), &wide, cap, bound);
+  auto short_by = judge_on(result(static_cast<std::int64_t>(cap), 2), &wide, cap);
   CHECK(short_by.verdict == WhatIfVerdict::marginal);
   REQUIRE(short_by.shortfall_bytes);
   CHECK(*short_by.shortfall_bytes == 30 * MiB);
-  // Out of memory with the bound too, or without a bound lane: does not fit.
-  auto still = result(static_cast<std::int64_t>(cap + bound), 1);
-  CHECK(judge_replay(result(static_cast<std::int64_t>(cap), 2), &still, cap, bound).verdict ==
-        WhatIfVerdict::does_not_fit);
-  CHECK(judge_replay(result(static_cast<std::int64_t>(cap), 2), nullptr, cap, bound).verdict ==
-        WhatIfVerdict::does_not_fit);
+  CHECK_FALSE(short_by.margin_bytes);
+  CHECK_FALSE(short_by.short_beyond_error);  // within the 51 MiB the replays were measured to be off
+  CHECK(tune_candidate(short_by));
+  // Short by more than the measured replay error: still marginal, said with the figure, and not a
+  // candidate for tune.
+  auto far = result(static_cast<std::int64_t>(cap + 280 * MiB), 0);
+  auto far_short = judge_on(result(static_cast<std::int64_t>(cap), 2), &far, cap);
+  CHECK(far_short.verdict == WhatIfVerdict::marginal);
+  CHECK(far_short.short_beyond_error);
+  CHECK_FALSE(tune_candidate(far_short));
+  CHECK(judgement_text(far_short).find("short by 280.00 MiB") != std::string::npos);
+  // Out of memory with the bound too, or without a bound lane: does not fit, and no margin.
+  auto still = result(static_cast<std::int64_t>(cap + whatif_error_bound(cap)), 1);
+  const Judgement dnf = judge_on(result(static_cast<std::int64_t>(cap), 2), &still, cap);
+  CHECK(dnf.verdict == WhatIfVerdict::does_not_fit);
+  CHECK_FALSE(dnf.margin_bytes);
+  CHECK_FALSE(dnf.shortfall_bytes);
+  CHECK(judge_on(result(static_cast<std::int64_t>(cap), 2), nullptr, cap).verdict == WhatIfVerdict::does_not_fit);
   CHECK(std::string(whatif_verdict_name(WhatIfVerdict::does_not_fit)) == "does_not_fit");
+}
+
+TEST_CASE("the JSON of a judgement never contradicts its verdict", "[whatif][json]") {
+  const std::uint64_t cap = 10 * GiB;
+  auto wide = result(static_cast<std::int64_t>(cap + 30 * MiB), 0);
+  const Judgement marginal_oom = judge_on(result(static_cast<std::int64_t>(cap), 2), &wide, cap);
+  const Judgement marginal_spare = judge_on(result(static_cast<std::int64_t>(cap - MiB), 0), nullptr, cap);
+  const Judgement fits = judge_on(result(static_cast<std::int64_t>(cap / 2), 0), nullptr, cap);
+  const Judgement dnf = judge_on(result(static_cast<std::int64_t>(cap), 2), nullptr, cap);
+  Withheld why{"because", "how"};
+  JudgeContext ctx;
+  ctx.capacity_bytes = cap;
+  ctx.withheld = &why;
+  const Judgement withheld = judge(result(static_cast<std::int64_t>(cap / 2), 0), nullptr, ctx);
+  for (const Judgement* j : {&marginal_oom, &marginal_spare, &fits, &dnf, &withheld}) {
+    const auto o = judgement_json(*j);
+    INFO(o.dump());
+    CHECK(o["fits"].get<bool>() == (o["verdict"] == "fits"));
+    CHECK((o["margin_bytes"].is_null() || o["shortfall_bytes"].is_null()));
+    if (o["verdict"] == "does_not_fit") CHECK(o["margin_bytes"].is_null());
+  }
+  CHECK(judgement_json(withheld)["verdict"].is_null());
+  CHECK(judgement_json(withheld)["withheld"] == "because");
+  CHECK(judgement_json(withheld)["how_to_get_a_verdict"] == "how");
 }
 
 TEST_CASE("verdicts under a memory fraction or a limit: spare below the cap, the bound added to the cap",
           "[whatif][limits]") {
-  const std::uint64_t device = 140 * GiB, bound = whatif_error_bound(device);
+  const std::uint64_t device = 140 * GiB;
   AllocatorSettings limit, fraction, both;
   std::string err;
   REQUIRE(AllocatorSettings::parse("limit:15GiB", limit, err));
@@ -131,21 +175,24 @@ TEST_CASE("verdicts under a memory fraction or a limit: spare below the cap, the
   ReplayResult at = result(static_cast<std::int64_t>(device / 140 * 1424 / 100), 0);
   at.config.settings = limit;
   at.config.capacity_bytes = device;
-  const Judgement j = judge_replay(at, nullptr, device, bound);
+  const Judgement j = judge_on(at, nullptr, device);
   CHECK(j.allowed_bytes == 15 * GiB);
-  CHECK(j.margin_bytes == static_cast<std::int64_t>(15 * GiB - device / 140 * 1424 / 100));
-  CHECK(j.verdict == WhatIfVerdict::marginal);
+  CHECK(j.margin_bytes == 15 * GiB - device / 140 * 1424 / 100);
+  // The bound is 2 % of the 15 GiB allowed (307 MiB), not of the device (2.8 GiB): 0.76 GiB fits.
+  CHECK(j.bound_bytes == whatif_error_bound(15 * GiB));
+  CHECK(j.verdict == WhatIfVerdict::fits);
   // The bound's lane widens what binds: the limit, and the fraction to the same bytes more.
   std::vector<ReplayConfig> configs(2);
   configs[0].settings = limit;
   configs[1].settings = fraction;
   for (auto& c : configs) c.capacity_bytes = device;
-  const std::vector<ReplayConfig> lanes = with_bound_lanes(configs, bound);
+  const std::vector<ReplayConfig> lanes = with_bound_lanes(configs);
   REQUIRE(lanes.size() == 4);
-  CHECK(lanes[2].capacity_bytes == device + bound);
-  CHECK(allowed_bytes(lanes[2].settings, lanes[2].capacity_bytes) == 15 * GiB + bound);
+  const std::uint64_t limit_bound = whatif_error_bound(15 * GiB), fraction_bound = whatif_error_bound(7 * GiB);
+  CHECK(lanes[2].capacity_bytes == device + limit_bound);
+  CHECK(allowed_bytes(lanes[2].settings, lanes[2].capacity_bytes) == 15 * GiB + limit_bound);
   const double widened = static_cast<double>(allowed_bytes(lanes[3].settings, lanes[3].capacity_bytes));
-  CHECK(widened == Approx(static_cast<double>(7 * GiB + bound)).epsilon(1e-9));
+  CHECK(widened == Approx(static_cast<double>(7 * GiB + fraction_bound)).epsilon(1e-9));
 }
 
 TEST_CASE("a cap the trace records makes the diagnosis capacity, not unexplained", "[whatif][oom][limits]") {
@@ -182,23 +229,31 @@ TEST_CASE("a cap the trace records makes the diagnosis capacity, not unexplained
   auto cap = whatif_capacity(models[0], cases, std::nullopt);
   CHECK(cap.bytes == 100 * MiB);
   CHECK(cap.source == "PyTorch's memory fraction");
-  auto run = run_whatifs(capped, models[0], cap);
+  CHECK(cap.kind == WhatIfCapacity::Kind::recorded_cap);
+  CHECK(cap.pytorch_fraction_cap);
+  auto run = run_whatifs(capped, models[0]);
   CHECK(run.reproduces);
   CHECK(run.warnings.empty());
+  CHECK_FALSE(run.withheld);
+  REQUIRE(run.partial);  // the trace ends at its OOM
   const WhatIf* own = row(run, "");
   REQUIRE(own);
-  CHECK(own->verdict == WhatIfVerdict::does_not_fit);  // the recorded run's answer, whatever the bound adds
-  CHECK(own->ooms == 1);
+  CHECK(own->judgement.verdict == WhatIfVerdict::does_not_fit);  // the recorded run's answer, whatever the bound adds
+  CHECK(own->judgement.recorded_outcome);
+  CHECK(own->judgement.ooms == 1);
   const WhatIf* exp = row(run, "expandable_segments:True");
   REQUIRE(exp);
-  CHECK(exp->ooms == 0);
-  CHECK(exp->verdict == WhatIfVerdict::marginal);  // 100 MiB mapped in 20 MiB pages: no spare at all
+  CHECK(exp->judgement.ooms == 0);
+  // 100 MiB mapped in 20 MiB pages: it gets past the failure with no spare, and the rest of the
+  // run was never recorded: no verdict.
+  CHECK(exp->judgement.verdict == WhatIfVerdict::withheld);
+  CHECK(exp->judgement.margin_bytes == 0u);
 
   // A capacity verdict never says settings cannot help while a replay gets past the failure.
   note_replays_in_cases(cases, run);
   const std::string text = render_oom_text(models[0], cases, run);
   CHECK(text.find("cannot fix") == std::string::npos);
-  CHECK(text.find("get past the failure under: expandable_segments:True (marginal") != std::string::npos);
+  CHECK(text.find("get past the failure under: expandable_segments:True (no verdict") != std::string::npos);
   CHECK(text.find("cap (PyTorch's memory fraction)") != std::string::npos);
   auto j = oom_json(models[0], cases, run);
   CHECK(j["ooms"][0]["figures"]["cap_bytes"] == 100 * MiB);
@@ -207,14 +262,16 @@ TEST_CASE("a cap the trace records makes the diagnosis capacity, not unexplained
 
   // Without the cap, the replays of the same trace run on 7 GiB: every row fits, the trace's own
   // too, and the report says that it does not reproduce the OOM.
-  auto free_run = run_whatifs(uncapped, models[1], whatif_capacity(models[1], plain, std::nullopt));
+  auto free_run = run_whatifs(uncapped, models[1]);
   CHECK_FALSE(free_run.reproduces);
-  REQUIRE(free_run.warnings.size() == 1);
-  CHECK(free_run.warnings[0].find("--capacity") != std::string::npos);
+  REQUIRE(free_run.withheld);
+  CHECK(free_run.withheld->how.find("--capacity") != std::string::npos);
+  for (const auto& w : free_run.rows) CHECK(w.judgement.verdict == WhatIfVerdict::withheld);
   note_replays_in_cases(plain, free_run);  // unexplained: left alone
   CHECK(render_oom_text(models[1], plain, free_run)
-            .find("WARNING: the replay of the trace's own settings runs "
+            .find("NO VERDICT on any setting: the replay of the trace's own settings runs "
                   "without an OOM") != std::string::npos);
+  CHECK(tune_command(free_run, 100 * MiB, "").empty());
 }
 
 TEST_CASE("the shim's limit setting is a cap of the trace", "[whatif][limits]") {
@@ -262,11 +319,11 @@ TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[wh
   CHECK(cov.allocs_after == 0);
   CHECK(cov.allocs_before == 8);
   auto cases = oom_cases(models[0]);
-  auto run = run_whatifs(died_path, models[0], whatif_capacity(models[0], cases, std::nullopt));
+  auto run = run_whatifs(died_path, models[0]);
   CHECK(run.covers == WhatIfCovers::to_failure);
   std::string text = render_whatif_text(run);
   CHECK(text.find("up to its failure") != std::string::npos);
-  CHECK(text.find("expandable_segments:True: marginal: gets past the failure with") != std::string::npos);
+  CHECK(text.find("expandable_segments:True: no verdict (gets through the recorded part with") != std::string::npos);
   CHECK(text.find("the rest of the run was never recorded") != std::string::npos);
   CHECK(text.find("--full TRACE") != std::string::npos);
 
@@ -279,7 +336,7 @@ TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[wh
   auto m2 = load_models({went_path});
   CHECK_FALSE(failure_coverage(m2[0]).ends_at_failure);
   auto c2 = oom_cases(m2[0]);
-  CHECK(run_whatifs(went_path, m2[0], whatif_capacity(m2[0], c2, std::nullopt)).covers == WhatIfCovers::whole_trace);
+  CHECK(run_whatifs(went_path, m2[0]).covers == WhatIfCovers::whole_trace);
   CHECK(ends_at_failure(100, 1));
   CHECK_FALSE(ends_at_failure(100, 2));
 
@@ -298,11 +355,12 @@ TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[wh
   auto cc = oom_cases(mc[0]);
   REQUIRE(cc.size() == 1);
   CHECK(cc[0].last_state);
-  auto cut_run = run_whatifs(cut_path, mc[0], whatif_capacity(mc[0], cc, std::nullopt));
-  CHECK(cut_run.capacity_bytes == 8 * GiB);  // the device total: no OOM figures, no cap
-  bool abrupt = false;
-  for (const auto& n : cut_run.notes) abrupt |= n.find("ends abruptly") != std::string::npos;
-  CHECK(abrupt);
+  auto cut_run = run_whatifs(cut_path, mc[0]);
+  CHECK(cut_run.capacity.bytes == 8 * GiB);  // the device total: no OOM figures, no cap
+  CHECK(cut_run.capacity.kind == WhatIfCapacity::Kind::device_total);
+  REQUIRE(cut_run.partial);  // the run did not finish: what got through it has no verdict
+  CHECK(cut_run.partial->why.find("did not finish") != std::string::npos);
+  for (const auto& w : cut_run.rows) CHECK(w.judgement.verdict == WhatIfVerdict::withheld);
 
   // --full: a complete trace of the same program (the same allocations, then the rest of the run)
   // is what the verdicts judge; here the rest needs more than the cap under any setting.
@@ -320,10 +378,11 @@ TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[wh
   CHECK(match.full_allocs == 10);
   WhatIfOptions wo;
   wo.full_path = full_path;
-  auto judged = run_whatifs(died_path, models[0], whatif_capacity(models[0], cases, std::nullopt), wo);
+  auto judged = run_whatifs(died_path, models[0], wo);
   CHECK(judged.covers == WhatIfCovers::full_trace);
   CHECK(judged.warnings.empty());
-  for (const auto& w : judged.rows) CHECK(w.verdict == WhatIfVerdict::does_not_fit);
+  CHECK_FALSE(judged.partial);
+  for (const auto& w : judged.rows) CHECK(w.judgement.verdict == WhatIfVerdict::does_not_fit);
   CHECK(render_whatif_text(judged).find("a complete trace of the same program, --full") != std::string::npos);
 
   // A full trace of another program is named as such.
@@ -334,13 +393,12 @@ TEST_CASE("a trace that ends at its OOM: the verdicts say what they cover", "[wh
   CHECK(mismatch.matching == 0);
   CHECK(mismatch.first_difference.find("allocation #0") != std::string::npos);
   wo.full_path = other_path;
-  auto warned = run_whatifs(died_path, models[0], whatif_capacity(models[0], cases, std::nullopt), wo);
+  auto warned = run_whatifs(died_path, models[0], wo);
   REQUIRE_FALSE(warned.warnings.empty());
   CHECK(warned.warnings[0].find("may not be the same program") != std::string::npos);
   // A "full" trace that records an OOM is not a complete run.
   wo.full_path = died_path;
-  auto self = run_whatifs(died_path, models[0], whatif_capacity(models[0], cases, std::nullopt), wo);
-  bool not_complete = false;
-  for (const auto& w : self.warnings) not_complete |= w.find("not a complete run") != std::string::npos;
-  CHECK(not_complete);
+  auto self = run_whatifs(died_path, models[0], wo);
+  REQUIRE(self.partial);
+  CHECK(self.partial->why.find("not a complete run") != std::string::npos);
 }

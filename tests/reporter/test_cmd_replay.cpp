@@ -68,9 +68,27 @@ TEST_CASE("vramtrace replay --json prints the documented object", "[cli]") {
   const auto& res = j["results"][0];
   std::vector<std::string> keys;
   for (auto it = res.begin(); it != res.end(); ++it) keys.push_back(it.key());
-  CHECK(keys == std::vector<std::string>{"allowed_bytes", "capacity_bytes", "first_oom", "margin_bytes", "notes",
-                                         "settings", "shortfall_bytes", "stats", "verdict"});  // nlohmann sorts
-  CHECK(res["verdict"] == "fits");  // 125 GiB spare on the H200's total
+  CHECK(keys == std::vector<std::string>{"allowed_bytes",
+                                         "bound_bytes",
+                                         "capacity_bytes",
+                                         "error",
+                                         "first_oom",
+                                         "fits",
+                                         "how_to_get_a_verdict",
+                                         "margin_bytes",
+                                         "notes",
+                                         "ooms",
+                                         "partial",
+                                         "peak_allocated_bytes",
+                                         "peak_reserved_bytes",
+                                         "recorded_outcome",
+                                         "settings",
+                                         "short_beyond_measured_error",
+                                         "shortfall_bytes",
+                                         "stats",
+                                         "verdict",
+                                         "withheld"});  // nlohmann sorts
+  CHECK(res["verdict"] == "fits");                      // 125 GiB spare on the H200's total
   CHECK(j["capacity_source"] == "the trace's device total");
   CHECK(j["covers"] == "whole_trace");
   CHECK(j["bound_bytes"].get<std::uint64_t>() == vramtrace::whatif_error_bound(150109880320ull));
@@ -207,9 +225,18 @@ TEST_CASE("vramtrace replay: a trace that ends at its OOM, and --full", "[cli]")
   CHECK(j["full_trace"] == full);
   CHECK(j["warnings"].empty());
   CHECK(j["results"][0]["capacity_bytes"] == 134217728);  // the failing trace's cap, not the full run's device
-  // The full run needs 140 MiB: out of memory on 128 MiB, not with the 40 MiB bound added.
+  // The trace's own settings ran out of memory on this cap: the recorded outcome, whatever the
+  // bound would add (the full run needs 140 MiB, 12 MiB more than the 128 MiB cap).
+  CHECK(j["results"][0]["verdict"] == "does_not_fit");
+  CHECK(j["results"][0]["recorded_outcome"] == true);
+  // Another setting is judged by its replays: expandable segments need the same 140 MiB, out of
+  // memory on 128 MiB but not with the 40 MiB bound added: marginal, 12 MiB short.
+  r = run_cli("replay " + quote(path) + " --full " + quote(full) + " --conf expandable_segments:True --json");
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
   CHECK(j["results"][0]["verdict"] == "marginal");
   CHECK(j["results"][0]["shortfall_bytes"] == 12ull << 20);
+  CHECK(j["results"][0]["margin_bytes"].is_null());
   // Another program as --full is named.
   auto other = write_file("other.torchtrace.jsonl", kHeader + "\n" + line("alloc", 4096, 512));
   r = run_cli("replay " + quote(path) + " --full " + quote(other) + " --json");
@@ -220,25 +247,37 @@ TEST_CASE("vramtrace replay: a trace that ends at its OOM, and --full", "[cli]")
 }
 
 TEST_CASE("vramtrace replay: no verdict when the trace's own settings do not reproduce its OOM", "[cli]") {
-  // 800 MiB allocated on a 1 GiB device, then a 100 MiB request failed: the program could use less
-  // than the device total (its CUDA context, memory outside the allocator). The replay on 1 GiB
-  // runs without the OOM, so "fits" there would be a promise the real run broke.
+  // 800 MiB allocated on a 1 GiB device, then a 100 MiB request failed with 900 MB said to be free:
+  // the figures say the device had room, so the program could use less than they show (a cap the
+  // trace does not record, memory outside the allocator). The replay on 1 GiB runs without the
+  // OOM, so "fits" there would be a promise the real run broke.
   const std::string died =
-      kHeader + "\n" + held(4294967296, 419430400) + held(8589934592, 419430400) + oom_line(104857600, 50000000);
+      kHeader + "\n" + held(4294967296, 419430400) + held(8589934592, 419430400) + oom_line(104857600, 900000000);
   auto path = write_file("unreproduced.torchtrace.jsonl", died);
   Run r = run_cli("replay " + quote(path) + " --json");
   REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["results"][0]["verdict"].is_null());
-  REQUIRE(j["warnings"].size() == 1);
-  CHECK_THAT(j["warnings"][0].get<std::string>(), Catch::Contains("no verdict") && Catch::Contains("vramtrace oom"));
+  REQUIRE(j["withheld"].is_object());
+  CHECK_THAT(j["withheld"]["why"].get<std::string>(), Catch::Contains("runs without an OOM"));
+  CHECK_THAT(j["withheld"]["how"].get<std::string>(), Catch::Contains("--capacity"));
   r = run_cli("replay " + quote(path));
-  CHECK_THAT(r.out, Catch::Contains("WARNING: the trace records 1 OOM(s)"));
-  CHECK_THAT(r.out, !Catch::Contains("fits"));
+  CHECK_THAT(r.out, Catch::Contains("NO VERDICT on any setting: the replay of the trace's own settings runs without"));
+  CHECK_THAT(r.out, !Catch::Contains("fits ("));
   // With the real limit given, the verdicts come back (and the OOM is reproduced).
   r = run_cli("replay " + quote(path) + " --capacity 850MiB --json");
   REQUIRE(r.code == 0);
   j = nlohmann::json::parse(r.out);
+  CHECK(j["results"][0]["verdict"] == "does_not_fit");
+  // The figures that do say the device was full give the capacity the allocator reached (800 MiB
+  // reserved + 50 MB free): replay and oom both replay on it, and the OOM is reproduced.
+  const std::string full_device =
+      kHeader + "\n" + held(4294967296, 419430400) + held(8589934592, 419430400) + oom_line(104857600, 50000000);
+  path = write_file("reproduced.torchtrace.jsonl", full_device);
+  r = run_cli("replay " + quote(path) + " --json");
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK_THAT(j["capacity_source"].get<std::string>(), Catch::Contains("reserved + free on the device"));
   CHECK(j["results"][0]["verdict"] == "does_not_fit");
 }
 
@@ -249,8 +288,8 @@ TEST_CASE("vramtrace replay: an OOM only the header records (no entry) also need
   REQUIRE(r.code == 0);
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["results"][0]["verdict"].is_null());
-  REQUIRE(j["warnings"].size() == 1);
-  CHECK_THAT(j["warnings"][0].get<std::string>(), Catch::Contains("the trace records 1 OOM(s)"));
+  REQUIRE(j["withheld"].is_object());
+  CHECK_THAT(j["withheld"]["why"].get<std::string>(), Catch::Contains("without an entry in the history"));
 }
 
 TEST_CASE("vramtrace replay: a fraction in --conf on a trace replayed on its own cap gives no verdict", "[cli]") {
@@ -264,20 +303,26 @@ TEST_CASE("vramtrace replay: a fraction in --conf on a trace replayed on its own
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["capacity_source"] == "PyTorch's memory fraction");
   CHECK(j["results"][0]["verdict"].is_null());
-  bool said = false;
-  for (const auto& w : j["warnings"])
-    said = said || (w.get<std::string>().find("the trace's own cap") != std::string::npos &&
-                    w.get<std::string>().find("--capacity 1073741824") != std::string::npos);
-  CHECK(said);
-  // On the device, as the warning says: 0.99 of 1 GiB holds the 140 MiB the run needs.
+  CHECK_THAT(j["results"][0]["withheld"].get<std::string>(), Catch::Contains("a cap of a cap"));
+  CHECK_THAT(j["results"][0]["how_to_get_a_verdict"].get<std::string>(), Catch::Contains("--capacity 1073741824"));
+  // On the device, as the advice says: 0.99 of 1 GiB holds the 140 MiB the run needs, with spare
+  // measured below the fraction's allowance. (The trace ends at its OOM, so getting past it is
+  // all that is known: no verdict for that reason, not for the fraction.)
   r = run_cli("replay " + quote(path) + " --capacity 1073741824 --conf per_process_memory_fraction:0.99 --json");
   REQUIRE(r.code == 0);
   j = nlohmann::json::parse(r.out);
-  CHECK(j["results"][0]["verdict"] == "fits");
-  // Without a fraction, the trace's cap stays the capacity, with verdicts.
+  CHECK(j["results"][0]["allowed_bytes"] == static_cast<std::uint64_t>(0.99 * 1073741824));
+  CHECK(j["results"][0]["margin_bytes"].get<std::uint64_t>() > 800ull << 20);
+  CHECK(j["results"][0]["partial"] == true);
+  CHECK_THAT(j["results"][0]["withheld"].get<std::string>(), Catch::Contains("ends at its OOM"));
+  // Without a fraction, the trace's cap stays the capacity and the setting is judged: 120 MiB of
+  // whole 60 MiB mappings and the 20 MiB request need 12 MiB more than the cap, not the bound's 40.
   r = run_cli("replay " + quote(path) + " --conf expandable_segments:True --json");
   REQUIRE(r.code == 0);
-  CHECK_FALSE(nlohmann::json::parse(r.out)["results"][0]["verdict"].is_null());
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["results"][0]["verdict"] == "marginal");
+  CHECK(j["results"][0]["withheld"].is_null());
+  CHECK(j["results"][0]["shortfall_bytes"] == 12ull << 20);
 }
 
 TEST_CASE("vramtrace oom: --capacity takes card names and applies to the diagnosis", "[cli]") {

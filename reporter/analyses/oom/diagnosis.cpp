@@ -648,33 +648,45 @@ Diagnosis diagnose(const OomFigures& f) {
 
 void note_replays_in_diagnosis(Diagnosis& d, const ReplayOutcome& r) {
   if (r.tried == 0) return;
+  if (r.withheld) {
+    if (d.code == DiagnosisCode::capacity || d.code == DiagnosisCode::fragmentation)
+      d.next_step += " The replays below give no verdict on any setting (the warning there says why).";
+    return;
+  }
   std::string list;
   for (std::size_t i = 0; i < r.passing.size(); ++i) list += (i ? "; " : "") + r.passing[i];
+  // The settings that ran out on the capacity but not with the bound, as the table calls them.
+  std::string marginal;
+  if (!r.short_by.empty()) {
+    const auto [lo, hi] = std::minmax_element(r.short_by.begin(), r.short_by.end());
+    marginal = fmt::format(
+        "{} {} marginal: out of memory on this capacity, short by {}{}, but not with the error bound added",
+        r.short_by.size(), r.short_by.size() == 1 ? "is" : "are", fb(*lo), *lo == *hi ? "" : " to " + fb(*hi));
+  }
   // Note [fragmentation that no layout rescues]: the figures of the failed moment say the free
   // memory exists but is scattered, which promises that a setting fixes it. When the trace's own
-  // replay reproduces the OOM and no setting fits above the error bound, expandable segments
-  // (which reuse any free page, whatever the split) among them, nothing shows that promise kept:
-  // the program needs about as much memory as it has, or more.
-  if (d.code == DiagnosisCode::fragmentation && r.reproduces && r.layout_tried && !r.any_fits) {
+  // replay reproduces the OOM and no setting gets past it with room above the error bound,
+  // expandable segments (which reuse any free page, whatever the split) among them, nothing shows
+  // that promise kept: the program needs about as much memory as it has, or more.
+  if (d.code == DiagnosisCode::fragmentation && r.reproduces && r.layout_tried && !r.any_room) {
     d.code = DiagnosisCode::capacity;
     d.headline =
-        "not enough memory whatever the layout: the free memory is scattered at the failure, but no "
-        "replayed setting fits";
-    d.reasons.push_back(
-        r.passing.empty()
-            ? fmt::format(
-                  "none of the {} replayed settings, expandable_segments:True among them, gets past the failure",
-                  r.tried)
-            : fmt::format("of the {} replayed settings, expandable_segments:True among them, none fits above the error "
-                          "bound; within it: {}",
-                          r.tried, list));
+        "not enough memory whatever the layout: the free memory is scattered at the failure, but no replayed "
+        "setting gets past it with room to spare";
+    std::string reason = fmt::format(
+        "of the {} replayed settings, expandable_segments:True among them, none gets past "
+        "the failure with room above the error bound",
+        r.tried);
+    if (!list.empty()) reason += "; within it: " + list;
+    if (!marginal.empty()) reason += "; " + marginal;
+    d.reasons.push_back(reason);
     d.next_step =
         "Need less memory: smaller batch or sequence length, mixed precision, activation checkpointing, a sharded or "
         "8-bit optimizer, CPU offload; or raise the cap, or use a device with more memory. A layout that packs the "
         "free memory would serve this request, but the replays show no setting with room to spare.";
-    if (!r.passing.empty())
+    if (!list.empty() || !marginal.empty())
       d.next_step +=
-          " Check the settings within the bound on the real program (vramtrace tune) before you rely on one.";
+          " Check the settings that got past it on the real program (vramtrace tune) before you rely on one.";
     return;
   }
   if (d.code != DiagnosisCode::capacity) return;
@@ -684,12 +696,18 @@ void note_replays_in_diagnosis(Diagnosis& d, const ReplayOutcome& r) {
     return;
   }
   if (r.passing.empty()) {
-    d.next_step += fmt::format(" None of the {} replayed settings gets past it either (the replays below).", r.tried);
+    d.next_step +=
+        marginal.empty()
+            ? fmt::format(" None of the {} replayed settings gets past it either (the replays below).", r.tried)
+            : fmt::format(
+                  " None of the {} replayed settings gets past it on this capacity; {} (the "
+                  "replays below): verify on the real program before you rely on one.",
+                  r.tried, marginal);
     return;
   }
   d.next_step += fmt::format(
       " But a setting changes what was reserved before it, and the replays below get past the failure under: {}. "
-      "Check that verdict on the real program before you cut the batch.",
+      "Check that on the real program before you cut the batch.",
       list);
 }
 

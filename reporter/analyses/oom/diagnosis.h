@@ -105,12 +105,19 @@ Diagnosis diagnose(const OomFigures& f);
 
 /// What the replays of a trace found about its failure, for note_replays_in_diagnosis.
 struct ReplayOutcome {
-  /// Each setting whose replay got past the failure, with its verdict and spare, in words.
+  /// Each setting whose replay got past the failure on the capacity, with its verdict and spare,
+  /// in the words of the replays' table.
   std::vector<std::string> passing;
+  /// The shortfalls of the settings whose replay ran out on the capacity but not with the error
+  /// bound added ("marginal" in the table), in bytes.
+  std::vector<std::uint64_t> short_by;
   std::size_t tried = 0;      ///< settings replayed besides the trace's own
   bool reproduces = false;    ///< the replay of the trace's own settings runs out of memory as the trace did
+  bool withheld = false;      ///< the input supports no verdict (verdict_support.h): the replays say nothing
   bool layout_tried = false;  ///< a setting that packs free memory (expandable_segments:True) was replayed
-  bool any_fits = false;      ///< a replayed setting fits, spare above the error bound
+  /// A replayed setting got past the failure with spare above the error bound (a verdict "fits",
+  /// or, in a replay that covers only part of the run, the same room without the verdict).
+  bool any_room = false;
 };
 
 /// What the verdict "capacity" can and cannot say about allocator settings, after replays:
@@ -120,7 +127,7 @@ struct ReplayOutcome {
 /// it says that none did. When the replay of the trace's own settings does not reproduce the OOM,
 /// the replays can say nothing and the next step says that.
 /// A `fragmentation` whose replays reproduce the OOM, with a setting that packs free memory among
-/// them, while none fits above the error bound, becomes `capacity` (Note [fragmentation that no
+/// them, while none gets past it with room above the error bound, becomes `capacity` (Note [fragmentation that no
 /// layout rescues]): the free memory is scattered, but no setting is shown to rescue the run; the
 /// settings that got past it within the bound are named. Other codes are left as they are. Pure.
 void note_replays_in_diagnosis(Diagnosis& d, const ReplayOutcome& r);

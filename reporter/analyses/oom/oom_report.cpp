@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "analyses/oom/explain.h"
 #include "analyses/ledger_report.h"
+#include "analyses/oom/explain.h"
 #include "analyses/oom/memory_kinds.h"
 #include "analyses/printable.h"
 #include "analyses/sites.h"
@@ -16,27 +16,6 @@ namespace vramtrace {
 namespace {
 using i64 = std::int64_t;
 using u64 = std::uint64_t;
-
-OomFigures figures_for(const TraceModel& m, std::int32_t device, const StateAt& st, std::optional<u64> request,
-                       std::optional<u64> device_free) {
-  OomFigures f;
-  if (request) {
-    f.request = *request;
-    f.device_request = allocation_size(*request);
-  }
-  if (u64 total = m.header.total_bytes_of(device)) f.device_total = total;
-  f.device_free = device_free;
-  f.allocated = static_cast<u64>(st.stats.allocated_bytes[kStatAll].current);
-  f.reserved = static_cast<u64>(st.stats.reserved_bytes[kStatAll].current);
-  // Blocks pending on another stream are neither allocated nor free: count only inactive bytes.
-  // Blocks in no known segment are active but not reserved (StateAt::outside_segments_bytes).
-  i64 cached_free = st.stats.reserved_bytes[kStatAll].current -
-                    (st.stats.active_bytes[kStatAll].current - static_cast<i64>(st.outside_segments_bytes));
-  f.reserved_unallocated = static_cast<u64>(cached_free > 0 ? cached_free : 0);
-  f.largest_free_block = st.largest_free_block;
-  f.inactive_split = static_cast<u64>(st.stats.inactive_split_bytes[kStatAll].current);
-  return f;
-}
 
 std::string fb(i64 v) { return format_bytes(v, ByteStyle::pytorch); }
 
@@ -53,61 +32,6 @@ const SitesAt* sites_of_case(const TraceModel& m, const std::vector<DeviceSites>
     }
   }
   return nullptr;
-}
-
-// What is known of an OOM without an entry (Note [one OOM per failed request]): the message's
-// figures and their diagnosis (as `vramtrace explain` reads it), else the figures PyTorch's OOM
-// observer recorded with its statistics at the failure; nothing at all when only num_ooms says it.
-OomCase case_without_entry(const TraceModel& m, const DeviceModel& d, const OomWithoutEntry& w) {
-  OomCase c;
-  c.device = d.device;
-  c.without_entry = &w;
-  c.event_index = d.at_end.event_index;
-  if (!w.recorded) {
-    c.diagnosis.headline = "the trace records this OOM only in its statistics (num_ooms): no figure of it is known";
-    return c;
-  }
-  const RecordedOom& r = *w.recorded;
-  if (r.time_ns != 0) c.time_ns = r.time_ns - d.first_time_ns;
-  if (!r.message.empty()) {
-    const Explanation e = explain_message(r.message);
-    c.figures = figures_from_message(e.message);
-    c.diagnosis = e.diagnosis;
-    return c;
-  }
-  auto stat = [&](std::string_view key) -> std::optional<u64> {
-    for (const auto& [k, v] : r.stats)
-      if (k == key && v >= 0) return static_cast<u64>(v);
-    return std::nullopt;
-  };
-  c.figures.request = r.alloc_bytes;
-  c.figures.device_free = r.device_free_bytes;
-  if (u64 total = m.header.total_bytes_of(d.device)) c.figures.device_total = total;
-  // The observer's third figure is the device's total, or the cap of a memory fraction below it.
-  if (r.allowed_bytes && (!c.figures.device_total || *r.allowed_bytes < *c.figures.device_total))
-    c.figures.allowed = r.allowed_bytes;
-  if (!c.figures.device_total) c.figures.device_total = r.allowed_bytes;
-  c.figures.allocated = stat("allocated_bytes.all.current");
-  c.figures.reserved = stat("reserved_bytes.all.current");
-  c.figures.inactive_split = stat("inactive_split_bytes.all.current");
-  if (c.figures.allocated && c.figures.reserved && *c.figures.reserved >= *c.figures.allocated)
-    c.figures.reserved_unallocated = *c.figures.reserved - *c.figures.allocated;
-  if (auto retries = stat("num_alloc_retries")) c.retries = retries;
-  c.diagnosis = diagnose(c.figures);
-  return c;
-}
-
-// Every limit known on `device` besides its total: the trace's smallest cap, then --capacity
-// when it is smaller. The diagnosis compares reserved memory with it (cap_headroom).
-void apply_limits(const TraceModel& m, std::int32_t device, const OomOptions& options, OomFigures& f) {
-  if (const TraceHeader::Cap* cap = m.header.cap_of(device)) {
-    f.allowed = cap->bytes;
-    f.allowed_name = cap->what;
-  }
-  if (options.capacity_bytes && (!f.allowed || *options.capacity_bytes < *f.allowed)) {
-    f.allowed = *options.capacity_bytes;
-    f.allowed_name = "--capacity";
-  }
 }
 
 // The ledger at a post-mortem's OOM (model/ledger.h); null without a ledger, and for the last
@@ -136,140 +60,83 @@ std::vector<std::pair<std::int32_t, const LedgerAt*>> observer_only_ooms(const T
 
 }  // namespace
 
-const char* whatif_covers_name(WhatIfCovers c) noexcept {
-  switch (c) {
-    case WhatIfCovers::to_failure:
-      return "to_failure";
-    case WhatIfCovers::full_trace:
-      return "full_trace";
-    case WhatIfCovers::whole_trace:
-      break;
-  }
-  return "whole_trace";
-}
-
-std::vector<OomCase> oom_cases(const TraceModel& m, const OomOptions& options) {
-  std::vector<OomCase> out;
-  const bool counts_retries = m.header.format == "vramtrace";  // Note [one OOM per failed request]
-  for (const auto& d : m.devices) {
-    std::uint64_t retried = 0;  // failed allocations the program tried again, so far
-    for (const auto& o : d.ooms) {
-      if (o.fate != OomFate::oom) {
-        ++retried;
-        continue;
-      }
-      OomCase c;
-      c.device = d.device;
-      c.event_index = o.event_index;
-      c.time_ns = o.time_ns - d.first_time_ns;
-      c.figures = figures_for(m, d.device, o.state, o.request_bytes, o.device_free_bytes);
-      c.attempts = o.attempts;
-      apply_limits(m, d.device, options, c.figures);
-      if (counts_retries) c.retries = retried;
-      c.allocator_retries = o.retries;
-      c.request_stack = o.stack;
-      c.diagnosis = diagnose(c.figures);
-      c.state = &o.state;
-      out.push_back(std::move(c));
-    }
-    for (const auto& w : d.oom_count.without_entry) out.push_back(case_without_entry(m, d, w));
-    if (m.incomplete && (d.ooms.empty() || d.ooms.back().event_index + 1 < d.at_end.event_index + 1)) {
-      OomCase c;
-      c.device = d.device;
-      c.last_state = true;
-      c.event_index = d.at_end.event_index;
-      c.time_ns = d.at_end.time_ns - d.first_time_ns;
-      c.figures = figures_for(m, d.device, d.at_end, std::nullopt, std::nullopt);
-      apply_limits(m, d.device, options, c.figures);
-      c.diagnosis = diagnose(c.figures);
-      c.diagnosis.headline = "the trace ends abruptly; the request that failed (if any) is not in it";
-      c.state = &d.at_end;
-      out.push_back(std::move(c));
-    }
-  }
-  return out;
-}
-
-std::vector<RetriedFailure> retried_failures(const TraceModel& m) {
-  std::vector<RetriedFailure> out;
-  for (const auto& d : m.devices)
-    for (const auto& o : d.ooms)
-      if (o.fate != OomFate::oom)
-        out.push_back({d.device, o.event_index, o.time_ns - d.first_time_ns, o.request_bytes, o.fate});
-  return out;
-}
-
 namespace {
 
 std::string settings_label(const WhatIf& w) { return w.settings.empty() ? "(trace's own)" : printable(w.settings); }
 
-// One sentence per setting: its verdict, what it rests on, and what the replay covers.
-std::string verdict_sentence(const WhatIfRun& run, const WhatIf& w) {
-  const std::string bound = fb(static_cast<i64>(run.bound_bytes));
-  const bool to_failure = run.covers == WhatIfCovers::to_failure;
-  switch (w.verdict) {
-    case WhatIfVerdict::fits:
-      return to_failure ? fmt::format(
-                              "gets past the failure with {} spare (above the {} bound); the rest of the run "
-                              "was never recorded",
-                              fb(w.margin_bytes), bound)
-                        : fmt::format("fits, {} spare (above the {} bound)", fb(w.margin_bytes), bound);
-    case WhatIfVerdict::marginal:
-      if (w.ooms == 0)
-        return fmt::format("marginal: {} {} spare, within the {} bound: verify on the real program{}",
-                           to_failure ? "gets past the failure with" : "fits with", fb(w.margin_bytes), bound,
-                           to_failure ? "; the rest of the run was never recorded" : "");
-      return fmt::format("marginal: {} OOM{} on this capacity, none with {} more{}: verify on the real program", w.ooms,
-                         w.ooms == 1 ? "" : "s", bound,
-                         w.shortfall_bytes && *w.shortfall_bytes > 0
-                             ? fmt::format(" (short by about {})", fb(static_cast<i64>(*w.shortfall_bytes)))
-                             : "");
-    case WhatIfVerdict::does_not_fit:
-      return fmt::format("does not fit: {} OOM{}, also with {} more", w.ooms, w.ooms == 1 ? "" : "s", bound);
-    case WhatIfVerdict::failed:
+// The last column of the table: the spare below what the setting allows, how short it was, or
+// its OOMs.
+std::string spare_cell(const Judgement& j) {
+  if (j.margin_bytes) return fb(static_cast<i64>(*j.margin_bytes));
+  if (j.shortfall_bytes) return "short " + fb(static_cast<i64>(*j.shortfall_bytes));
+  if (j.ooms) return fmt::format("{} OOM{}", j.ooms, j.ooms == 1 ? "" : "s");
+  return "-";
+}
+
+// What the replays cover, in words.
+std::string covers_words(const WhatIfRun& run) {
+  switch (run.covers) {
+    case WhatIfCovers::to_failure:
+      return "the trace up to its failure (it ends there)";
+    case WhatIfCovers::full_trace:
+      return fmt::format("{} (a complete trace of the same program, --full)", printable(run.full_path));
+    case WhatIfCovers::whole_trace:
       break;
   }
-  return "replay failed: " + printable(w.error);
+  return "the whole trace";
 }
 
 }  // namespace
 
-std::string render_whatif_text(const WhatIfRun& run) {
-  if (run.rows.empty()) return {};
-  std::string what;
-  switch (run.covers) {
-    case WhatIfCovers::whole_trace:
-      what = "the whole trace";
-      break;
-    case WhatIfCovers::to_failure:
-      what = "the trace up to its failure (it ends there)";
-      break;
-    case WhatIfCovers::full_trace:
-      what = fmt::format("{} (a complete trace of the same program, --full)", run.full_path);
-      break;
+std::string render_withheld_text(const WhatIfRun& run) {
+  std::string out;
+  if (run.withheld) {
+    out += fmt::format("NO VERDICT on any setting: {}.\n", run.withheld->why);
+    if (!run.withheld->how.empty()) out += fmt::format("  To get one: {}.\n", run.withheld->how);
+  } else if (run.partial) {
+    out += fmt::format(
+        "PART OF THE RUN: {}. A setting that runs out of memory before that point does not fit; one "
+        "that gets through it has no verdict.\n",
+        run.partial->why);
+    if (!run.partial->how.empty()) out += fmt::format("  To judge the whole run: {}.\n", run.partial->how);
   }
+  return out;
+}
+
+std::string render_whatif_text(const WhatIfRun& run) {
+  const std::vector<const WhatIf*> rows = run.shown_rows();
+  if (rows.empty()) return {};
   std::string out = fmt::format(
       "\nReplays of {}, each failed request put back at its moment,\non a simulated device of {} ({}).\n"
-      "Error bound {} ({}).\n",
-      what, fb(static_cast<i64>(run.capacity_bytes)), run.capacity_source, fb(static_cast<i64>(run.bound_bytes)),
-      whatif_bound_source());
+      "Error bound: {}.\n",
+      covers_words(run), fb(static_cast<i64>(run.capacity.bytes)), run.capacity.source, whatif_bound_source());
+  out += render_withheld_text(run);
   for (const auto& w : run.warnings) out += fmt::format("WARNING: {}\n", w);
-  out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>14}\n", "settings", "verdict", "peak reserved", "peak allocated",
-                     "spare");
-  for (const auto& w : run.rows) {
-    if (!w.error.empty()) {
-      out += fmt::format("  {:<44} replay failed: {}\n", settings_label(w), printable(w.error));
+  out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>16}\n", "settings", "verdict", "peak reserved", "peak allocated",
+                     "spare / short");
+  for (const WhatIf* w : rows) {
+    if (!w->error.empty()) {
+      out += fmt::format("  {:<44} replay failed: {}\n", settings_label(*w), printable(w->error));
       continue;
     }
-    out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>14}\n", settings_label(w), whatif_verdict_words(w.verdict),
-                       fb(w.peak_reserved), fb(w.peak_allocated),
-                       w.ooms == 0 ? fb(w.margin_bytes) : fmt::format("{} OOM{}", w.ooms, w.ooms == 1 ? "" : "s"));
+    const Judgement& j = w->judgement;
+    out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>16}\n", settings_label(*w), whatif_verdict_words(j.verdict),
+                       fb(j.peak_reserved_bytes), fb(j.peak_allocated_bytes), spare_cell(j));
   }
   out +=
-      "(spare = capacity - peak reserved; fits = spare above the bound; marginal = within the bound either way;\n"
-      " does not fit = out of memory even with the bound added)\n";
-  for (const auto& w : run.rows)
-    if (!w.settings.empty() && w.error.empty()) out += fmt::format("  {}: {}.\n", w.settings, verdict_sentence(run, w));
+      "(spare = what the setting allows - peak reserved; fits = spare above the bound; marginal = within the bound\n"
+      " either way, or short by more than the replay's measured error; does not fit = out of memory even with the\n"
+      " bound added)\n";
+  for (const WhatIf* w : rows) {
+    if (!w->error.empty() || (run.withheld && w->settings.empty())) continue;
+    const Judgement& j = w->judgement;
+    std::string line = fmt::format("  {}: {}", settings_label(*w), judgement_text(j));
+    // A verdict withheld for this setting alone says why here; one withheld for the whole trace
+    // said it above.
+    if (j.verdict == WhatIfVerdict::withheld && !run.withheld && !run.partial && j.withheld)
+      line += fmt::format(": {}; to get one: {}", j.withheld->why, j.withheld->how);
+    out += line + ".\n";
+  }
   for (const auto& n : run.notes) out += fmt::format("Note: {}\n", n);
   return out;
 }
@@ -503,35 +370,39 @@ nlohmann::json oom_json(const TraceModel& m, const std::vector<OomCase>& cases, 
     j["observer_only_ooms"] = observed;
     j["ledger_notes"] = m.ledger->notes;
   }
-  nlohmann::json w = nlohmann::json::array();
-  for (const auto& x : run.rows) {
-    nlohmann::json r = {{"settings", x.settings},
-                        {"verdict", whatif_verdict_name(x.verdict)},
-                        {"fits", x.fits},
-                        {"peak_reserved_bytes", x.peak_reserved},
-                        {"peak_allocated_bytes", x.peak_allocated},
-                        {"margin_bytes", x.margin_bytes},
-                        {"bound_bytes", run.bound_bytes},
-                        {"ooms", x.ooms},
-                        {"error", x.error}};
-    r["shortfall_bytes"] = x.shortfall_bytes ? nlohmann::json(*x.shortfall_bytes) : nlohmann::json(nullptr);
-    w.push_back(std::move(r));
-  }
-  j["replays"] = w;
-  j["capacity_bytes"] = run.capacity_bytes;
+  const nlohmann::json w = whatif_json(run);
+  j["replays"] = w.value("rows", nlohmann::json::array());
+  j["capacity_bytes"] = run.capacity.bytes;
   if (!run.rows.empty()) {
-    j["whatif"] = {{"capacity_bytes", run.capacity_bytes},
-                   {"capacity_source", run.capacity_source},
-                   {"bound_bytes", run.bound_bytes},
-                   {"bound_source", whatif_bound_source()},
-                   {"covers", whatif_covers_name(run.covers)},
-                   {"full_trace", run.full_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.full_path)},
-                   {"allocs_after_failure", run.allocs_after_failure},
-                   {"marks_before_failure", run.marks_before_failure},
-                   {"reproduces", run.reproduces},
-                   {"notes", run.notes},
-                   {"warnings", run.warnings}};
+    j["whatif"] = w;
+    j["whatif"].erase("rows");
   }
+  return j;
+}
+
+nlohmann::json whatif_json(const WhatIfRun& run) {
+  auto withheld = [](const std::optional<Withheld>& w) {
+    return w ? nlohmann::json{{"why", w->why}, {"how", w->how}} : nlohmann::json(nullptr);
+  };
+  nlohmann::json j = {{"capacity_bytes", run.capacity.bytes},
+                      {"capacity_source", run.capacity.source},
+                      {"bound_source", whatif_bound_source()},
+                      {"covers", whatif_covers_name(run.covers)},
+                      {"full_trace", run.full_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.full_path)},
+                      {"allocs_after_failure", run.allocs_after_failure},
+                      {"marks_before_failure", run.marks_before_failure},
+                      {"reproduces", run.reproduces},
+                      {"withheld", withheld(run.withheld)},
+                      {"partial", withheld(run.partial)},
+                      {"notes", run.notes},
+                      {"warnings", run.warnings}};
+  nlohmann::json rows = nlohmann::json::array();
+  for (const WhatIf* w : run.shown_rows()) {
+    nlohmann::json r = {{"settings", w->settings}, {"conf", w->conf}, {"own", w->own}};
+    put_judgement(r, w->judgement);
+    rows.push_back(std::move(r));
+  }
+  j["rows"] = std::move(rows);
   return j;
 }
 

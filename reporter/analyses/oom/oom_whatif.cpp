@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "analyses/printable.h"
 #include "analyses/replay.h"
 #include "vramtrace/settings.h"
 #include "vramtrace/units.h"
@@ -49,21 +50,41 @@ std::vector<std::string> whatif_settings() {
 
 WhatIfCapacity whatif_capacity(const TraceModel& m, const std::vector<OomCase>& cases,
                                std::optional<std::uint64_t> capacity) {
-  if (capacity) return {*capacity, "--capacity"};
   // The device of the first case: a process's devices may differ in size (or cap).
   const std::int32_t device = cases.empty() ? 0 : cases.front().device;
+  const std::uint64_t total = m.header.total_bytes_of(device);
+  if (capacity) {
+    // What the trace says the program had, for WhatIfCapacity::within_recorded.
+    WhatIfCapacity given = whatif_capacity(m, cases, std::nullopt);
+    given.recorded_bytes = given.bytes;
+    given.bytes = *capacity;
+    given.source = "--capacity";
+    given.kind = WhatIfCapacity::Kind::given;
+    given.pytorch_fraction_cap = false;
+    return given;
+  }
   WhatIfCapacity best;
-  auto consider = [&](std::uint64_t bytes, std::string source) {
-    if (bytes && (!best.bytes || bytes < best.bytes)) best = {bytes, std::move(source)};
+  best.device_total_bytes = total;
+  const TraceHeader::Cap* cap = m.header.cap_of(device);
+  auto consider = [&](std::uint64_t bytes, std::string source, WhatIfCapacity::Kind kind) {
+    if (bytes && (!best.bytes || bytes < best.bytes)) {
+      best.bytes = bytes;
+      best.source = std::move(source);
+      best.kind = kind;
+    }
   };
   for (const auto& c : cases) {
     if (c.last_state || !c.figures.reserved || !c.figures.device_free) continue;
     consider(*c.figures.reserved + *c.figures.device_free,
-             "what the allocator could reach at the first OOM: reserved + free on the device");
+             "what the allocator could reach at the first OOM: reserved + free on the device",
+             WhatIfCapacity::Kind::reached_at_oom);
     break;
   }
-  if (const TraceHeader::Cap* cap = m.header.cap_of(device)) consider(cap->bytes, cap->what);
-  consider(m.header.total_bytes_of(device), "the device total");
+  if (cap) consider(cap->bytes, cap->what, WhatIfCapacity::Kind::recorded_cap);
+  consider(total, "the trace's device total", WhatIfCapacity::Kind::device_total);
+  // Under PyTorch's own fraction the allocator knew its cap, whichever figure is the smaller.
+  best.pytorch_fraction_cap = cap && cap->pytorch_fraction && best.kind != WhatIfCapacity::Kind::device_total;
+  best.recorded_bytes = best.bytes;
   return best;
 }
 
@@ -130,171 +151,229 @@ TraceMatch match_traces(const std::string& trace, const std::string& full) {
   return out;
 }
 
-namespace {
-
-// The worst verdict of a setting's devices, and its figures.
-void merge_device(WhatIf& w, const ReplayResult& r, const Judgement& j, bool first) {
-  w.peak_reserved = std::max(w.peak_reserved, r.stats.reserved_bytes[kStatAll].peak);
-  w.peak_allocated = std::max(w.peak_allocated, r.stats.allocated_bytes[kStatAll].peak);
-  w.ooms += r.failed_allocs;
-  if (first || static_cast<int>(j.verdict) > static_cast<int>(w.verdict)) {
-    w.verdict = j.verdict;
-    w.shortfall_bytes = j.shortfall_bytes;
+const char* whatif_covers_name(WhatIfCovers c) noexcept {
+  switch (c) {
+    case WhatIfCovers::to_failure:
+      return "to_failure";
+    case WhatIfCovers::full_trace:
+      return "full_trace";
+    case WhatIfCovers::whole_trace:
+      break;
   }
-  w.margin_bytes = first ? j.margin_bytes : std::min(w.margin_bytes, j.margin_bytes);
+  return "whole_trace";
 }
 
-}  // namespace
+std::vector<const WhatIf*> WhatIfRun::shown_rows() const {
+  std::vector<const WhatIf*> out;
+  for (const WhatIf& w : rows)
+    if (w.shown) out.push_back(&w);
+  return out;
+}
 
-WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIfCapacity& capacity,
-                      const WhatIfOptions& options) {
-  WhatIfRun run;
-  run.capacity_bytes = capacity.bytes;
-  run.capacity_source = capacity.source;
-  run.bound_bytes = options.bound_bytes ? options.bound_bytes : whatif_error_bound(capacity.bytes);
-  const FailureCoverage cov = failure_coverage(m);
-  run.allocs_after_failure = cov.allocs_after;
-  run.marks_before_failure = cov.marks_before;
-  bool has_oom = false;       // an oom entry: the failed request is put back at its moment
-  bool recorded_oom = false;  // any OOM the trace records, with or without an entry
-  for (const auto& d : m.devices) {
-    has_oom = has_oom || !d.ooms.empty();
-    recorded_oom = recorded_oom || !d.ooms.empty() || d.oom_count.ooms > 0;
+namespace {
+
+// The --full trace against the trace up to its failure: notes and warnings on `run`.
+FullTraceFacts check_full_trace(const std::string& path, const std::string& full, WhatIfRun& run) {
+  run.covers = WhatIfCovers::full_trace;
+  run.full_path = full;
+  const TraceMatch match = match_traces(path, full);
+  if (match.first_difference.empty())
+    run.notes.push_back(
+        fmt::format("the full trace makes the same {} allocations as this one up to its failure", match.compared));
+  else
+    run.warnings.push_back(fmt::format(
+        "the full trace differs from this one at {} ({} of {} allocations before the failure match): it may not be "
+        "the same program or input, and the verdicts judge the full trace only",
+        match.first_difference, match.matching, match.compared));
+  return {match.full_ooms, match.full_incomplete};
+}
+
+// What the replays of a trace that ends at its OOM cover, in a note.
+void note_to_failure(const FailureCoverage& cov, WhatIfRun& run) {
+  run.covers = WhatIfCovers::to_failure;
+  const std::string steps = cov.marks_before ? fmt::format(
+                                                   " The trace records {} mark{} (steps) before the failure; the "
+                                                   "replays cover those and the failing step up to the failed request.",
+                                                   cov.marks_before, cov.marks_before == 1 ? "" : "s")
+                                             : "";
+  run.notes.push_back(fmt::format(
+      "the trace ends at its OOM ({} allocation{} after it, {} before): the replays cover the run up to the failed "
+      "request; the rest of the run was never recorded.{}",
+      cov.allocs_after, cov.allocs_after == 1 ? "" : "s", cov.allocs_before, steps));
+}
+
+// The canonical text of the settings a trace recorded (AllocatorSettings::to_string).
+std::string own_settings_text(const TraceModel& m) {
+  return AllocatorSettings::parse_recorded(m.header.settings).to_string();
+}
+
+// One row per setting asked (and the trace's own, not shown, when the trace recorded an OOM and no
+// row asks for them), with its config; a refused setting is a row with its error and no config.
+std::vector<std::optional<ReplayConfig>> plan_rows(const TraceModel& m, const WhatIfOptions& o, bool recorded_oom,
+                                                   std::uint64_t capacity, WhatIfRun& run) {
+  std::vector<std::string> asked = o.settings;
+  if (asked.empty()) {
+    asked = whatif_settings();
+  } else if (!o.settings_replace_own && asked.front() != "") {
+    asked.insert(asked.begin(), "");
   }
-
-  std::string replayed = path;
-  if (!options.full_path.empty()) {
-    replayed = options.full_path;
-    run.covers = WhatIfCovers::full_trace;
-    run.full_path = options.full_path;
-    const TraceMatch match = match_traces(path, options.full_path);
-    if (match.first_difference.empty())
-      run.notes.push_back(
-          fmt::format("the full trace makes the same {} allocations as this one up to its failure", match.compared));
-    else
-      run.warnings.push_back(fmt::format(
-          "the full trace differs from this one at {} ({} of {} allocations before the failure match): it may not be "
-          "the same program or input, and the verdicts judge the full trace only",
-          match.first_difference, match.matching, match.compared));
-    if (match.full_ooms > 0)
-      run.warnings.push_back(fmt::format(
-          "the full trace records {} OOM{} itself: it is not a complete run, so it covers no more than this one",
-          match.full_ooms, match.full_ooms == 1 ? "" : "s"));
-    if (match.full_incomplete)
-      run.warnings.push_back(
-          "the full trace ends abruptly (cut, or its process did not finish): it is not a complete run");
-  } else if (has_oom && cov.ends_at_failure) {
-    run.covers = WhatIfCovers::to_failure;
-    std::string steps = cov.marks_before
-                            ? fmt::format(
-                                  " The trace records {} mark{} (steps) before the failure; the replays cover "
-                                  "those and the failing step up to the failed request.",
-                                  cov.marks_before, cov.marks_before == 1 ? "" : "s")
-                            : "";
-    run.notes.push_back(fmt::format(
-        "the trace ends at its OOM ({} allocation{} after it, {} before): the replays cover the run up to the failed "
-        "request, and \"fits\" means it gets past the failure; the rest of the run was never recorded.{} To judge the "
-        "whole run, give a complete trace of the same program (a run without the cap, or on a larger device) with "
-        "--full TRACE.",
-        cov.allocs_after, cov.allocs_after == 1 ? "" : "s", cov.allocs_before, steps));
-  }
-
-  if (options.full_path.empty() && m.incomplete)
-    run.notes.push_back(fmt::format(
-        "the trace ends abruptly ({}): the replays cover it up to its last event, and the request that failed, if "
-        "any, is not in it; the rest of the run was never recorded",
-        m.incomplete_reason));
-
-  std::vector<ReplayConfig> configs;
-  std::vector<std::string> names;
-  std::vector<WhatIf> refused;
-  std::vector<std::string> settings = whatif_settings();
-  if (!options.settings.empty()) {
-    settings = {""};
-    for (const auto& x : options.settings)
-      if (!x.empty()) settings.push_back(x);
-  }
-  for (const auto& extra : settings) {
-    std::string conf = m.header.settings;
-    if (!extra.empty()) conf = conf.empty() ? extra : conf + "," + extra;
+  const std::string own = own_settings_text(m);
+  std::vector<std::optional<ReplayConfig>> configs;
+  bool own_asked = false;
+  auto add = [&](const std::string& setting, const std::string& conf, bool shown) {
+    WhatIf w;
+    w.settings = setting;
+    w.conf = conf;
+    w.shown = shown;
     ReplayConfig c;
     std::string err;
     if (!AllocatorSettings::parse(conf, c.settings, err)) {
-      WhatIf w;
-      w.settings = extra;
       w.error = err;
-      refused.push_back(w);
+      configs.emplace_back();
+    } else {
+      c.settings.text = conf;
+      c.capacity_bytes = capacity;
+      w.own = c.settings.to_string() == own;
+      own_asked = own_asked || w.own;
+      // Two rows of the same settings would share one lane of the replay.
+      for (const auto& prev : configs)
+        if (prev && prev->settings.text == conf) c.settings.text += " ";
+      configs.emplace_back(c);
+    }
+    run.rows.push_back(std::move(w));
+  };
+  for (const auto& extra : asked) {
+    std::string conf = extra;
+    if (!o.settings_replace_own) {
+      conf = m.header.settings;
+      if (!extra.empty()) conf = conf.empty() ? extra : conf + "," + extra;
+    }
+    add(extra, conf, true);
+  }
+  if (recorded_oom && !own_asked) add(m.header.settings, m.header.settings, false);
+  return configs;
+}
+
+// The OOM entries of `m` to put back (the OOMs, not the attempts the program retried), by index.
+std::vector<std::uint64_t> oom_entries(const TraceModel& m) {
+  std::vector<std::uint64_t> out;
+  for (const auto& d : m.devices)
+    for (const auto& o : d.ooms)
+      if (o.fate == OomFate::oom) out.push_back(o.event_index);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Judges each row's devices from the replay's results (both lanes) within what the input allows.
+void judge_rows(WhatIfRun& run, const std::vector<std::optional<ReplayConfig>>& configs, const ReplayReport& rep,
+                const TraceModel& m, bool recorded_oom) {
+  for (std::size_t i = 0; i < run.rows.size(); ++i) {
+    WhatIf& w = run.rows[i];
+    if (!configs[i]) {
+      w.judgement.verdict = WhatIfVerdict::failed;
+      w.judgement.error = w.error;
       continue;
     }
-    c.capacity_bytes = capacity.bytes;
-    configs.push_back(c);
-    names.push_back(extra);
-  }
-  // The OOMs only: a failed attempt the program retried is followed by its allocation already.
-  // The indices are the model's, so they pick out this trace's records; a --full trace is
-  // another recording, whose OOMs (if any) are all put back.
-  std::optional<std::vector<std::uint64_t>> put_back;
-  if (replayed == path) {
-    put_back.emplace();
-    for (const auto& d : m.devices)
-      for (const auto& o : d.ooms)
-        if (o.fate == OomFate::oom) put_back->push_back(o.event_index);
-    std::sort(put_back->begin(), put_back->end());
-  }
-  const std::vector<ReplayConfig> lanes = with_bound_lanes(configs, run.bound_bytes);
-  auto reader = open_trace(replayed);
-  OomAsAllocReader wrapped(*reader, std::move(put_back));
-  ReplayReport rep = replay(wrapped, lanes);
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    WhatIf w;
-    w.settings = names[i];
+    const ReplayConfig& c = *configs[i];
+    const std::optional<Withheld> setting = setting_support(c.settings, run.capacity);
     bool first = true;
-    for (const auto& r : rep.results) {
-      if (r.config.settings.text != configs[i].settings.text || r.config.capacity_bytes != capacity.bytes) continue;
-      const ReplayResult* wide = result_of(rep.results, lanes[configs.size() + i], r.device);
-      merge_device(w, r, judge_replay(r, wide, capacity.bytes, run.bound_bytes), first);
+    for (const ReplayResult& r : rep.results) {
+      if (r.config.settings.text != c.settings.text || r.config.capacity_bytes != c.capacity_bytes) continue;
+      bool device_oomed = false;
+      for (const auto& d : m.devices) device_oomed = device_oomed || (d.device == r.device && d.oom_count.ooms > 0);
+      JudgeContext ctx;
+      ctx.capacity_bytes = c.capacity_bytes;
+      ctx.withheld = run.withheld ? &*run.withheld : setting ? &*setting : nullptr;
+      ctx.partial = run.partial ? &*run.partial : nullptr;
+      ctx.recorded_oom = w.own && recorded_oom && device_oomed && run.capacity.within_recorded();
+      const Judgement j = judge(r, result_of(rep.results, bound_lane(c), r.device), ctx);
+      w.judgement = first ? j : worse_of(w.judgement, j);
+      w.results.push_back(r);
+      w.per_device.push_back(j);
       first = false;
     }
     if (first) {
       w.error = "no replay result";
-      w.verdict = WhatIfVerdict::failed;
+      w.judgement.verdict = WhatIfVerdict::failed;
+      w.judgement.error = w.error;
     }
-    w.fits = !first && w.ooms == 0;
-    run.rows.push_back(w);
   }
-  for (auto& w : refused) run.rows.push_back(std::move(w));
-  // The trace's own row must reproduce the trace's OOM (docs/reports.md). The bound stands for
-  // what a replay cannot know about another setting; for the trace's own settings the recorded
-  // run has answered, so an OOM on the capacity is "does not fit" whatever the bound would add.
-  // When it does not reproduce the OOM, the capacity or the trace misses memory the program could
-  // not use, and every verdict is suspect.
-  WhatIf* own = !run.rows.empty() && run.rows.front().settings.empty() && run.rows.front().error.empty()
-                    ? &run.rows.front()
-                    : nullptr;
-  if (own && own->ooms > 0) {
-    own->verdict = WhatIfVerdict::does_not_fit;
-    own->shortfall_bytes.reset();
+}
+
+// Withholds every row's verdict for `why` (the figures of the replays stay).
+void withhold_all(WhatIfRun& run, const Withheld& why) {
+  run.withheld = why;
+  for (WhatIf& w : run.rows) {
+    if (!w.error.empty()) continue;
+    for (Judgement& j : w.per_device) {
+      j.verdict = WhatIfVerdict::withheld;
+      j.withheld = why;
+      j.shortfall_bytes.reset();
+      j.short_beyond_error = false;
+      j.recorded_outcome = false;
+    }
+    w.judgement.verdict = WhatIfVerdict::withheld;
+    w.judgement.withheld = why;
+    w.judgement.shortfall_bytes.reset();
+    w.judgement.short_beyond_error = false;
+    w.judgement.recorded_outcome = false;
   }
-  if (!has_oom && recorded_oom && own && own->ooms == 0) {
-    // Note [one OOM per failed request]: an OOM known only from a message, the statistics or the
-    // observer has no moment in the history, so no replay can put its request back.
-    run.reproduces = false;
-    run.warnings.push_back(fmt::format(
-        "the trace records its OOM without an entry in the history (only a message, the statistics or PyTorch's OOM "
-        "observer say it), so the failed request cannot be put back at its moment: the replay of the trace's own "
-        "settings runs without an OOM ({}, {} spare) and the other verdicts are not to be trusted. A trace with the "
-        "OOM's entry (PyTorch's history kept to the failure, or the shim's trace with --level device) can be "
-        "replayed.",
-        whatif_verdict_words(own->verdict), fb(own->margin_bytes)));
-  } else if (has_oom && own && own->ooms == 0) {
-    run.reproduces = false;
-    run.warnings.push_back(fmt::format(
-        "the replay of the trace's own settings runs without an OOM ({}, {} spare) although the trace recorded one: "
-        "the simulated capacity of {} is more than the program could use (a cap the trace does not record, memory "
-        "outside the allocator), or "
-        "the trace misses allocations. The other verdicts are not to be trusted; give the real limit with "
-        "--capacity SIZE (a size or a card name).",
-        whatif_verdict_words(own->verdict), fb(own->margin_bytes), fb(static_cast<std::int64_t>(capacity.bytes))));
+}
+
+}  // namespace
+
+WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIfOptions& options) {
+  WhatIfRun run;
+  run.capacity = whatif_capacity(m, oom_cases(m, {options.capacity_bytes}), options.capacity_bytes);
+  run.replayed_capacity_bytes = run.capacity.bytes ? run.capacity.bytes : kStandInCapacityBytes;
+  const FailureCoverage cov = failure_coverage(m);
+  run.allocs_after_failure = cov.allocs_after;
+  run.marks_before_failure = cov.marks_before;
+  const std::vector<std::uint64_t> entries = oom_entries(m);
+  std::uint64_t recorded = 0;  // OOMs the trace records, with or without an entry
+  for (const auto& d : m.devices) recorded += d.oom_count.ooms;
+
+  std::optional<FullTraceFacts> full;
+  if (!options.full_path.empty())
+    full = check_full_trace(path, options.full_path, run);
+  else if (!entries.empty() && cov.ends_at_failure)
+    note_to_failure(cov, run);
+  const TraceSupport support =
+      trace_support(m, run.capacity, run.covers == WhatIfCovers::to_failure, full ? &*full : nullptr);
+  run.withheld = support.none;
+  run.partial = support.partial;
+
+  const std::vector<std::optional<ReplayConfig>> configs =
+      plan_rows(m, options, recorded > 0, run.replayed_capacity_bytes, run);
+  std::vector<ReplayConfig> lanes;
+  for (const auto& c : configs)
+    if (c) lanes.push_back(*c);
+  lanes = with_bound_lanes(lanes);
+  // The OOMs of this trace are put back by their index; a --full trace is another recording,
+  // whose OOMs (if any) are all put back.
+  auto reader = open_trace(full ? options.full_path : path);
+  OomAsAllocReader wrapped(*reader, full ? std::nullopt : std::optional<std::vector<std::uint64_t>>(entries));
+  ReplayReport rep = replay(wrapped, lanes, options.replay);
+  run.header = rep.header;
+  run.events = rep.events;
+  run.alloc_requests = rep.alloc_requests;
+  run.incomplete = rep.incomplete;
+  run.lost_events = rep.lost_events;
+  run.replay_notes = rep.notes;
+  judge_rows(run, configs, rep, m, recorded > 0);
+
+  // Rule (6) of Note [what a verdict needs]: the trace's own settings must run out of memory where
+  // the trace did.
+  const WhatIf* own = nullptr;
+  for (const WhatIf& w : run.rows)
+    if (w.own && w.error.empty() && !own) own = &w;
+  if (!run.withheld && own) {
+    const auto why = reproduction_support(recorded, entries.size(), own->judgement.ooms,
+                                          own->judgement.margin_bytes.value_or(0), run.capacity, path);
+    if (why) {
+      run.reproduces = false;
+      withhold_all(run, *why);
+    }
   }
   return run;
 }
@@ -311,15 +390,20 @@ void note_replays_in_cases(std::vector<OomCase>& cases, const WhatIfRun& run) {
   if (run.rows.empty()) return;
   ReplayOutcome r;
   r.reproduces = run.reproduces;
-  for (const auto& w : run.rows) {
-    if (w.settings.empty() || !w.error.empty()) continue;
+  r.withheld = run.withheld.has_value();
+  for (const WhatIf* w : run.shown_rows()) {
+    if (w->own || !w->error.empty()) continue;
     ++r.tried;
-    if (packs_free_memory(w.settings)) r.layout_tried = true;
-    if (w.ooms == 0 && w.verdict == WhatIfVerdict::fits) r.any_fits = true;
-    // Got past the failure on the capacity itself: a marginal row that ran out there did not.
-    if (w.ooms == 0 && (w.verdict == WhatIfVerdict::fits || w.verdict == WhatIfVerdict::marginal))
-      r.passing.push_back(
-          fmt::format("{} ({}, {} spare)", w.settings, whatif_verdict_words(w.verdict), fb(w.margin_bytes)));
+    if (packs_free_memory(w->conf)) r.layout_tried = true;
+    const Judgement& j = w->judgement;
+    if (j.margin_bytes && *j.margin_bytes > j.bound_bytes) r.any_room = true;
+    // The words of the table: a setting that got past the failure, with its verdict and spare, or
+    // one that ran out on the capacity but not with the bound.
+    if (j.margin_bytes)
+      r.passing.push_back(fmt::format("{} ({}, {} spare)", printable(w->settings), whatif_verdict_words(j.verdict),
+                                      fb(static_cast<std::int64_t>(*j.margin_bytes))));
+    else if (j.verdict == WhatIfVerdict::marginal && j.shortfall_bytes)
+      r.short_by.push_back(*j.shortfall_bytes);
   }
   for (auto& c : cases) {
     if (c.last_state) continue;
@@ -343,11 +427,12 @@ std::string shell_word(const std::string& s) {
 }  // namespace
 
 std::string tune_command(const WhatIfRun& run, std::uint64_t limit_bytes, const std::string& command) {
+  if (run.withheld || limit_bytes == 0) return {};
   std::vector<std::string> settings;
-  for (const auto& w : run.rows)
-    if (!w.settings.empty() && w.error.empty() && w.verdict != WhatIfVerdict::does_not_fit)
-      settings.push_back(w.settings);
-  if (settings.empty() || limit_bytes == 0) return {};
+  for (const WhatIf* w : run.shown_rows())
+    if (!w->settings.empty() && !w->own && w->error.empty() && tune_candidate(w->judgement))
+      settings.push_back(w->settings);
+  if (settings.empty()) return {};
   std::string joined;
   for (const auto& x : settings) joined += (joined.empty() ? "" : ";") + x;
   return fmt::format("vramtrace tune --limit {} --candidates {} -- {}", limit_bytes, shell_word(joined),
