@@ -301,8 +301,8 @@ class TraceReader {
   /// after a crash), for a note in reports. Default: 0, for formats that never skip any.
   virtual std::uint64_t nul_bytes() const { return 0; }
   /// Events the writer recorded that the file does not hold (dropped when its buffer was full,
-  /// or lines lost from the file), known once next() returned false. Default: 0, for formats
-  /// that cannot tell.
+  /// or lines lost from the file: fewer than its trailer counts, in all or for an action), known
+  /// once next() returned false. Default: 0, for formats that cannot tell.
   virtual std::uint64_t lost_events() const { return 0; }
   /// Input bytes consumed so far and the input's size (compressed, as on disk; total 0 when
   /// unknown), for progress lines.
