@@ -8,7 +8,10 @@
 //  1. The trace is incomplete (TraceReader::incomplete): it does not end the way its format ends a
 //     finished run. vramtrace's own format: no trailer (the trailer is written when the process
 //     exits normally, so a process killed by SIGKILL, the OOM killer, a lost node or a crash has
-//     none), or a last line cut mid-way, or a compressed stream cut. PyTorch's history as JSON lines (torchtrace) has no trailer: it is written in one go after
+//     none), or a last line cut mid-way, or a compressed stream cut. A PyTorch snapshot with the
+//     sidecar `vramtrace run` writes: a sidecar whose last write is not the exit write (an OOM's
+//     or a manual one, after which the process died), or one written in a signal handler.
+//     PyTorch's history as JSON lines (torchtrace) has no trailer: it is written in one go after
 //     the run, so only a last line without its '\n' says it was cut; a line cut mid-way or a cut
 //     gzip/zstd stream is refused as damaged (TraceError, exit 2), as is a pickle cut before its
 //     STOP opcode (docs/ci.md, "Runs that did not finish", has the table).

@@ -2,7 +2,8 @@
 // run as a user runs the commands on small hand-written traces: `check` fails it in every format
 // unless --allow-incomplete. The traces: vramtrace's format without its trailer, cut mid-line,
 // killed right after a step boundary, with a trailer that counts events the file does not hold;
-// PyTorch's history without its last '\n'.
+// PyTorch's history without its last '\n'; a snapshot whose sidecar's last write is not the exit
+// write.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -212,4 +213,32 @@ TEST_CASE("PyTorch's formats: what says their run did not finish", "[cmd][check]
   CHECK(c.rc == 1);
   CHECK(has(c.out, "did not finish (cut last line)"));
   CHECK(sh(kVt + " check " + cut + " --max-peak-reserved 20GiB --allow-incomplete").rc == 0);
+
+  // A snapshot with the sidecar of `vramtrace run`: finished when its last write is the exit's.
+  const fs::path data = fs::path(VRAMTRACE_TEST_DATA_DIR) / "ledger";
+  nlohmann::json sidecar;
+  std::ifstream(data / "run.4242.torch.pickle.json") >> sidecar;
+  auto snapshot = [&](const std::string& stem, const std::string& reason, bool final) {
+    const fs::path pickle = dir() / (stem + ".torch.pickle");
+    fs::copy_file(data / "run.4242.torch.pickle", pickle, fs::copy_options::overwrite_existing);
+    sidecar["reason"] = reason;
+    sidecar["final"] = final;
+    sidecar["snapshot"] = pickle.filename().string();
+    std::ofstream(pickle.string() + ".json") << sidecar.dump();
+    return pickle.string();
+  };
+  const std::string budget = " --max-peak-reserved 80GiB";
+  const Result exit_write = sh(kVt + " check " + snapshot("exited", "exit", true) + budget);
+  INFO(exit_write.out);
+  CHECK(exit_write.rc == 0);
+  // An OOM's write, then nothing: the process was killed after it.
+  const Result oom_write = sh(kVt + " check " + snapshot("killed", "oom", false) + budget);
+  INFO(oom_write.out);
+  CHECK(oom_write.rc == 1);
+  CHECK(has(oom_write.out, "did not finish (its sidecar's last write was \"oom\", not the exit write"));
+  // The exit write of a signal handler: the process died of SIGTERM.
+  const Result term = sh(kVt + " check " + snapshot("termed", "signal SIGTERM", true) + budget);
+  CHECK(term.rc == 1);
+  CHECK(has(term.out, "did not finish (the process died of SIGTERM"));
+  CHECK(sh(kVt + " check " + snapshot("termed", "signal SIGTERM", true) + budget + " --allow-incomplete").rc == 0);
 }

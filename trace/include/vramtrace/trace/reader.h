@@ -284,7 +284,10 @@ class TraceReader {
   virtual std::string position() const = 0;
   /// For snapshots: the segments recorded at the end of the trace (empty if none).
   virtual const Snapshot* final_state() const { return nullptr; }
-  /// True when the input ended early (cut last line, missing trailer).
+  /// True when the input ended early, or says that the run it records did not end (a cut last
+  /// line, a missing trailer; a snapshot whose sidecar's last write is not the exit write): the
+  /// reports then say the run did not finish (Note [a run that did not finish] in
+  /// reporter/model/unfinished_run.h). Known once next() returned false.
   virtual bool incomplete() const { return false; }
   /// Why incomplete() holds, in words for a report; empty when complete. Known once next()
   /// returned false. Default: "cut last line", all that a format without a trailer can tell;
