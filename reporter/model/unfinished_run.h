@@ -1,5 +1,5 @@
-// Whether a trace records its run to the end: one rule, read by every command that judges a
-// whole run (check's gate).
+// Whether a trace records its run to the end: one rule, read by every command that judges or
+// shows a whole run (check's gate, summary's first lines, the report's banner).
 //
 // Note [a run that did not finish]
 // A trace records the whole run only when its writer says the run ended and every event it wrote

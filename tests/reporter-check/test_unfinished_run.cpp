@@ -1,9 +1,9 @@
 // A run that did not finish (Note [a run that did not finish] in reporter/model/unfinished_run.h),
 // run as a user runs the commands on small hand-written traces: `check` fails it in every format
-// unless --allow-incomplete. The traces: vramtrace's format without its trailer, cut mid-line,
-// killed right after a step boundary, with a trailer that counts events the file does not hold;
-// PyTorch's history without its last '\n'; a snapshot whose sidecar's last write is not the exit
-// write.
+// unless --allow-incomplete, and `summary` and `report` say so first. The traces: vramtrace's
+// format without its trailer, cut mid-line, killed right after a step boundary, with a trailer that
+// counts events the file does not hold; PyTorch's history without its last '\n'; a snapshot whose
+// sidecar's last write is not the exit write.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -180,6 +180,14 @@ TEST_CASE("a trailer that counts events the file does not hold: lost events, sai
   CHECK(check.rc == 1);                                          // not "no device" (2), not a pass
   CHECK(has(check.out, "did not finish (it lost 1004 events"));  // 999 written, none held, 5 dropped
   CHECK(has(check.out, "FAIL  complete-trace"));
+  const Result summary = sh(kVt + " summary " + empty);
+  CHECK(summary.rc == 0);
+  CHECK(summary.out.rfind("THE RUN DID NOT FINISH: " + empty + ": it lost 1004 events", 0) == 0);
+  CHECK(has(summary.out, "WARNING: the trace lost 1004 events"));
+  const auto j = nlohmann::json::parse(sh(kVt + " summary --json " + empty, false).out);
+  CHECK(j["traces"][0]["lost_events"] == 1004);
+  REQUIRE(j["unfinished_runs"].size() == 1);
+  CHECK(j["unfinished_runs"][0]["lost_events"] == 1004);
 
   // As many lines as the trailer counts in all, but not of the actions it counts: two
   // segment_alloc lines where one was written, and one alloc of the two written.
@@ -195,6 +203,39 @@ TEST_CASE("a trailer that counts events the file does not hold: lost events, sai
   CHECK(per_action.rc == 1);
   CHECK(has(per_action.out, "did not finish (it lost 1 event:"));
   CHECK(sh(kVt + " check " + mixed + " --max-peak-reserved 20GiB --allow-incomplete").rc == 0);
+}
+
+TEST_CASE("summary and report say first that the run did not finish", "[cmd][summary][report][unfinished]") {
+  const std::string finished = write_file("finished_s.jsonl", kHeader + kEvents + kTrailer);
+  const std::string no_trailer = write_file("no_trailer_s.jsonl", kHeader + kEvents);
+  const std::string line = "THE RUN DID NOT FINISH: " + no_trailer + ": no trailer: the process did not finish tracing";
+
+  // Text: the first line, also before the process x device view of several traces.
+  CHECK(sh(kVt + " summary " + no_trailer).out.rfind(line, 0) == 0);
+  const Result both = sh(kVt + " summary " + finished + " " + no_trailer);
+  CHECK(both.out.rfind(line, 0) == 0);
+  CHECK(both.out.find(line) < both.out.find("Processes x devices"));
+  CHECK_FALSE(has(sh(kVt + " summary " + finished).out, "DID NOT FINISH"));
+
+  // JSON: a top-level field, empty when every run finished.
+  const auto j = nlohmann::json::parse(sh(kVt + " summary --json " + finished + " " + no_trailer, false).out);
+  REQUIRE(j["unfinished_runs"].size() == 1);
+  CHECK(j["unfinished_runs"][0]["path"] == no_trailer);
+  CHECK(j["unfinished_runs"][0]["incomplete"] == true);
+  CHECK(j["unfinished_runs"][0]["reason"].get<std::string>().rfind("no trailer", 0) == 0);
+  CHECK(nlohmann::json::parse(sh(kVt + " summary --json " + finished, false).out)["unfinished_runs"].empty());
+
+  // The report page: the banner's text in the page's data (tests/reporter-reports/
+  // test_report_browser.cpp checks that it is drawn first).
+  const std::string html = (dir() / "r.html").string();
+  REQUIRE(sh(kVt + " report --force -o " + html + " " + no_trailer).rc == 0);
+  std::stringstream page;
+  page << std::ifstream(html).rdbuf();
+  CHECK(has(page.str(), "\"unfinished\":[\"" + line));
+  REQUIRE(sh(kVt + " report --force -o " + html + " " + finished).rc == 0);
+  std::stringstream clean;
+  clean << std::ifstream(html).rdbuf();
+  CHECK_FALSE(has(clean.str(), "\"unfinished\""));
 }
 
 TEST_CASE("PyTorch's formats: what says their run did not finish", "[cmd][check][unfinished][torch]") {
