@@ -5,10 +5,11 @@
 #include <algorithm>
 #include <map>
 
-#include "analyses/oom/diagnosis.h"
 #include "analyses/ledger_report.h"
+#include "analyses/oom/diagnosis.h"
 #include "analyses/printable.h"
 #include "analyses/sites.h"
+#include "model/unfinished_run.h"
 #include "vramtrace/units.h"
 
 namespace vramtrace {
@@ -286,6 +287,9 @@ nlohmann::json oom_count_json(const OomCount& c) {
 
 SummaryText summary_text_of(const TraceModel& m) {
   SummaryText parts;
+  // Note [a run that did not finish]: said before anything else (join_summary_text).
+  if (const std::string why = unfinished_reason(m.incomplete, m.incomplete_reason, m.lost_events); !why.empty())
+    parts.unfinished = unfinished_run_line(printable(m.header.path), why) + "\n";
   std::string out;  // the block being written: one per device, then one per ledger-only device
   auto next_block = [&] {
     if (!out.empty()) parts.blocks.push_back(std::move(out));
@@ -416,6 +420,7 @@ SummaryText summary_text_of(const TraceModel& m) {
     std::string e = fmt::format("Trace {}: no events", m.header.path);
     if (m.incomplete) e += fmt::format("; the trace ends abruptly ({})", m.incomplete_reason);
     e += ".\n";
+    if (m.lost_events) e += lost_events_warning(m.lost_events) + "\n";
     // A snapshot with an empty history still records who holds the blocks of its end state.
     for (const auto& s : trace_sites(m))
       e += render_sites_text(
@@ -425,12 +430,14 @@ SummaryText summary_text_of(const TraceModel& m) {
   return parts;
 }
 
-std::string join_summary_text(const std::vector<SummaryText>& traces) {
+std::string join_summary_text(const std::vector<SummaryText>& traces, const std::string& first_block) {
   std::string out;
+  for (const auto& t : traces) out += t.unfinished;
   auto add = [&out](const std::string& block) {
     if (!out.empty()) out += "\n";
     out += block;
   };
+  if (!first_block.empty()) add(first_block);
   for (const auto& t : traces)
     for (const auto& b : t.blocks) add(b);
   for (const auto& t : traces)
@@ -565,10 +572,24 @@ nlohmann::json summary_trace_json(const TraceModel& m) {
   }
 }
 
+nlohmann::json unfinished_runs_json(const std::vector<TraceModel>& models) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& m : models) {
+    const std::string why = unfinished_reason(m.incomplete, m.incomplete_reason, m.lost_events);
+    if (why.empty()) continue;
+    out.push_back({{"path", m.header.path},
+                   {"reason", why},
+                   {"incomplete", m.incomplete},
+                   {"lost_events", m.lost_events},
+                   {"message", unfinished_run_line(m.header.path, why)}});
+  }
+  return out;
+}
+
 nlohmann::json summary_json(const std::vector<TraceModel>& models) {
   nlohmann::json traces = nlohmann::json::array();
   for (const auto& m : models) traces.push_back(summary_trace_json(m));
-  return {{"traces", traces}};
+  return {{"unfinished_runs", unfinished_runs_json(models)}, {"traces", traces}};
 }
 
 }  // namespace vramtrace

@@ -30,30 +30,40 @@ std::string oom_count_text(const OomCount& c);
 /// "allowed_bytes", "device_free_bytes", "time_ns"}]} (figures absent when unknown).
 nlohmann::json oom_count_json(const OomCount& c);
 
-/// The whole text summary of several traces (one section per trace and device). Ends with a
-/// newline. Deterministic (golden-tested). Equals join_summary_text of each model's
-/// summary_text_of.
+/// The whole text summary of several traces: first a line for each trace whose run did not finish
+/// (Note [a run that did not finish] in model/unfinished_run.h), then one section per trace and
+/// device. Ends with a newline. Deterministic (golden-tested). Equals join_summary_text of each
+/// model's summary_text_of.
 std::string render_summary_text(const std::vector<TraceModel>& models);
 
 /// One trace's part of the text summary, rendered on its own so that a command can drop the
 /// trace's model before reading the next: `blocks`, one per device (and per device that only
 /// its memory ledger names), each ending with a newline; `empty`, the section of a trace with no
-/// events (printed after every other trace's blocks), or "". Thread-safe for distinct models.
+/// events (printed after every other trace's blocks), or ""; `unfinished`, the line that says the
+/// trace's run did not finish (unfinished_run_line and a newline), or "". Thread-safe for
+/// distinct models.
 struct SummaryText {
   std::vector<std::string> blocks;
   std::string empty;
+  std::string unfinished;
 };
 SummaryText summary_text_of(const TraceModel& m);
-/// The text summary of traces given as their parts, in order: blank lines between blocks, the
-/// traces without events last, "No events in the trace(s).\n" when there is nothing. Pure.
-std::string join_summary_text(const std::vector<SummaryText>& traces);
+/// The text summary of traces given as their parts, in order: every trace's `unfinished` line
+/// first (the first thing a reader sees), then `first_block` when not empty (the process x device
+/// view of several traces), then the blocks with blank lines between them, the traces without
+/// events last; "No events in the trace(s).\n" when there is nothing. Pure.
+std::string join_summary_text(const std::vector<SummaryText>& traces, const std::string& first_block = "");
 
-/// JSON: {"traces": [{"path", "format", "workload", "settings", "incomplete", "events", "notes",
-/// "devices": [{"device", "stats": {PyTorch flat names}, "duration_ns", "events", "peak": {...},
+/// JSON: {"unfinished_runs": unfinished_runs_json, "traces": [{"path", "format", "workload", "settings", "incomplete",
+/// "events", "notes", "devices": [{"device", "stats": {PyTorch flat names}, "duration_ns", "events", "peak": {...},
 /// "end": {...}, "ooms": n (OOMs that reached the program), "oom_count": oom_count_json,
 /// "recorded_check": [...]}]}]}; stats.num_ooms and stats.num_alloc_retries are the count's
 /// (num_alloc_retries null when unknown).
 nlohmann::json summary_json(const std::vector<TraceModel>& models);
+/// The traces whose run did not finish (Note [a run that did not finish]), in order:
+/// [{"path", "reason", "incomplete", "lost_events", "message" (unfinished_run_line)}]; empty
+/// when every run finished. Pure.
+nlohmann::json unfinished_runs_json(const std::vector<TraceModel>& models);
 /// One element of summary_json's "traces". Thread-safe for distinct models.
 nlohmann::json summary_trace_json(const TraceModel& m);
 

@@ -1,5 +1,7 @@
 // `vramtrace check TRACE... [budgets] [--format text|json|junit|github]`: memory budgets for CI.
-// Exit 0 when every budget holds, 1 when one is exceeded, 2 for unusable input or usage.
+// Exit 0 when every budget holds, 1 when one is exceeded or a run did not finish (Note [a run that
+// did not finish] in model/unfinished_run.h; decided in analyses/check_verdict.h), 2 for unusable
+// input or usage.
 #include <fmt/format.h>
 #include <cstring>
 
@@ -8,10 +10,10 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <tuple>
 
 #include "analyses/budgets.h"
 #include "analyses/check_input.h"
+#include "analyses/check_verdict.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "commands/progress.h"
@@ -74,6 +76,67 @@ Budgets budgets_from(const CheckOptions& o) {
   return b;
 }
 
+// A device whose history begins late or is absent: its peaks are lower bounds.
+struct PartialHistory {
+  std::string trace;
+  std::int32_t device = 0;
+  std::string history;  // "late" or "none"
+};
+
+// The lines that go before the results in text and GitHub formats, or to standard error for JSON
+// and JUnit (whose documents stay valid): each trace that did not finish (an error when it fails
+// the check, in text; GitHub has those as ::error annotations of their results), then the devices
+// with partial histories (warnings: their verdict is the budgets').
+std::string notices(const CheckVerdict& v, const std::vector<PartialHistory>& partial, const std::string& format) {
+  const bool github = format == "github";
+  std::string out;
+  for (const UnfinishedTrace& t : v.unfinished) {
+    const std::string what = unfinished_trace_message(t, v.unfinished_fail);
+    if (!v.unfinished_fail)
+      out += github ? "::warning file=" + github_escape_property(t.path) + "::" + github_escape_data(what) + "\n"
+                    : "warning: " + what + "\n";
+    else if (!github)
+      out += "error: " + what + "\n";
+  }
+  for (const PartialHistory& p : partial) {
+    const std::string what = fmt::format(
+        "{} device {} {}: its peaks are lower bounds (at least the figures shown), so a budget that "
+        "passes here may not hold for the whole run",
+        p.trace, p.device,
+        p.history == "none" ? "has no allocator history (only its end state)" : "has a history that starts late");
+    out += github ? "::warning::" + what + "\n" : "warning: " + what + "\n";
+  }
+  return out;
+}
+
+// The JSON document: check_json's (its exit code and verdict are the results', the same as the
+// command's) with the traces that did not finish and the partial histories.
+nlohmann::json verdict_json(const CheckVerdict& v, const std::vector<DeviceMeasures>& measures,
+                            const std::vector<PartialHistory>& partial) {
+  nlohmann::json j = check_json(v.results, measures);
+  nlohmann::json unfinished = nlohmann::json::array(), incomplete = nlohmann::json::array(),
+                 lossy = nlohmann::json::array();
+  for (const UnfinishedTrace& t : v.unfinished) {
+    unfinished.push_back(
+        {{"trace", t.path}, {"reason", t.reason}, {"incomplete", t.incomplete}, {"lost_events", t.lost_events}});
+    if (t.incomplete) incomplete.push_back({{"trace", t.path}, {"reason", t.reason}});
+    if (t.lost_events) lossy.push_back({{"trace", t.path}, {"lost_events", t.lost_events}});
+  }
+  j["unfinished_traces"] = unfinished;
+  j["unfinished_traces_fail"] = v.unfinished_fail;
+  j["allow_incomplete"] = v.allow_incomplete;
+  j["incomplete_traces"] = incomplete;
+  j["lossy_traces"] = lossy;
+  j["lossy_traces_fail"] = v.unfinished_fail && !lossy.empty();
+  if (!partial.empty()) {
+    nlohmann::json p = nlohmann::json::array();
+    for (const PartialHistory& h : partial)
+      p.push_back({{"trace", h.trace}, {"device", h.device}, {"history", h.history}});
+    j["partial_histories"] = p;
+  }
+  return j;
+}
+
 int run_check(const CheckOptions& o) {
   if (const std::string refusal = existing_output_error(o.output, o.force); !refusal.empty())
     throw BudgetError(refusal);
@@ -85,13 +148,8 @@ int run_check(const CheckOptions& o) {
   std::optional<ReadProgressScope> progress;  // erased before the report is printed
   progress.emplace("check");
   const std::vector<std::string> traces = traces_to_read(o.traces, o.level, "check", true);
-  // Traces that end abruptly: their figures stop at the last event, so a budget that passes may
-  // not hold for the whole run. Said in every format; the verdict is unchanged.
-  std::vector<std::pair<std::string, std::string>> incomplete;  // path, reason
-  // Devices whose history begins late or is absent: their peaks are lower bounds, likewise.
-  std::vector<std::tuple<std::string, std::int32_t, std::string>> partial;  // path, device, history
-  // Traces that lost events: no figure of theirs can be vouched for, so the check fails.
-  std::vector<std::pair<std::string, std::uint64_t>> lossy;  // path, events lost
+  std::vector<UnfinishedTrace> unfinished;  // Note [a run that did not finish]
+  std::vector<PartialHistory> partial;
   // Read several traces at once (model/parallel_map.h); the results come back in trace order,
   // each kept to what the budgets read (the step series and event facts are diff's).
   std::vector<CheckInput> inputs = parallel_map<CheckInput>(traces.size(), [&traces](std::size_t i) {
@@ -104,117 +162,56 @@ int run_check(const CheckOptions& o) {
   for (std::size_t i = 0; i < traces.size(); ++i) {
     CheckInput in = std::move(inputs[i]);
     measures.insert(measures.end(), in.measures.begin(), in.measures.end());
-    for (const TraceFigures& t : in.traces) {
-      if (t.incomplete) incomplete.emplace_back(t.path.value_or(traces[i]), t.incomplete_reason);
-      if (t.lost_events) lossy.emplace_back(t.path.value_or(traces[i]), t.lost_events);
+    for (UnfinishedTrace& u : unfinished_traces(in.traces, traces[i])) unfinished.push_back(std::move(u));
+    for (const TraceFigures& t : in.traces)
       for (const DeviceFigures& d : t.devices)
-        if (!d.history.empty()) partial.emplace_back(t.path.value_or(traces[i]), d.device, d.history);
-    }
+        if (!d.history.empty()) partial.push_back({t.path.value_or(traces[i]), d.device, d.history});
   }
-  std::string warnings;
-  for (const auto& [path, reason] : incomplete) {
-    const std::string what = path + " ends abruptly (" + reason +
-                             "): its figures stop at its last event, so a budget that passes here may not hold for "
-                             "the whole run";
-    warnings += o.format == "github" ? "::warning::" + what + "\n" : "warning: " + what + "\n";
-  }
-  for (const auto& [path, device, history] : partial) {
-    const std::string what = fmt::format(
-        "{} device {} {}: its peaks are lower bounds (at least the figures shown), so a budget that "
-        "passes here may not hold for the whole run",
-        path, device,
-        history == "none" ? "has no allocator history (only its end state)" : "has a history that starts late");
-    warnings += o.format == "github" ? "::warning::" + what + "\n" : "warning: " + what + "\n";
-  }
-  for (const auto& [path, lost] : lossy) {
-    const std::string what = fmt::format(
-        "{} lost {} event{} (its writer dropped them, or the file lost lines): its figures cannot be trusted, so {}",
-        path, lost, lost == 1 ? "" : "s",
-        o.allow_incomplete ? "a budget that passes here may not hold (--allow-incomplete judges them anyway)"
-                           : "the check fails whatever the budgets say (--allow-incomplete to judge them anyway)");
-    const bool error = !o.allow_incomplete;
-    warnings += o.format == "github" ? (error ? "::error file=" : "::warning file=") + github_escape_property(path) +
-                                           "::" + github_escape_data(what) + "\n"
-                                     : (error ? "error: " : "warning: ") + what + "\n";
-  }
-  const bool lossy_fails = !lossy.empty() && !o.allow_incomplete;
   std::vector<DeviceMeasures> base;
   if (budgets.baseline) base = load_check_input(*budgets.baseline).measures;
   progress.reset();
-  auto results = evaluate_budgets(budgets, measures, budgets.baseline ? &base : nullptr);
+  // Runs that did not finish and hold no device at all (killed before their first event) fail as
+  // such, not as input without devices.
+  const bool only_unfinished = measures.empty() && !unfinished.empty() && !o.allow_incomplete;
+  const CheckVerdict v =
+      decide_check(only_unfinished ? std::vector<BudgetResult>{}
+                                   : evaluate_budgets(budgets, measures, budgets.baseline ? &base : nullptr),
+                   std::move(unfinished), o.allow_incomplete);
 
   std::string text;
-  if (o.format == "json") {
-    nlohmann::json j = check_json(results, measures);
-    nlohmann::json inc = nlohmann::json::array();
-    for (const auto& [path, reason] : incomplete) inc.push_back({{"trace", path}, {"reason", reason}});
-    j["incomplete_traces"] = inc;
-    nlohmann::json lost = nlohmann::json::array();
-    for (const auto& [path, n] : lossy) lost.push_back({{"trace", path}, {"lost_events", n}});
-    j["lossy_traces"] = lost;
-    j["lossy_traces_fail"] = lossy_fails;
-    if (lossy_fails && j.value("exit_code", 0) == 0) {  // the budgets held; the lost events fail the check
-      j["exit_code"] = 1;
-      j["verdict"] = "fail";
-    }
-    if (!partial.empty()) {
-      nlohmann::json p = nlohmann::json::array();
-      for (const auto& [path, device, history] : partial)
-        p.push_back({{"trace", path}, {"device", device}, {"history", history}});
-      j["partial_histories"] = p;
-    }
-    text = j.dump(2) + "\n";
-  } else if (o.format == "junit") {
-    // A trace that lost events fails the check: a failing test case of its own, so that the
-    // document agrees with the exit status.
-    std::vector<BudgetResult> with_lossy = results;
-    if (lossy_fails)
-      for (const auto& [path, lost] : lossy) {
-        BudgetResult r;
-        r.budget = "complete-trace";
-        r.trace = path;
-        r.verdict = Verdict::fail;
-        r.unit = "count";
-        r.measured = static_cast<double>(lost);
-        r.measured_text = fmt::format("{} events lost", lost);
-        r.allowed_text = "0 (--allow-incomplete to judge the budgets anyway)";
-        r.message = fmt::format("complete-trace: {} lost {} events: its figures cannot be trusted", path, lost);
-        with_lossy.push_back(std::move(r));
-      }
-    text = render_check_junit(with_lossy);
-  } else if (o.format == "github") {
-    text = render_check_github(results, o.budget_file);
-  } else {
-    text = render_check_text(results);
-  }
-  // Text and GitHub annotations carry the warnings inline; JSON has "incomplete_traces" and
-  // JUnit none, so their warnings go to standard error (the document stays valid).
-  const bool inline_warnings = o.format == "text" || o.format == "github" || o.format.empty();
-  if (inline_warnings) text = warnings + text;
-  // The budgets' line says what the budgets gave; the check's verdict also counts lost events.
-  const std::string lossy_verdict =
-      lossy_fails ? fmt::format("vramtrace check: fails: {} of {} traces lost events\n", lossy.size(), traces.size())
-                  : std::string();
-  if (o.format == "text" || o.format.empty() || o.format == "github") text += lossy_verdict;
+  if (o.format == "json")
+    text = verdict_json(v, measures, partial).dump(2) + "\n";
+  else if (o.format == "junit")
+    text = render_check_junit(v.results);
+  else if (o.format == "github")
+    text = render_check_github(v.results, o.budget_file);
+  else
+    text = render_check_text(v.results);
+  const std::string notes = notices(v, partial, o.format);
+  const bool inline_notes = o.format == "text" || o.format == "github" || o.format.empty();
+  if (inline_notes) text = notes + text;
   if (o.output.empty() || o.output == "-") {
-    if (!inline_warnings) std::fputs(warnings.c_str(), stderr);
+    if (!inline_notes) std::fputs(notes.c_str(), stderr);
     std::fputs(text.c_str(), stdout);
   } else {
     std::ofstream out(o.output, std::ios::binary);
     out << text;
     if (!out.flush()) throw BudgetError(o.output + ": cannot write the report: " + std::strerror(errno));
     // The verdict still goes to the terminal so that the CI log shows it.
-    std::fputs((warnings + render_check_text(results) + lossy_verdict).c_str(), stdout);
+    std::fputs((notices(v, partial, "text") + render_check_text(v.results)).c_str(), stdout);
   }
-  const int rc = check_exit_code(results);
-  return !lossy_fails || rc == 2 ? rc : 1;
+  return v.exit_code;
 }
 
 }  // namespace
 
 void register_check(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "check", "Check memory budgets for CI: exit 0 when all hold, 1 when one is exceeded, 2 for unusable input");
+      "check",
+      "Check memory budgets for CI: exit 0 when all hold, 1 when one is exceeded or a run did not finish, 2 for "
+      "unusable input. A run that did not finish (a trace without its trailer: killed, crashed or still running; "
+      "a last line cut mid-way; events lost) fails whatever the budgets say, even if killed right after a step "
+      "boundary: its figures stop at its last recorded event (docs/ci.md)");
   auto o = std::make_shared<CheckOptions>();
   cmd->add_option("traces", o->traces,
                   "Traces (any format) or `vramtrace summary --json` documents; globs; directories (all of them in it)")
@@ -229,7 +226,8 @@ void register_check(CLI::App& app) {
   cmd->add_option("--max-ooms", o->max_ooms, "Limit on num_ooms")->check(count_check());
   cmd->add_option("--max-retries", o->max_retries, "Limit on num_alloc_retries")->check(count_check());
   cmd->add_flag("--allow-incomplete", o->allow_incomplete,
-                "Judge the budgets of traces that lost events instead of failing (the warning stays)");
+                "Judge the budgets of runs that did not finish (no trailer, a cut last line, lost events) on their "
+                "figures up to the last recorded event instead of failing them (a warning says so)");
   cmd->add_flag("--no-leaks", o->no_leaks, "Fail when allocated memory grows significantly per step after warm-up");
   cmd->add_option("--max-growth", o->max_growth, "Limit on the fitted growth per step, e.g. 1MiB");
   cmd->add_option("--baseline", o->baseline, "An earlier `vramtrace summary --json` (or trace) to compare peaks with");

@@ -59,17 +59,17 @@ void register_summary(CLI::App& app) {
       if (opts->json) {
         nlohmann::json traces = nlohmann::json::array();
         for (auto& p : parts) traces.push_back(std::move(p.json));
-        nlohmann::json j = {{"traces", std::move(traces)}};
+        nlohmann::json j = {{"unfinished_runs", unfinished_runs_json(models)}, {"traces", std::move(traces)}};
         if (models.size() > 1) j["processes"] = process_device_json(process_device_view(models));
         std::fputs(j.dump(2).c_str(), stdout);
         std::fputc('\n', stdout);
       } else {
-        if (models.size() > 1)
-          std::fputs((render_process_device_text(process_device_view(models)) + "\n").c_str(), stdout);
         std::vector<SummaryText> texts;
         texts.reserve(parts.size());
         for (auto& p : parts) texts.push_back(std::move(p.text));
-        std::fputs(join_summary_text(texts).c_str(), stdout);
+        // The runs that did not finish come first, then the process x device view of several traces.
+        const std::string view = models.size() > 1 ? render_process_device_text(process_device_view(models)) : "";
+        std::fputs(join_summary_text(texts, view).c_str(), stdout);
       }
       set_exit_code(0);
     } catch (const TraceError& e) {

@@ -61,6 +61,8 @@ class SnapshotReader final : public TraceReader {
   std::uint64_t bytes_read() const override { return bytes_->bytes_read(); }
   std::uint64_t bytes_total() const override { return bytes_->bytes_total(); }
   const Snapshot* final_state() const override { return done_ ? &final_ : nullptr; }
+  bool incomplete() const override { return !unfinished_.empty(); }
+  std::string incomplete_reason() const override { return unfinished_; }
   std::shared_ptr<const StackTable> stacks() const override { return stacks_; }
 
  private:
@@ -71,6 +73,19 @@ class SnapshotReader final : public TraceReader {
     if (!read.problem.empty()) header_.notes.push_back(read.problem);
     if (!read.sidecar) return;
     const TorchSidecar& s = *read.sidecar;
+    // Note [a run that did not finish] (reporter/model/unfinished_run.h): each write replaces the
+    // pickle and its sidecar, and the exit write is the last of a process that exits, so a
+    // sidecar whose last write is another one says that the process died after it (or still
+    // runs); one made in a signal handler says it died of the signal. Without a sidecar
+    // (torch.cuda.memory._dump_snapshot by the program) nothing says how the run ended.
+    if (!s.final)
+      unfinished_ = fmt::format(
+          "its sidecar's last write was \"{}\", not the exit write: the process did not finish (killed, crashed or "
+          "still running)",
+          s.reason);
+    else if (s.reason.rfind("signal ", 0) == 0)
+      unfinished_ =
+          fmt::format("the process died of {} (its snapshot was written by the signal handler)", s.reason.substr(7));
     header_.pid = s.pid;
     header_.host = s.host;
     header_.rank = s.rank;
@@ -309,6 +324,7 @@ class SnapshotReader final : public TraceReader {
   std::uint64_t index_ = 0;
   std::uint64_t skipped_unknown_ = 0;
   bool done_ = false;
+  std::string unfinished_;  // incomplete_reason(); empty when the sidecar says the run ended, or there is none
 };
 
 }  // namespace

@@ -22,15 +22,33 @@ const char* tag(Verdict v) {
   return "????";
 }
 
+// A result about a whole trace (device -1: the complete-trace rule), not a budget of a device.
+bool whole_trace(const BudgetResult& r) { return r.device < 0; }
+
+// The last line: the traces that fail as a whole first (the runs that did not finish), then the
+// budgets. Counts only what `results` hold, so that it says what the exit status says.
 std::string verdict_line(const std::vector<BudgetResult>& results) {
-  std::size_t fail = 0, unknown = 0;
+  std::size_t traces = 0, budgets = 0, fail = 0, unknown = 0;
   for (const auto& r : results) {
+    if (whole_trace(r)) {
+      traces += r.verdict == Verdict::fail;
+      continue;
+    }
+    ++budgets;
     fail += r.verdict == Verdict::fail;
     unknown += r.verdict == Verdict::unknown;
   }
-  if (fail) return fmt::format("vramtrace check: {} of {} budgets exceeded", fail, results.size());
-  if (unknown) return fmt::format("vramtrace check: {} of {} budgets could not be checked", unknown, results.size());
-  return fmt::format("vramtrace check: all {} budgets hold", results.size());
+  std::string out = "vramtrace check: ";
+  if (traces) out += fmt::format("fails: {} trace{} did not finish; ", traces, traces == 1 ? "" : "s");
+  if (budgets == 0) return out + "no budget was judged (no device with allocator activity)";
+  if (fail) return out + fmt::format("{} of {} budgets exceeded", fail, budgets);
+  if (unknown) return out + fmt::format("{} of {} budgets could not be checked", unknown, budgets);
+  return out + fmt::format("all {} budgets hold", budgets);
+}
+
+// "device 0  " or, for a whole trace, "trace     " (the same width).
+std::string place_of(const BudgetResult& r) {
+  return whole_trace(r) ? std::string("trace     ") : fmt::format("device {:<3}", r.device);
 }
 
 std::string file_name(const std::string& path) {
@@ -43,7 +61,7 @@ std::string file_name(const std::string& path) {
 std::string render_check_text(const std::vector<BudgetResult>& results) {
   std::string out;
   for (const auto& r : results) {
-    out += fmt::format("{}  {:<24} device {:<3} measured {:<18} allowed {}\n", tag(r.verdict), r.budget, r.device,
+    out += fmt::format("{}  {:<24} {} measured {:<18} allowed {}\n", tag(r.verdict), r.budget, place_of(r),
                        r.measured_text, r.allowed_text);
     out += fmt::format("      {}\n", r.message);
   }
@@ -56,15 +74,16 @@ nlohmann::json check_json(const std::vector<BudgetResult>& results, const std::v
   for (const auto& r : results) {
     nlohmann::json j = {{"budget", r.budget},
                         {"trace", r.trace},
-                        {"device", r.device},
+                        {"device", whole_trace(r) ? nlohmann::json(nullptr) : nlohmann::json(r.device)},
                         {"verdict", verdict_name(r.verdict)},
                         {"unit", r.unit},
-                        {"allowed", r.allowed},
+                        {"allowed", r.unit.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.allowed)},
                         {"measured_text", r.measured_text},
                         {"allowed_text", r.allowed_text},
                         {"message", r.message}};
-    j["measured"] = r.verdict == Verdict::unknown && r.measured_text == "unknown" ? nlohmann::json(nullptr)
-                                                                                  : nlohmann::json(r.measured);
+    j["measured"] = (r.verdict == Verdict::unknown && r.measured_text == "unknown") || r.unit.empty()
+                        ? nlohmann::json(nullptr)
+                        : nlohmann::json(r.measured);
     if (!r.details.is_null()) j["details"] = r.details;
     rs.push_back(std::move(j));
   }
@@ -159,7 +178,9 @@ std::string render_check_junit(const std::vector<BudgetResult>& results) {
     out += fmt::format("    <properties>\n      <property name=\"trace\" value=\"{}\"/>\n    </properties>\n",
                        xml_escape(trace));
     for (const auto* r : rs) {
-      std::string classname = fmt::format("vramtrace.check.{}.device{}", file_name(r->trace), r->device);
+      std::string classname = whole_trace(*r)
+                                  ? fmt::format("vramtrace.check.{}", file_name(r->trace))
+                                  : fmt::format("vramtrace.check.{}.device{}", file_name(r->trace), r->device);
       out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"0\"", xml_escape(classname),
                          xml_escape(r->budget));
       if (r->verdict == Verdict::pass) {
@@ -169,7 +190,9 @@ std::string render_check_junit(const std::vector<BudgetResult>& results) {
         continue;
       }
       const char* element = r->verdict == Verdict::fail ? "failure" : "error";
-      const char* type = r->verdict == Verdict::fail ? "budget-exceeded" : "unusable-input";
+      const char* type = r->verdict != Verdict::fail ? "unusable-input"
+                         : whole_trace(*r)           ? "run-did-not-finish"
+                                                     : "budget-exceeded";
       out += ">\n";
       out += fmt::format("      <{} message=\"{}\" type=\"{}\">{}\nmeasured: {}\nallowed: {}</{}>\n", element,
                          xml_escape(r->message), type, xml_escape(r->message), xml_escape(r->measured_text),
@@ -213,12 +236,14 @@ std::string render_check_github(const std::vector<BudgetResult>& results, const 
   std::string out;
   for (const auto& r : results) {
     if (r.verdict == Verdict::pass) continue;
-    std::string title = r.verdict == Verdict::fail
+    std::string title = whole_trace(r) ? fmt::format("vramtrace check: {}: the run did not finish", r.budget)
+                        : r.verdict == Verdict::fail
                             ? fmt::format("vramtrace check: {} exceeded on device {}", r.budget, r.device)
                             : fmt::format("vramtrace check: {} could not be checked on device {}", r.budget, r.device);
     // Each annotation names the budget file that set the budget, else the trace it was measured
-    // on: never another trace's file. A budget that could not be checked is a warning.
-    const std::string& where = budget_file.empty() ? r.trace : budget_file;
+    // on: never another trace's file. A budget that could not be checked is a warning. A trace
+    // that fails as a whole is named itself: no budget file set that rule.
+    const std::string& where = budget_file.empty() || whole_trace(r) ? r.trace : budget_file;
     out +=
         fmt::format("::{} file={},title={}::{}\n", r.verdict == Verdict::fail ? "error" : "warning",
                     github_escape_property(where), github_escape_property(title),

@@ -8,8 +8,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "analyses/oom/diagnosis.h"
 #include "analyses/ledger_report.h"
+#include "analyses/oom/diagnosis.h"
 #include "analyses/oom/oom_report.h"
 #include "analyses/processes.h"
 #include "analyses/sites.h"
@@ -671,6 +671,8 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
   }
   j["title"] = title;
   j["generated_by"] = "vramtrace " VRAMTRACE_REPORT_VERSION " report";
+  // Note [a run that did not finish]: a banner at the top of the page, one line per such trace.
+  for (const auto& u : unfinished_runs_json(models)) j["unfinished"].push_back(u["message"]);
   std::size_t all_devices = 0;
   for (const auto& m : models) all_devices += m.devices.size();
   std::vector<std::vector<OomCase>> all_cases;

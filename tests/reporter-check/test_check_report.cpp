@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "analyses/budgets.h"
+#include "analyses/check_verdict.h"
 #include "render/check_report.h"
 #include "vramtrace/types.h"
 
@@ -142,4 +143,62 @@ TEST_CASE("text names each budget its measured value and the allowed one", "[rep
   CHECK(t.find("allowed 2.50 GiB") != std::string::npos);
   CHECK(t.find("PASS  max-ooms") != std::string::npos);
   CHECK(t.find("????  max-retries") != std::string::npos);
+}
+
+TEST_CASE("one verdict for every format: a run that did not finish fails each of them", "[report][unfinished]") {
+  // Budgets that hold, on a trace that has no trailer and another that lost events.
+  DeviceMeasures m;
+  m.trace = "killed.jsonl";
+  m.peak_reserved = kGiB;
+  m.peak_allocated = kGiB;
+  Budgets b;
+  b.max_peak_reserved = 2 * kGiB;
+  const auto budgets = evaluate_budgets(b, {m}, nullptr);
+  REQUIRE(check_exit_code(budgets) == 0);
+  TraceFigures killed, lossy, fine;
+  killed.path = "killed.jsonl";
+  killed.incomplete = true;
+  killed.incomplete_reason = "no trailer: the process did not finish tracing; killed, crashed or still running";
+  lossy.path = "lossy.jsonl";
+  lossy.lost_events = 7;
+  fine.path = "fine.jsonl";
+  const auto unfinished = unfinished_traces({killed, fine, lossy}, "input");
+  REQUIRE(unfinished.size() == 2);
+  CHECK(unfinished[0].reason == killed.incomplete_reason);
+  CHECK(unfinished[1].reason == "it lost 7 events: its writer dropped them, or the file lost lines");
+
+  const CheckVerdict v = decide_check(budgets, unfinished, false);
+  CHECK(v.exit_code == 1);
+  CHECK(v.unfinished_fail);
+  REQUIRE(v.results.size() == 3);
+  const auto j = check_json(v.results, {m});
+  CHECK(j["exit_code"] == v.exit_code);
+  CHECK(j["verdict"] == "fail");
+  CHECK(j["results"][1]["budget"] == kCompleteTraceRule);
+  CHECK(j["results"][1]["device"].is_null());
+  CHECK(j["results"][1]["measured"].is_null());  // no figure: the rule is about the trace
+  CHECK(j["results"][2]["measured_text"] == "7 events lost");
+  const std::string junit = render_check_junit(v.results);
+  CHECK(junit.find("failures=\"2\"") != std::string::npos);
+  CHECK(junit.find("classname=\"vramtrace.check.killed.jsonl\" name=\"complete-trace\"") != std::string::npos);
+  const std::string github = render_check_github(v.results, "memory.budget");
+  // The trace, not the budget file: no budget file set this rule.
+  CHECK(github.find("::error file=killed.jsonl,title=vramtrace check%3A complete-trace%3A the run did not finish::") !=
+        std::string::npos);
+  CHECK(github.find("::error file=lossy.jsonl,") != std::string::npos);
+  const std::string text = render_check_text(v.results);
+  CHECK(text.find("FAIL  complete-trace           trace      measured ended early") != std::string::npos);
+  CHECK(text.find("vramtrace check: fails: 2 traces did not finish; all 1 budgets hold\n") != std::string::npos);
+
+  // --allow-incomplete: the budgets alone decide.
+  const CheckVerdict allowed = decide_check(budgets, unfinished, true);
+  CHECK(allowed.exit_code == 0);
+  CHECK_FALSE(allowed.unfinished_fail);
+  CHECK(allowed.results.size() == 1);
+  CHECK(check_json(allowed.results, {m})["verdict"] == "pass");
+  // A failure wins over a budget that could not be judged, as with budgets alone.
+  std::vector<BudgetResult> unjudged = budgets;
+  unjudged[0].verdict = Verdict::unknown;
+  CHECK(decide_check(unjudged, unfinished, false).exit_code == 1);
+  CHECK(decide_check(unjudged, unfinished, true).exit_code == 2);
 }

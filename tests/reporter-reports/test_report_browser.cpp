@@ -1337,3 +1337,32 @@ TEST_CASE("browser: 2 to 16 long traces share the page's bound on timelines", "[
     screenshot(b, "bounded-8-long-traces");
   }
 }
+
+TEST_CASE("browser: a run that did not finish is said first, at the top of the page", "[browser][unfinished]") {
+  skip_without_chromium();
+  // A vramtrace trace without its trailer (Note [a run that did not finish]).
+  fs::path dir = fs::temp_directory_path() / ("vt-report-unfinished-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path trace = dir / "killed.jsonl";
+  std::ofstream(trace) << R"({"a":"header","format":"vramtrace","version":"1.1","pid":7,"devices":[{"id":0,)"
+                       << R"("name":"GPU","total_bytes":85899345920}],"allocator_settings":"","settings":{},)"
+                       << R"("entry_points":[""]})"
+                       << "\n"
+                       << R"({"a":"segment_alloc","t":1000,"p":4294967296,"r":2097152})"
+                       << "\n"
+                       << R"({"a":"alloc","t":2000,"p":4294967296,"r":1048576})"
+                       << "\n";
+  const fs::path html = dir / "report.html";
+  std::ofstream(html, std::ios::binary) << render_report_html(load_models({trace.string()}));
+  const std::string dom = run_chromium(html, "--dump-dom", dir / "dom.err");
+  const std::string main_div = "<div id=\"main\">";
+  const std::size_t main = dom.find(main_div);
+  REQUIRE(main != std::string::npos);
+  INFO(dom.substr(main, 400));
+  // The page's first content under its title: the banner, with the trace and the reason.
+  const std::string banner = "<div class=\"note warn unfinished\">THE RUN DID NOT FINISH: " + trace.string() + ": ";
+  CHECK(dom.compare(main + main_div.size(), banner.size(), banner) == 0);
+  CHECK(dom.find("no trailer: the process did not finish tracing", main) < dom.find("<h2", main));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}

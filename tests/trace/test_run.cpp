@@ -276,15 +276,22 @@ TEST_CASE("damaged traces: each kind of damage is named, nothing readable is los
     CHECK(o.exit_code == c.exit_code);
     CHECK((o.out + o.err).find(c.oom_says) != std::string::npos);
   }
-  // check passes an incomplete trace's budgets but says its figures stop early, in every format.
+  // check fails an incomplete trace whatever its budgets say, in every format (Note [a run that
+  // did not finish]); --allow-incomplete judges its budgets and says its figures stop early.
   RunResult chk = run_vramtrace({"check", dir.file("notrailer.jsonl"), "--max-peak-reserved", "1GiB"}, dir);
   INFO(chk.out << chk.err);
-  CHECK(chk.exit_code == 0);
-  CHECK(chk.out.find("warning: " + dir.file("notrailer.jsonl") + " ends abruptly (no trailer") != std::string::npos);
+  CHECK(chk.exit_code == 1);
+  CHECK(chk.out.find("error: " + dir.file("notrailer.jsonl") + " did not finish (no trailer") != std::string::npos);
+  RunResult chk_allowed =
+      run_vramtrace({"check", dir.file("notrailer.jsonl"), "--max-peak-reserved", "1GiB", "--allow-incomplete"}, dir);
+  CHECK(chk_allowed.exit_code == 0);
+  CHECK(chk_allowed.out.find("warning: " + dir.file("notrailer.jsonl") + " did not finish (no trailer") !=
+        std::string::npos);
   RunResult chk_json =
       run_vramtrace({"check", dir.file("notrailer.jsonl"), "--max-peak-reserved", "1GiB", "--format", "json"}, dir);
-  CHECK(chk_json.exit_code == 0);
+  CHECK(chk_json.exit_code == 1);
   const auto cj = nlohmann::json::parse(chk_json.out);
+  CHECK(cj["verdict"] == "fail");
   REQUIRE(cj["incomplete_traces"].size() == 1);
   CHECK(cj["incomplete_traces"][0]["reason"].get<std::string>().find("no trailer") == 0);
   RunResult chk_intact = run_vramtrace({"check", plain_path, "--max-peak-reserved", "1GiB"}, dir);

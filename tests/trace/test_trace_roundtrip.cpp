@@ -289,6 +289,49 @@ TEST_CASE("a cut last line and a missing trailer read as an incomplete trace", "
   }
 }
 
+TEST_CASE("lost events: the dropped ones plus what the trailer counts and the file lacks, in all or by action",
+          "[trace][reader][lost]") {
+  ScratchDir dir;
+  const std::string header =
+      R"({"a":"header","format":"vramtrace","version":"1.2","pid":1,"devices":[{"id":0,"name":"GPU",)"
+      R"("total_bytes":85899345920}],"allocator_settings":"","settings":{},"entry_points":[""]})"
+      "\n";
+  const std::string seg = R"({"a":"segment_alloc","t":1,"p":4294967296,"r":2097152})"
+                          "\n";
+  const std::string alloc = R"({"a":"alloc","t":2,"p":4294967296,"r":512})"
+                            "\n";
+  auto lost = [&](const std::string& name, const std::string& events, const std::string& trailer_fields) {
+    std::ofstream(dir.file(name), std::ios::binary)
+        << header << events << R"({"a":"trailer","t":3,)" << trailer_fields << R"(,"devices":[]})"
+        << "\n";
+    auto reader = open_vramtrace_trace_details(dir.file(name));
+    TraceRecord r;
+    while (reader->next(r)) {
+    }
+    CHECK_FALSE(reader->incomplete());
+    return reader->lost_events();
+  };
+  // Everything the trailer counts is there.
+  CHECK(lost("whole.jsonl", seg + alloc, R"("events":2,"dropped":0,"counts":{"segment_alloc":1,"alloc":1})") == 0);
+  // The header and the trailer alone: 999 written and none held, plus 5 never written.
+  CHECK(lost("empty.jsonl", "", R"("events":999,"dropped":5,"counts":{"alloc":999})") == 1004);
+  // Dropped events are not among those written: both count.
+  CHECK(lost("both.jsonl", seg, R"("events":2,"dropped":5,"counts":{"segment_alloc":1,"alloc":1})") == 6);
+  // As many lines as written in all, but of another action than counted.
+  CHECK(lost("by_action.jsonl", seg + seg, R"("events":2,"dropped":0,"counts":{"segment_alloc":1,"alloc":1})") == 1);
+  // A kind this reader does not know (a newer minor version) is counted by its name.
+  const std::string future = R"({"a":"future_kind","t":2})"
+                             "\n";
+  CHECK(lost("future.jsonl", seg + future, R"("events":3,"dropped":0,"counts":{"segment_alloc":1,"future_kind":2})") ==
+        1);
+  // Lines beyond the counts are not lost events.
+  CHECK(lost("extra.jsonl", seg + alloc + alloc, R"("events":2,"dropped":0,"counts":{"segment_alloc":1,"alloc":1})") ==
+        0);
+  // A hostile trailer saturates instead of wrapping.
+  CHECK(lost("huge.jsonl", "", R"("events":18446744073709551615,"dropped":18446744073709551615,"counts":{})") ==
+        UINT64_MAX);
+}
+
 TEST_CASE("a newer major format version is refused by name", "[trace][reader]") {
   ScratchDir dir;
   std::ofstream(dir.file("v2.jsonl")) << "{\"a\":\"header\",\"format\":\"vramtrace\",\"version\":\"2.0\"}\n"

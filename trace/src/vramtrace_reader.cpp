@@ -431,6 +431,11 @@ inline simdjson::error_code get_field(simdjson::ondemand::value&, bool&) {
   return simdjson::SUCCESS;  // an object read with nlohmann::json afterwards; skipped here
 }
 
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+  std::uint64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+}
+
 // The trailer of an uncompressed file, read from its last 1 MiB; nullopt if absent or compressed.
 std::optional<VramtraceTrailer> peek_trailer(const std::string& path) {
   // Only a regular file can be read from its end (a pipe is read from its copy, by ByteSource).
@@ -527,7 +532,10 @@ class Reader final : public VramtraceTraceReader {
         fail("a record after the trailer (two traces concatenated?)");
       }
       int kind = parse_line(line, out);
-      if (kind == kEvent || kind == kSkipped) ++event_lines_;
+      if (kind == kEvent) {
+        ++event_lines_;
+        ++lines_by_action_[static_cast<std::size_t>(out.action)];
+      }
       if (kind == kEvent) return true;
       if (kind == kCut) {
         incomplete_ = true;
@@ -874,6 +882,11 @@ class Reader final : public VramtraceTraceReader {
     std::optional<Action> action = parse_action(action_text);
     if (!action || *action == Action::snapshot) {
       ++skipped_;
+      ++event_lines_;
+      if (action)
+        ++lines_by_action_[static_cast<std::size_t>(*action)];
+      else
+        ++skipped_by_kind_[std::string(action_text)];
       return kSkipped;
     }
     refuse_impossible(*action, f);
@@ -1057,12 +1070,26 @@ class Reader final : public VramtraceTraceReader {
 
   void set_frame_namer(std::shared_ptr<FrameNamer> namer) override { namer_ = std::move(namer); }
 
-  // The trailer's dropped count (the writer's full buffer under VRAMTRACE_TRACE_ON_FULL=drop), or
-  // the event lines its count says were written and the file does not hold, whichever is larger.
+  // Note [lost events]: the events the writer dropped (its full buffer under
+  // VRAMTRACE_TRACE_ON_FULL=drop; never written, so not in the trailer's "events"), plus the event
+  // lines the trailer says were written that the file does not hold. Those are counted in total
+  // ("events") and per action ("counts"), and the larger shortfall is taken: a file that lost
+  // allocations but holds as many lines in all (lines it should not have, an edited file) still
+  // lost them. Lines beyond the counts are not lost events. Unknown (0) without a trailer: the
+  // trace is incomplete() then. Saturates instead of wrapping on a hostile trailer.
   std::uint64_t lost_events() const override {
     if (!trailer_.present || !finished_) return 0;
-    const std::uint64_t missing = trailer_.events > event_lines_ ? trailer_.events - event_lines_ : 0;
-    return std::max(trailer_.dropped, missing);
+    auto shortfall = [](std::uint64_t written, std::uint64_t held) { return written > held ? written - held : 0; };
+    std::uint64_t by_action = 0;
+    for (const auto& [name, written] : trailer_.counts) {
+      std::uint64_t held = 0;
+      if (const std::optional<Action> a = parse_action(name))
+        held = lines_by_action_[static_cast<std::size_t>(*a)];
+      else if (const auto it = skipped_by_kind_.find(name); it != skipped_by_kind_.end())
+        held = it->second;
+      by_action = saturating_add(by_action, shortfall(written, held));
+    }
+    return saturating_add(trailer_.dropped, std::max(shortfall(trailer_.events, event_lines_), by_action));
   }
 
   std::vector<std::string> notes() const override {
@@ -1138,6 +1165,11 @@ class Reader final : public VramtraceTraceReader {
   bool has_snapshot_ = false;
   std::uint64_t skipped_ = 0;
   std::uint64_t event_lines_ = 0;  // event lines read (events and skipped ones), for lost_events
+  // The same per action (by Action's value; Action has fewer than 32), and per kind this reader
+  // does not know (skipped lines of a newer minor version), for the trailer's "counts".
+  std::array<std::uint64_t, 32> lines_by_action_{};
+  static_assert(static_cast<std::size_t>(Action::mark) < 32, "lines_by_action_ is indexed by Action");
+  std::unordered_map<std::string, std::uint64_t> skipped_by_kind_;
   std::shared_ptr<StackTable> stacks_ = std::make_shared<StackTable>();
   std::unordered_map<std::uint32_t, trace::ModuleInfo> modules_;
   std::unordered_map<std::uint32_t, std::string> strings_;

@@ -292,7 +292,10 @@ class TraceReader {
   virtual std::string position() const = 0;
   /// For snapshots: the segments recorded at the end of the trace (empty if none).
   virtual const Snapshot* final_state() const { return nullptr; }
-  /// True when the input ended early (cut last line, missing trailer).
+  /// True when the input ended early, or says that the run it records did not end (a cut last
+  /// line, a missing trailer; a snapshot whose sidecar's last write is not the exit write): the
+  /// reports then say the run did not finish (Note [a run that did not finish] in
+  /// reporter/model/unfinished_run.h). Known once next() returned false.
   virtual bool incomplete() const { return false; }
   /// Why incomplete() holds, in words for a report; empty when complete. Known once next()
   /// returned false. Default: "cut last line", all that a format without a trailer can tell;
@@ -309,8 +312,8 @@ class TraceReader {
   /// after a crash), for a note in reports. Default: 0, for formats that never skip any.
   virtual std::uint64_t nul_bytes() const { return 0; }
   /// Events the writer recorded that the file does not hold (dropped when its buffer was full,
-  /// or lines lost from the file), known once next() returned false. Default: 0, for formats
-  /// that cannot tell.
+  /// or lines lost from the file: fewer than its trailer counts, in all or for an action), known
+  /// once next() returned false. Default: 0, for formats that cannot tell.
   virtual std::uint64_t lost_events() const { return 0; }
   /// Input bytes consumed so far and the input's size (compressed, as on disk; total 0 when
   /// unknown), for progress lines.
