@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <system_error>
+#include <vector>
 
 #include "vramtrace/gpu_cards.h"
 #include "vramtrace/types.h"
@@ -111,16 +112,35 @@ std::string printed(const char* format, Args... args) {
   return out;
 }
 
+// The refusal of a word that is no card: the nearest names (gpu_card_suggestions), then every
+// name. The wording is the one every size option prints (tests/reporter-check, test_cmd_cli).
+std::string unknown_card_error(const std::string& name) {
+  std::string error = "'" + name + "' is neither a size (such as 512MiB, 16GB, 14.58GiB, 1048576) nor a known card; ";
+  const std::vector<std::string> near = cli::gpu_card_suggestions(name);
+  for (std::size_t i = 0; i < near.size(); ++i)
+    error += (i == 0 ? "did you mean " : i + 1 == near.size() ? " or " : ", ") + near[i];
+  if (!near.empty()) error += "? ";
+  return error + "known cards: " + cli::gpu_card_names();
+}
+
 }  // namespace
 
 bool parse_size(std::string_view text, std::uint64_t& out_bytes, std::string& error, const SizeBounds& bounds) {
   std::string number_error;
   if (parse_number_size(text, out_bytes, number_error, bounds)) return true;
-  if (const std::uint64_t card = cli::gpu_card_bytes(strip_spaces(text)); card != 0 && card <= bounds.max_bytes) {
+  const std::string name = strip_spaces(text);
+  if (const std::uint64_t card = cli::gpu_card_bytes(name); card != 0) {
+    if (card > bounds.max_bytes) {
+      error = too_large(text, bounds.max_bytes);
+      return false;
+    }
     out_bytes = card;
     return true;
   }
-  error = std::move(number_error);
+  // A word is a card name that was not found: say which names were meant to be close, and list
+  // them all (docs/configuration.md promises the list). A number keeps the number's error.
+  error = !name.empty() && std::isalpha(static_cast<unsigned char>(name[0])) != 0 ? unknown_card_error(name)
+                                                                                  : std::move(number_error);
   return false;
 }
 
@@ -129,6 +149,21 @@ bool size_names_card(std::string_view text) {
   std::string error;
   return !parse_number_size(text, bytes, error, SizeBounds{~std::uint64_t{0}, false, true}) &&
          cli::gpu_card_bytes(strip_spaces(text)) != 0;
+}
+
+std::optional<SizeSpelling> size_spelling(std::string_view text) {
+  std::uint64_t bytes = 0;
+  std::string error;
+  if (!parse_number_size(text, bytes, error, SizeBounds{~std::uint64_t{0}, false, true})) return std::nullopt;
+  const std::string s = strip_spaces(text);
+  const std::size_t unit_at = s.find_first_not_of("0123456789.");
+  SizeSpelling out;
+  out.number = s.substr(0, unit_at);
+  out.unit = unit_at == std::string::npos ? std::string() : s.substr(unit_at);
+  std::string lower = out.unit;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  out.decimal_exponent = lower == "kb" ? 3 : lower == "mb" ? 6 : lower == "gb" ? 9 : lower == "tb" ? 12 : 0;
+  return out;
 }
 
 std::string format_bytes(double bytes, ByteStyle style) {

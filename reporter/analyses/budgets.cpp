@@ -55,12 +55,9 @@ std::optional<double> parse_percent(std::string_view s) {
 }  // namespace
 
 std::optional<std::uint64_t> parse_size(std::string_view text) {
-  // Budgets are limits, not allocations: any amount below 2^63 bytes, to the nearest byte.
-  constexpr SizeBounds kBudgetBounds{(std::uint64_t{1} << 63) - 1, /*round_to_nearest=*/true,
-                                     /*fractional_bytes=*/true};
   std::uint64_t bytes = 0;
   std::string error;
-  if (!parse_size(text, bytes, error, kBudgetBounds)) return std::nullopt;
+  if (!parse_size(text, bytes, error, kBudgetSizeBounds)) return std::nullopt;
   return bytes;
 }
 

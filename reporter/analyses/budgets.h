@@ -34,6 +34,11 @@ class BudgetError : public std::runtime_error {
 /// 2^63 bytes is allowed. Returns nullopt on anything else.
 std::optional<std::uint64_t> parse_size(std::string_view text);
 
+/// Those bounds (parse_size above): budgets are limits, not allocations, so any amount below
+/// 2^63 bytes, to the nearest byte. The command line checks budget options with them too.
+inline constexpr SizeBounds kBudgetSizeBounds{(std::uint64_t{1} << 63) - 1, /*round_to_nearest=*/true,
+                                              /*fractional_bytes=*/true};
+
 /// Every budget; unset ones are not checked. Names are the command-line options without "--".
 struct Budgets {
   std::optional<std::uint64_t> max_peak_reserved;   ///< bytes; reserved_bytes.all.peak

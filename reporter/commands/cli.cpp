@@ -1,12 +1,17 @@
 // The process exit code shared by the subcommands, and the option checks they share (commands.h).
 #include <atomic>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 
+#include "analyses/budgets.h"
 #include "analyses/check_input.h"
 #include "commands/commands.h"
 #include "commands/log.h"
 #include "readers/trace_paths.h"
 #include "vramtrace/gpu_cards.h"
+#include "vramtrace/types.h"
 #include "vramtrace/units.h"
 
 namespace vramtrace::cli {
@@ -15,6 +20,50 @@ std::atomic<int> g_exit_code{0};
 
 // An empty value is almost always an unset shell variable ("--limit $LIMIT").
 constexpr const char* kEmptyValue = "an empty value (an unset shell variable?)";
+
+// Below these a size written without a unit is surely a mistake (SizeUse).
+constexpr std::uint64_t kSmallestBareCapacity = 64 * kMiB;
+constexpr std::uint64_t kSmallestBarePeakBudget = kMiB;
+
+// The refusal of a number written without a unit that is too small to be meant for `use`
+// (SizeUse; docs/configuration.md "Sizes"), or "" when the value may stand.
+std::string bare_size_refusal(const std::string& v, std::uint64_t bytes, SizeUse use) {
+  const std::optional<SizeSpelling> spelled = size_spelling(v);
+  if (!spelled || !spelled->unit.empty() || use == SizeUse::amount || bytes == 0) return {};
+  const std::uint64_t floor = use == SizeUse::capacity ? kSmallestBareCapacity : kSmallestBarePeakBudget;
+  if (bytes >= floor) return {};
+  // "3090" is the card RTX3090 more often than 3090 bytes: name the card it ends.
+  std::string cards;
+  for (const GpuCard& c : kGpuCards) {
+    const std::string key = gpu_card_key(c.name);
+    if (spelled->number.size() >= 3 && key.size() > spelled->number.size() &&
+        key.compare(key.size() - spelled->number.size(), std::string::npos, spelled->number) == 0)
+      cards += std::string(cards.empty() ? "" : ", ") + c.name;
+  }
+  const std::string& n = spelled->number;
+  return "'" + v + "' is " + n + " bytes (a bare number is bytes), surely not meant as " +
+         (use == SizeUse::capacity ? "a capacity under 64 MiB" : "a peak budget under 1 MiB") + ": " +
+         (cards.empty() ? "give a unit (" + n + "GiB, " + n + "MiB; " + n +
+                              "B for bytes), or a card by its name with the maker's letters (RTX3090, \"rtx 3090\")"
+                        : "for the card, give its name with the maker's letters (" + cards + "); for a size, a unit (" +
+                              n + "MiB; " + n + "B for bytes)");
+}
+
+// "note: 16GB = 16 x 10^9 bytes = 14.90 GiB; ..." on stderr for a size in a decimal unit, once a
+// value: "16GB" is read as decimal, as written, but is usually copied from a card's marketed size,
+// which is neither 16 x 10^9 nor 16 x 2^30 bytes of usable memory.
+void note_decimal_unit(const std::string& v, std::uint64_t bytes) {
+  const std::optional<SizeSpelling> spelled = size_spelling(v);
+  if (!spelled || spelled->decimal_exponent == 0) return;
+  static std::mutex mutex;
+  static std::set<std::string> noted;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!noted.insert(v).second) return;
+  logger().info(
+      "vramtrace: note: {} = {} x 10^{} bytes = {}; for a card, give its name (T4, V100-16GB), whose figure is what "
+      "PyTorch reports on it",
+      v, spelled->number, spelled->decimal_exponent, format_bytes(static_cast<double>(bytes), ByteStyle::binary));
+}
 }  // namespace
 
 void set_exit_code(int code) { g_exit_code.store(code); }
@@ -46,22 +95,17 @@ CLI::Validator count_check() {
       "COUNT", "Count");
 }
 
-CLI::Validator size_check(bool allow_zero) {
+CLI::Validator size_check(SizeUse use) {
   return CLI::Validator(
-      [allow_zero](std::string& v) -> std::string {
+      [use](std::string& v) -> std::string {
         if (v.empty()) return kEmptyValue;
         std::uint64_t bytes = 0;
         std::string error;
-        if (!parse_size(v, bytes, error)) {
-          // One hint, with every card a size option takes; the other refusals (a unit, a
-          // fraction of a byte, too large) say precisely what is wrong and keep their words.
-          if (error.find("is not a size (examples:") != std::string::npos)
-            return "'" + v +
-                   "' is neither a size (such as 512MiB, 16GB, 14.58GiB, 1048576) nor a known card; known cards: " +
-                   gpu_card_names();
-          return error;
-        }
-        if (bytes == 0 && !allow_zero) return "must be greater than 0";
+        // Budgets are limits rather than allocations: analyses/budgets.h's bounds.
+        if (!parse_size(v, bytes, error, use == SizeUse::capacity ? SizeBounds{} : kBudgetSizeBounds)) return error;
+        if (bytes == 0 && use == SizeUse::capacity) return "must be greater than 0";
+        if (std::string refusal = bare_size_refusal(v, bytes, use); !refusal.empty()) return refusal;
+        note_decimal_unit(v, bytes);
         return {};
       },
       "SIZE", "Size");

@@ -218,8 +218,10 @@ void register_check(CLI::App& app) {
       ->required();
   add_level_option(cmd, o->level);
   cmd->add_option("--budget", o->budget_file, "Budget file: `key = value` lines (docs/ci.md); options override it");
-  cmd->add_option("--max-peak-reserved", o->max_peak_reserved, "Limit on reserved_bytes.all.peak, e.g. 20GiB");
-  cmd->add_option("--max-peak-allocated", o->max_peak_allocated, "Limit on allocated_bytes.all.peak, e.g. 18GiB");
+  cmd->add_option("--max-peak-reserved", o->max_peak_reserved, "Limit on reserved_bytes.all.peak, e.g. 20GiB")
+      ->check(size_check(SizeUse::peak_budget));
+  cmd->add_option("--max-peak-allocated", o->max_peak_allocated, "Limit on allocated_bytes.all.peak, e.g. 18GiB")
+      ->check(size_check(SizeUse::peak_budget));
   cmd->add_option("--max-reserved-ratio", o->max_reserved_ratio, "Limit on peak reserved / peak allocated, e.g. 1.3")
       ->check(number_check(1, false, std::numeric_limits<double>::max(), false,
                            "a ratio of at least 1 (reserved memory is never below allocated memory)", "RATIO"));
@@ -229,10 +231,12 @@ void register_check(CLI::App& app) {
                 "Judge the budgets of runs that did not finish (no trailer, a cut last line, lost events) on their "
                 "figures up to the last recorded event instead of failing them (a warning says so)");
   cmd->add_flag("--no-leaks", o->no_leaks, "Fail when allocated memory grows significantly per step after warm-up");
-  cmd->add_option("--max-growth", o->max_growth, "Limit on the fitted growth per step, e.g. 1MiB");
+  cmd->add_option("--max-growth", o->max_growth, "Limit on the fitted growth per step, e.g. 1MiB")
+      ->check(size_check(SizeUse::amount));
   cmd->add_option("--baseline", o->baseline, "An earlier `vramtrace summary --json` (or trace) to compare peaks with");
   cmd->add_option("--max-increase", o->max_increase, "Allowed increase of each peak over the baseline, percent");
-  cmd->add_option("--noise-margin", o->noise_margin, "Absolute slack on baseline comparisons (default 2MiB)");
+  cmd->add_option("--noise-margin", o->noise_margin, "Absolute slack on baseline comparisons (default 2MiB)")
+      ->check(size_check(SizeUse::amount));
   cmd->add_option("--device", o->device, "Check only this device")->check(CLI::Range(0, 1023));
   auto* format = cmd->add_option("--format", o->format, "text, json, junit or github")
                      ->check(CLI::IsMember({"text", "json", "junit", "github"}));

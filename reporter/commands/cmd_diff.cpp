@@ -90,7 +90,8 @@ void register_diff(CLI::App& app) {
   cmd->add_flag("--exit-code", o->exit_code,
                 "Exit 1 when something changed beyond the noise margin, 0 when nothing did (as git diff --exit-code)");
   add_level_option(cmd, o->level);
-  cmd->add_option("--noise-margin", o->margin, "Changes below this count as none (default 2MiB)");
+  cmd->add_option("--noise-margin", o->margin, "Changes below this count as none (default 2MiB)")
+      ->check(size_check(SizeUse::amount));
   cmd->callback([o]() {
     try {
       std::uint64_t margin = Budgets::kDefaultNoiseMargin;

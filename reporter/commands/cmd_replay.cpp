@@ -400,7 +400,8 @@ void register_replay(CLI::App& app) {
       ->required();
   sub->add_option("--capacity", args->capacity,
                   "simulated GPU memory: a size (14.58GiB, 16GB, 512MiB, 1048576) or a card name (T4, A100-40GB); "
-                  "default: the trace's device total, or its cap");
+                  "default: the trace's device total, or its cap")
+      ->check(size_check());
   sub->add_option("--full", args->full,
                   "a complete trace of the same program (e.g. run without the cap), replayed instead of TRACE on "
                   "TRACE's capacity: for a TRACE that ends at its OOM");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,10 +31,29 @@ void register_export(CLI::App& app);
 /// usage error (exit 2).
 void refuse_empty_values(CLI::App& app, const std::vector<std::string>& empty_allowed);
 
-/// CLI11 check: a byte size in the grammar of every size option (512MiB, 14.58GiB, 16GB, a plain
-/// byte count, a card name such as T4; vramtrace/units.h parse_size), greater than 0 unless
-/// `allow_zero`.
-CLI::Validator size_check(bool allow_zero = false);
+/// What a size option bounds, for size_check: which values are surely mistakes there.
+enum class SizeUse : std::uint8_t {
+  /// The memory a program may use (replay/oom --capacity, run/tune --limit): more than 0 bytes; a
+  /// number without a unit under 64 MiB is refused ("3090" meant the card RTX3090, "16" meant
+  /// GiB: no GPU program fits in less).
+  capacity,
+  /// A budget on a peak (check --max-peak-reserved, --max-peak-allocated): 0 or more; a number
+  /// without a unit from 1 byte to under 1 MiB is refused (PyTorch reserves at least a 2 MiB
+  /// segment, kSmallBuffer, so such a budget only passes a run that reserves nothing: write 0).
+  peak_budget,
+  /// Any other amount (check --max-growth and --noise-margin, diff --noise-margin): 0 or more,
+  /// any number of bytes (a growth of 4096 bytes a step is a real budget).
+  amount,
+};
+
+/// CLI11 check of a size option, the one place every command's sizes pass through: the grammar
+/// of every size option (512MiB, 14.58GiB, 16GB, a plain byte count, a card name such as T4;
+/// vramtrace/units.h parse_size, with a budget's bounds, analyses/budgets.h, for budgets and
+/// amounts), the refusals of `use` (SizeUse), each a usage error (exit 2) naming the value and
+/// what to write instead, and, for a size in a decimal unit (KB, MB, GB, TB), one note on stderr
+/// a value: "vramtrace: note: 16GB = 16 x 10^9 bytes = 14.90 GiB; for a card, give its name ...".
+/// Thread-safe.
+CLI::Validator size_check(SizeUse use = SizeUse::capacity);
 
 /// CLI11 check: a whole number >= 0 (a count), in plain words when it is not.
 CLI::Validator count_check();

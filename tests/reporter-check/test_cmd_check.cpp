@@ -263,7 +263,7 @@ TEST_CASE("check usage and input errors exit 2 with a message", "[cmd][check][er
   CHECK(none.out.find("no budget given") != std::string::npos);
   auto size = sh(kVt + " check " + t + " --max-peak-reserved lots");
   CHECK(size.rc == 2);
-  CHECK(size.out.find("not a size") != std::string::npos);
+  CHECK(size.out.find("is neither a size") != std::string::npos);
   CHECK(sh(kVt + " check " + t + " --max-increase 5").rc == 2);
   CHECK(sh(kVt + " check /nonexistent/trace.jsonl --no-leaks").rc == 2);
   CHECK(sh(kVt + " check " + t + " --no-leaks --format xml").rc == 2);

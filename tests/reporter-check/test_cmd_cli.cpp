@@ -141,14 +141,100 @@ TEST_CASE("a size option that takes cards refuses a word with one hint, the same
   const std::string hint =
       "'lots' is neither a size (such as 512MiB, 16GB, 14.58GiB, 1048576) nor a known card; "
       "known cards: T4, ";
-  for (const std::string& args : std::vector<std::string>{"oom " + kGpt2 + " --capacity lots",
-                                                          "tune --limit lots -- true", "run --limit lots -- true"}) {
+  for (const std::string& args : std::vector<std::string>{
+           "oom " + kGpt2 + " --capacity lots", "replay " + kGpt2 + " --capacity lots", "tune --limit lots -- true",
+           "run --limit lots -- true", "check " + kGpt2 + " --max-peak-reserved lots"}) {
     INFO(args);
     const Result r = vt(args);
     CHECK(r.rc == 2);
     CHECK(count_of(r.err, hint) == 1);
     CHECK(count_of(r.err, "e.g.") + count_of(r.err, "examples:") == 0);
   }
+}
+
+TEST_CASE("a size in a decimal unit is kept, with one note on stderr of what it is", "[cli][sizes]") {
+  const std::string note =
+      "vramtrace: note: 16GB = 16 x 10^9 bytes = 14.90 GiB; for a card, give its name (T4, V100-16GB), whose "
+      "figure is what PyTorch reports on it\n";
+  const Result replay = vt("replay " + kGpt2 + " --capacity 16GB --json");
+  REQUIRE(replay.rc == 0);
+  CHECK(count_of(replay.err, note) == 1);
+  const auto j = nlohmann::json::parse(replay.out);  // stdout stays JSON
+  CHECK(j["results"][0]["capacity_bytes"] == 16'000'000'000ull);
+  const Result oom = vt("oom " + kGpt2 + " --capacity 16GB --json");
+  CHECK(count_of(oom.err, note) == 1);
+  CHECK_NOTHROW(nlohmann::json::parse(oom.out));
+  // Once a value, whichever options give it; budgets and amounts too.
+  const Result check =
+      vt("check " + kGpt2 + " --max-peak-reserved 20GB --max-peak-allocated 20GB --noise-margin '2 MB'");
+  CHECK(check.rc == 0);
+  CHECK(count_of(check.err, "vramtrace: note: 20GB = 20 x 10^9 bytes = 18.63 GiB;") == 1);
+  CHECK(count_of(check.err, "vramtrace: note: 2 MB = 2 x 10^6 bytes = 1.91 MiB;") == 1);
+  CHECK(has(vt("diff " + kGpt2 + " " + kGpt2 + " --noise-margin 1.5KB").err,
+            "vramtrace: note: 1.5KB = 1.5 x 10^3 bytes = 1.46 KiB;"));
+  CHECK(has(vt("run --limit 16GB -- true", "VRAMTRACE_LIB=/nonexistent/libvramtrace.so").err, note));
+  // Binary units and card names need no note.
+  for (const std::string& args :
+       std::vector<std::string>{"replay " + kGpt2 + " --capacity 16GiB", "replay " + kGpt2 + " --capacity T4",
+                                "check " + kGpt2 + " --max-peak-reserved 20G"}) {
+    INFO(args);
+    CHECK_FALSE(has(vt(args).err, "note:"));
+  }
+}
+
+TEST_CASE("a capacity or cap without a unit under 64 MiB is refused, not read as a few bytes", "[cli][sizes]") {
+  struct Case {
+    std::string args, refusal;
+  };
+  const std::string cap = "surely not meant as a capacity under 64 MiB: ";
+  for (const Case& c : std::vector<Case>{
+           {"replay " + kGpt2 + " --capacity 3090",
+            "--capacity: '3090' is 3090 bytes (a bare number is bytes), " + cap +
+                "for the card, give its name with the maker's letters (RTX3090); for a size, a unit (3090MiB; "
+                "3090B for bytes)"},
+           {"oom " + kGpt2 + " --capacity 16",
+            "--capacity: '16' is 16 bytes (a bare number is bytes), " + cap +
+                "give a unit (16GiB, 16MiB; 16B for bytes), or a card by its name with the maker's letters (RTX3090, "
+                "\"rtx 3090\")"},
+           {"run --limit 4090 -- true", "--limit: '4090' is 4090 bytes (a bare number is bytes), " + cap},
+           {"tune --limit 200 -- true", "for the card, give its name with the maker's letters (H200)"},
+           {"check " + kGpt2 + " --max-peak-reserved 20",
+            "--max-peak-reserved: '20' is 20 bytes (a bare number is bytes), surely not meant as a peak budget under "
+            "1 MiB"},
+           {"check " + kGpt2 + " --max-peak-allocated 1.5", "'1.5' is 1.5 bytes"},
+       }) {
+    INFO(c.args);
+    const Result r = vt(c.args, "VRAMTRACE_LIB=/nonexistent/libvramtrace.so");
+    CHECK(r.rc == 2);
+    CHECK(has(r.err, c.refusal));
+  }
+  // With a unit, or large enough, or where small byte counts are real amounts: accepted.
+  for (const std::string& args :
+       std::vector<std::string>{"replay " + kGpt2 + " --capacity 32MiB", "replay " + kGpt2 + " --capacity 1048576B",
+                                "replay " + kGpt2 + " --capacity 67108864", "check " + kGpt2 + " --max-peak-reserved 0",
+                                "check " + kGpt2 + " --max-peak-reserved 1MiB --max-growth 4096 --noise-margin 0",
+                                "diff " + kGpt2 + " " + kGpt2 + " --noise-margin 512"}) {
+    INFO(args);
+    const Result r = vt(args);
+    CHECK(r.rc != 2);
+    CHECK_FALSE(has(r.err, "bare number"));
+  }
+}
+
+TEST_CASE("an unknown card name gets the nearest names and every name, in every size option", "[cli][sizes]") {
+  for (const std::string& args : std::vector<std::string>{
+           "replay " + kGpt2 + " --capacity H100", "oom " + kGpt2 + " --capacity H100", "run --limit H100 -- true",
+           "tune --limit H100 -- true", "check " + kGpt2 + " --max-peak-reserved H100"}) {
+    INFO(args);
+    const Result r = vt(args, "VRAMTRACE_LIB=/nonexistent/libvramtrace.so");
+    CHECK(r.rc == 2);
+    CHECK(count_of(r.err,
+                   "'H100' is neither a size (such as 512MiB, 16GB, 14.58GiB, 1048576) nor a known card; did "
+                   "you mean H100-80GB or H100-NVL? known cards: T4, ") == 1);
+  }
+  const Result typo = vt("replay " + kGpt2 + " --capacity RTX4080");
+  CHECK(typo.rc == 2);
+  CHECK(has(typo.err, "did you mean RTX4090? known cards: "));
 }
 
 TEST_CASE("explain --file names a directory as such, and a file it cannot open with the system's reason", "[cli]") {

@@ -897,7 +897,7 @@ TEST_CASE("memory cap: `vramtrace run --limit` takes a size or a card name, and 
   Run r = run({vt, "run", "--limit", "T4", "-o", dir + "/t4.jsonl", "--", road("road_caps")}, false,
               {"FAKECUDA_TOTAL_MB=20000", "FAKECUDA_DEVICES=2", std::string("VRAMTRACE_LIB=") + VT_SHIM_PATH});
   REQUIRE(r.exit_code == 0);
-  const long long t4 = static_cast<long long>(14.58 * 1073741824.0) / (2 * kMiB) * (2 * kMiB);
+  const long long t4 = 14930LL * kMiB;  // T4 in allocator/include/vramtrace/gpu_cards.h (total_memory)
   CHECK(get(r.program, "0.rt.total") == t4);
   CHECK(get(r.program, "1.props") == t4);
   CHECK(get(r.program, "nvml0.total") == t4);
