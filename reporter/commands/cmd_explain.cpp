@@ -1,4 +1,7 @@
-// `vramtrace explain MESSAGE | --file F [--json]`: reads a pasted out-of-memory message.
+// `vramtrace explain MESSAGE | --file F [--json]`: reads a pasted out-of-memory message; with
+// neither, from standard input when that is not a terminal (`cat log | vramtrace explain`).
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -24,7 +27,9 @@ void register_explain(CLI::App& app) {
     bool json = false;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("message", opts->words, "The message text (quote it); or use --file");
+  cmd->add_option("message", opts->words,
+                  "The message text (quote it); or use --file; or pipe it in (standard input is read when it is not a "
+                  "terminal)");
   cmd->add_option("--file,-f", opts->file, "Read the message from a file ('-' for standard input)");
   cmd->add_flag("--json", opts->json, "Print JSON: diagnosis and every figure read, in bytes");
   cmd->callback([opts]() {
@@ -65,11 +70,22 @@ void register_explain(CLI::App& app) {
           return;
         }
       }
-    } else {
+    } else if (!opts->words.empty()) {
       for (std::size_t i = 0; i < opts->words.size(); ++i) text += (i ? " " : "") + opts->words[i];
+    } else if (::isatty(STDIN_FILENO) == 0) {
+      // Piped or redirected: the message is what comes in. A terminal would wait for typing that
+      // nobody announced, so there the usage error below stays.
+      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+      if (text.empty()) {
+        logger().error(
+            "vramtrace explain: standard input is empty; give the message as an argument, with --file, or "
+            "on standard input");
+        set_exit_code(2);
+        return;
+      }
     }
     if (text.empty()) {
-      logger().error("vramtrace explain: give the message as an argument or with --file");
+      logger().error("vramtrace explain: give the message as an argument, with --file, or on standard input");
       set_exit_code(2);
       return;
     }
