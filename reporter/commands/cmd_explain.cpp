@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "analyses/oom/explain.h"
@@ -16,6 +17,39 @@
 #include "commands/log.h"
 
 namespace vramtrace::cli {
+
+namespace {
+
+/// The message in the file named by --file (not "-"); nullopt after saying why there is none.
+std::optional<std::string> read_message_file(const std::string& file) {
+  // A directory opens as a stream on Linux and reads as nothing: say what it is, not that the
+  // message is missing.
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) {
+    logger().error("vramtrace explain: --file {} is a directory; give the file that holds the message", file);
+    return std::nullopt;
+  }
+  errno = 0;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    logger().error("vramtrace explain: cannot open {}: {}", file, err != 0 ? std::strerror(err) : "cannot be opened");
+    return std::nullopt;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) {
+    logger().error("vramtrace explain: cannot read {}", file);
+    return std::nullopt;
+  }
+  if (ss.str().empty()) {
+    logger().error("vramtrace explain: --file {} is empty", file);
+    return std::nullopt;
+  }
+  return ss.str();
+}
+
+}  // namespace
 
 void register_explain(CLI::App& app) {
   auto* cmd = app.add_subcommand(
@@ -38,37 +72,12 @@ void register_explain(CLI::App& app) {
       if (opts->file == "-") {
         text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
       } else {
-        // A directory opens as a stream on Linux and reads as nothing: say what it is, not that
-        // the message is missing.
-        std::error_code ec;
-        if (std::filesystem::is_directory(opts->file, ec)) {
-          logger().error("vramtrace explain: --file {} is a directory; give the file that holds the message",
-                         opts->file);
+        auto read = read_message_file(opts->file);
+        if (!read) {
           set_exit_code(2);
           return;
         }
-        errno = 0;
-        std::ifstream in(opts->file, std::ios::binary);
-        if (!in) {
-          const int err = errno;
-          logger().error("vramtrace explain: cannot open {}: {}", opts->file,
-                         err != 0 ? std::strerror(err) : "cannot be opened");
-          set_exit_code(2);
-          return;
-        }
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        text = ss.str();
-        if (in.bad()) {
-          logger().error("vramtrace explain: cannot read {}", opts->file);
-          set_exit_code(2);
-          return;
-        }
-        if (text.empty()) {
-          logger().error("vramtrace explain: --file {} is empty", opts->file);
-          set_exit_code(2);
-          return;
-        }
+        text = std::move(*read);
       }
     } else if (!opts->words.empty()) {
       for (std::size_t i = 0; i < opts->words.size(); ++i) text += (i ? " " : "") + opts->words[i];
