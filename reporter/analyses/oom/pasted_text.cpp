@@ -161,6 +161,17 @@ const std::unordered_set<std::string_view>& phrase_words() {
   return words;
 }
 
+/// Every proper beginning of the words of phrase_words() ("CUBLAS_STATUS_ALLOC_FA").
+const std::unordered_set<std::string>& word_beginnings() {
+  static const std::unordered_set<std::string> beginnings = [] {
+    std::unordered_set<std::string> out;
+    for (std::string_view w : phrase_words())
+      for (std::size_t n = 1; n < w.size(); ++n) out.emplace(w.substr(0, n));
+    return out;
+  }();
+  return beginnings;
+}
+
 /// A size unit as the readers accept it (unit_multiplier in oom_message.cpp), case-insensitive.
 bool is_unit_word(std::string_view w) {
   static constexpr std::array<std::string_view, 21> kUnits = {"b",   "byte", "bytes", "k",   "kb",  "kib", "m",
@@ -239,9 +250,7 @@ bool word_split(std::string_view left, std::string_view right) {
   // A word cut twice ("CUBLAS" over "_STATUS_ALLOC_FA" over "ILED"): its middle runs to the end of
   // its line, and what is joined so far begins one of the words.
   if (!at_line_end(right, w2.size())) return false;
-  return std::any_of(words.begin(), words.end(), [&](std::string_view w) {
-    return w.size() > joined.size() && w.substr(0, joined.size()) == joined;
-  });
+  return word_beginnings().count(joined) > 0;
 }
 
 /// Where the number that starts `right` ends: its run of digits, '.' and ',', continued on the
@@ -315,6 +324,13 @@ bool inside_named_integer(std::string_view left, std::string_view right, std::st
   if (digits_left.find_first_of(".,") != std::string_view::npos) return false;
   if (right.substr(0, e).find_first_of(".,") != std::string_view::npos) return false;
   const std::string_view before = left.substr(0, left.size() - digits_left.size());
+  // Quick refusal: every name ends in one of these ("GPU", "device", "ordinal", "to", "(size=",
+  // "Limit:"); most breaks after a number have none of them before it.
+  std::size_t last = before.size();
+  while (last > 0 && last + 48 > before.size() &&
+         (is_hspace(before[last - 1]) || before[last - 1] == '\n' || before[last - 1] == '\r'))
+    --last;
+  if (last == 0 || std::string_view("Uelo=:").find(before[last - 1]) == std::string_view::npos) return false;
   std::size_t k = e;
   while (k < right.size() && right[k] == ' ') ++k;
   const std::string_view rest = right.substr(k);
