@@ -52,9 +52,10 @@ std::optional<std::string> read_message_file(const std::string& file) {
 }  // namespace
 
 void register_explain(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "explain",
-      "Explain pasted out-of-memory messages (PyTorch on CUDA, ROCm and MPS, TensorFlow, XLA/JAX), each on its own");
+  auto* cmd = app.add_subcommand("explain",
+                                 "Explain pasted out-of-memory messages (PyTorch on CUDA, ROCm and MPS, TensorFlow, "
+                                 "XLA/JAX, CuPy, cuBLAS/cuDNN/NCCL "
+                                 "statuses), each on its own");
   struct Opts {
     std::vector<std::string> words;
     std::string file;
