@@ -1,4 +1,7 @@
-// `vramtrace explain MESSAGE | --file F [--json]`: reads a pasted out-of-memory message.
+// `vramtrace explain MESSAGE | --file F [--json]`: reads a pasted out-of-memory message; with
+// neither, from standard input when that is not a terminal (`cat log | vramtrace explain`).
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -6,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "analyses/oom/explain.h"
@@ -14,17 +18,53 @@
 
 namespace vramtrace::cli {
 
+namespace {
+
+/// The message in the file named by --file (not "-"); nullopt after saying why there is none.
+std::optional<std::string> read_message_file(const std::string& file) {
+  // A directory opens as a stream on Linux and reads as nothing: say what it is, not that the
+  // message is missing.
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) {
+    logger().error("vramtrace explain: --file {} is a directory; give the file that holds the message", file);
+    return std::nullopt;
+  }
+  errno = 0;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    logger().error("vramtrace explain: cannot open {}: {}", file, err != 0 ? std::strerror(err) : "cannot be opened");
+    return std::nullopt;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) {
+    logger().error("vramtrace explain: cannot read {}", file);
+    return std::nullopt;
+  }
+  if (ss.str().empty()) {
+    logger().error("vramtrace explain: --file {} is empty", file);
+    return std::nullopt;
+  }
+  return ss.str();
+}
+
+}  // namespace
+
 void register_explain(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "explain",
-      "Explain pasted out-of-memory messages (PyTorch on CUDA, ROCm and MPS, TensorFlow, XLA/JAX), each on its own");
+  auto* cmd = app.add_subcommand("explain",
+                                 "Explain pasted out-of-memory messages (PyTorch on CUDA, ROCm and MPS, TensorFlow, "
+                                 "XLA/JAX, CuPy, cuBLAS/cuDNN/NCCL "
+                                 "statuses), each on its own");
   struct Opts {
     std::vector<std::string> words;
     std::string file;
     bool json = false;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("message", opts->words, "The message text (quote it); or use --file");
+  cmd->add_option("message", opts->words,
+                  "The message text (quote it); or use --file; or pipe it in (standard input is read when it is not a "
+                  "terminal)");
   cmd->add_option("--file,-f", opts->file, "Read the message from a file ('-' for standard input)");
   cmd->add_flag("--json", opts->json, "Print JSON: diagnosis and every figure read, in bytes");
   cmd->callback([opts]() {
@@ -33,43 +73,29 @@ void register_explain(CLI::App& app) {
       if (opts->file == "-") {
         text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
       } else {
-        // A directory opens as a stream on Linux and reads as nothing: say what it is, not that
-        // the message is missing.
-        std::error_code ec;
-        if (std::filesystem::is_directory(opts->file, ec)) {
-          logger().error("vramtrace explain: --file {} is a directory; give the file that holds the message",
-                         opts->file);
+        auto read = read_message_file(opts->file);
+        if (!read) {
           set_exit_code(2);
           return;
         }
-        errno = 0;
-        std::ifstream in(opts->file, std::ios::binary);
-        if (!in) {
-          const int err = errno;
-          logger().error("vramtrace explain: cannot open {}: {}", opts->file,
-                         err != 0 ? std::strerror(err) : "cannot be opened");
-          set_exit_code(2);
-          return;
-        }
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        text = ss.str();
-        if (in.bad()) {
-          logger().error("vramtrace explain: cannot read {}", opts->file);
-          set_exit_code(2);
-          return;
-        }
-        if (text.empty()) {
-          logger().error("vramtrace explain: --file {} is empty", opts->file);
-          set_exit_code(2);
-          return;
-        }
+        text = std::move(*read);
       }
-    } else {
+    } else if (!opts->words.empty()) {
       for (std::size_t i = 0; i < opts->words.size(); ++i) text += (i ? " " : "") + opts->words[i];
+    } else if (::isatty(STDIN_FILENO) == 0) {
+      // Piped or redirected: the message is what comes in. A terminal would wait for typing that
+      // nobody announced, so there the usage error below stays.
+      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+      if (text.empty()) {
+        logger().error(
+            "vramtrace explain: standard input is empty; give the message as an argument, with --file, or "
+            "on standard input");
+        set_exit_code(2);
+        return;
+      }
     }
     if (text.empty()) {
-      logger().error("vramtrace explain: give the message as an argument or with --file");
+      logger().error("vramtrace explain: give the message as an argument, with --file, or on standard input");
       set_exit_code(2);
       return;
     }

@@ -497,6 +497,32 @@ TEST_CASE("explain quotes a request size it found but could not read", "[cli]") 
   }
 }
 
+TEST_CASE("explain reads a piped message from standard input, and on a terminal asks for one", "[cli]") {
+  const fs::path file = dir() / "piped_message.txt";
+  std::ofstream(file, std::ios::binary) << "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling\n"
+                                           "`cublasCreate(handle)`\n";
+  const Result text = vt("explain < " + file.string());
+  CHECK(text.rc == 0);
+  CHECK(has(text.out, "CUBLAS_STATUS_ALLOC_FAILED"));
+  const Result json = vt("explain --json < " + file.string());
+  REQUIRE(json.rc == 0);
+  CHECK(nlohmann::json::parse(json.out)["format"] == "cuda_library");
+  const Result empty = vt("explain < /dev/null");
+  CHECK(empty.rc == 2);
+  CHECK(has(empty.err, "standard input is empty"));
+  // A terminal (script(1) gives the command one) is not read: the usage error comes at once.
+  if (std::system("command -v script >/dev/null 2>&1") == 0) {
+    const fs::path out = dir() / "tty_out";
+    const std::string cmd = "timeout 20 script -qec '" + std::string(VT_VRAMTRACE_EXE) +
+                            " explain' /dev/null "
+                            "</dev/null >" +
+                            out.string() + " 2>&1";
+    const int st = std::system(cmd.c_str());
+    CHECK((WIFEXITED(st) ? WEXITSTATUS(st) : -1) == 2);
+    CHECK(has(slurp(out), "give the message as an argument"));
+  }
+}
+
 TEST_CASE("text reports print a trace's control characters escaped", "[cli]") {
   // Frame names (a snapshot's sites) and a torchtrace header's workload.
   const fs::path trace = dir() / "esc.torchtrace.jsonl";

@@ -137,4 +137,53 @@ inline constexpr const char* kHip =
     "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
     "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
 
+// cudaMallocAsync without a memory fraction: its limit prints 2^64 bytes (c10/cuda/CUDAMallocAsyncAllocator.cpp).
+inline constexpr const char* kAsyncNoFraction =
+    "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+    "Currently allocated     : 21.52 GiB\n"
+    "Requested               : 2.50 GiB\n"
+    "Device limit            : 23.65 GiB\n"
+    "Free (according to CUDA): 1.19 GiB\n"
+    "PyTorch limit (set by user-supplied memory fraction)\n"
+    "                        : 17179869184.00 GiB";
+
+// TensorFlow's op kernel (TF2 wording): the request is 32 x 512 x 512 x 64 x 4 bytes = 2 GiB.
+inline constexpr const char* kTfTensor =
+    "2024-03-01 10:00:00.000000: W tensorflow/core/framework/op_kernel.cc:1827] OP_REQUIRES failed at "
+    "conv_ops.cc:688 : RESOURCE_EXHAUSTED: OOM when allocating tensor with shape[32,512,512,64] and type float on "
+    "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc";
+
+// TF2's exception with two root errors, each its own tensor.
+inline constexpr const char* kTfRootErrors =
+    "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Graph execution error:\n\n"
+    "2 root error(s) found.\n"
+    "  (0) RESOURCE_EXHAUSTED:  OOM when allocating tensor with shape[8,16,1024,1024] and type half on "
+    "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
+    "\t [[{{node model/attention/softmax}}]]\n"
+    "Hint: If you want to see a list of allocated tensors when OOM happens, add report_tensor_allocations_upon_oom "
+    "to RunOptions for current allocation info.\n\n"
+    "  (1) RESOURCE_EXHAUSTED:  OOM when allocating tensor with shape[64,50257] and type float on "
+    "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
+    "\t [[{{node model/lm_head/MatMul}}]]\n"
+    "0 successful operations.\n"
+    "0 derived errors ignored.";
+
+// XLA's compile-time plan on a TPU (openxla.org error code E1000).
+inline constexpr const char* kXlaTpu =
+    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in "
+    "memory space hbm. Used 17.73G of 15.48G hbm. Exceeded hbm capacity by 2.25G.";
+
+// CuPy's pool, with thousands separators (cupy/cuda/memory.pyx).
+inline constexpr const char* kCupy =
+    "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: "
+    "15,032,385,536 bytes).";
+inline constexpr const char* kCupyLimit =
+    "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 536,870,912 bytes (allocated so far: 3,865,470,566 "
+    "bytes, limit set to: 4,294,967,296 bytes).";
+
+// CUDA libraries' statuses that hide an allocation failure.
+inline constexpr const char* kCublas =
+    "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`";
+inline constexpr const char* kCudnn = "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED";
+
 }  // namespace vramtrace::test_messages

@@ -100,8 +100,9 @@ TEST_CASE("M4 edge cases get a verdict only from what they contain", "[explain][
   for (const auto& n : pp.diagnosis.notes) noted |= n.find("private pools") != std::string::npos;
   CHECK(noted);
   CHECK(pp.diagnosis.code == DiagnosisCode::fragmentation);  // 1.20 GiB cached + 512 MiB free >= 1.50 GiB
-  // Async backend: 1.19 GiB free < 2.50 GiB, no cache figure: undetermined rather than a guess.
-  CHECK(code_of(msg::kAsync) == DiagnosisCode::undetermined);
+  // Async backend: 21.52 GiB allocated + 2.50 GiB passes its 23.65 GiB limit, which the backend
+  // checks before it asks CUDA: capacity of the limit (more in the cudaMallocAsync case below).
+  CHECK(code_of(msg::kAsync) == DiagnosisCode::capacity);
 }
 
 TEST_CASE("C12: TensorFlow BFC capacity versus fragmentation", "[explain][diagnosis][C12]") {
@@ -384,4 +385,169 @@ TEST_CASE("capacity never says settings cannot help, and takes the replays in", 
   Diagnosis g = f.diagnosis;
   note_replays_in_diagnosis(g, outcome({"x"}, {}, 5, true, true, true));
   CHECK(g.next_step == f.diagnosis.next_step);
+}
+
+// --- wrapped pastes, other frameworks, library errors ---------------------------------------
+
+namespace {
+bool mentions(const std::string& text, const char* part) { return text.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("a wrapped free figure reads as what it is: fragmentation, not capacity", "[explain][diagnosis][wrapped]") {
+  // 1.23 GiB free + 0.90 GiB cached >= 2 GiB, and the device lacks a 2 GiB segment: fragmentation.
+  // Read as "1" byte free, 0.90 GiB < 2 GiB made it capacity.
+  auto e = explain_message(
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 "
+      "GiB of which 1\n.23 GiB is free. Including non-PyTorch memory, this process has 22.40 GiB memory in use. Of the "
+      "allocated memory 21.40 GiB is allocated by PyTorch, and 921.60 MiB is reserved by PyTorch but unallocated.");
+  CHECK(e.diagnosis.code == DiagnosisCode::fragmentation);
+  // Cut so that the unit is lost: no verdict from a number that is not a size.
+  auto cut = explain_message(
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 "
+      "GiB of which 1 \n.23 GiB is free. Of the allocated memory 18.10 GiB is allocated by PyTorch, and 3.80 GiB is "
+      "reserved by PyTorch but unallocated.");
+  CHECK(cut.diagnosis.code == DiagnosisCode::undetermined);
+  const auto j = explain_json(cut);
+  CHECK(j["missing"] == nlohmann::json::array({"device_free_bytes"}));
+  CHECK(j["unreadable"]["device_free_bytes"] == "1");
+  CHECK_FALSE(j["figures"].contains("device_free_bytes"));
+  const std::string text = render_explain_text(cut);
+  CHECK(mentions(text, "device free"));
+  CHECK(mentions(text, "printed as \"1\""));
+}
+
+TEST_CASE("TensorFlow's tensor: the request from shape and type", "[explain][diagnosis][tensorflow]") {
+  auto e = explain_message(msg::kTfTensor);
+  const auto* request = find_derived(e.diagnosis, "request");
+  REQUIRE(request);
+  CHECK(request->bytes == 32LL * 512 * 512 * 64 * 4);
+  CHECK(mentions(request->formula, "[32,512,512,64]"));
+  CHECK(mentions(request->formula, "4 bytes (float)"));
+  // Without the allocator's dump the limit and use are unknown: the next step asks for them.
+  CHECK(e.diagnosis.code == DiagnosisCode::undetermined);
+  CHECK(mentions(e.diagnosis.next_step, "Limit:"));
+  // With the dump's figures: a 1 GiB limit, and a 2 GiB tensor: larger than the limit.
+  auto with_dump = explain_message(std::string("Limit: 1073741824\nInUse: 800624256\n") + msg::kTfTensor);
+  CHECK(with_dump.diagnosis.code == DiagnosisCode::exceeds_device);
+  auto half = explain_message(
+      "OOM when allocating tensor with shape[1024,1024] and type half on "
+      "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
+      "Limit: 1073741824\nInUse: 1072693248\n");
+  CHECK(half.diagnosis.code == DiagnosisCode::capacity);
+  CHECK(find_derived(half.diagnosis, "request")->bytes == 2 * 1024 * 1024);
+  auto string_type = explain_message("OOM when allocating tensor with shape[64] and type string");
+  CHECK(string_type.diagnosis.code == DiagnosisCode::undetermined);
+  CHECK(mentions(string_type.diagnosis.headline, "\"string\""));
+  auto no_type = explain_message("OOM when allocating tensor with shape[28000,6,29,29]");
+  CHECK(mentions(no_type.diagnosis.headline, "not its type"));
+}
+
+TEST_CASE("XLA's compile-time plan: capacity, over by used - capacity", "[explain][diagnosis][xla]") {
+  auto e = explain_message(msg::kXlaTpu);
+  CHECK(e.diagnosis.code == DiagnosisCode::capacity);
+  const auto* over = find_derived(e.diagnosis, "exceeded_by");
+  REQUIRE(over);
+  CHECK(over->bytes == Approx((17.73 - 15.48) * GiB).margin(0.011 * GiB));
+  CHECK(mentions(e.diagnosis.next_step, "sharding"));
+  CHECK(e.diagnosis.notes.size() == 1);  // the printed overshoot agrees: only the rounding note
+  auto off = explain_message(
+      "Ran out of memory in memory space hbm. Used 17.73G of 15.48G hbm. Exceeded hbm capacity "
+      "by 5.00G.");
+  CHECK(off.diagnosis.notes.size() == 2);
+}
+
+TEST_CASE("CuPy: the pool's limit decides; without one the device's size is unknown", "[explain][diagnosis][cupy]") {
+  auto limit = explain_message(msg::kCupyLimit);
+  CHECK(limit.diagnosis.code == DiagnosisCode::capacity);
+  CHECK(mentions(limit.diagnosis.next_step, "free_all_blocks"));
+  const auto* with = find_derived(limit.diagnosis, "pool_with_request");
+  REQUIRE(with);
+  CHECK(with->bytes == 3865470566LL + 536870912LL);
+  auto device = explain_message(msg::kCupy);
+  CHECK(device.diagnosis.code == DiagnosisCode::undetermined);
+  CHECK(mentions(device.diagnosis.headline, "1024.00 MiB"));
+  CHECK(find_derived(device.diagnosis, "pool_with_request")->bytes == 15032385536LL + 1073741824LL);
+  CHECK(code_of("Out of memory allocating 8,589,934,592 bytes (allocated so far: 0 bytes, limit set to: 4,294,967,296 "
+                "bytes).") == DiagnosisCode::exceeds_device);
+}
+
+TEST_CASE("cuBLAS and cuDNN statuses: memory outside PyTorch's allocator, with what to check",
+          "[explain][diagnosis][library]") {
+  auto cublas = explain_message(msg::kCublas);
+  CHECK(cublas.diagnosis.code == DiagnosisCode::outside_allocator);
+  for (const char* part : {"nvidia-smi", "torch.cuda.empty_cache()", "CUBLAS_WORKSPACE_CONFIG", "cublasCreate(handle)",
+                           "CUDA_LAUNCH_BLOCKING=1"})
+    CHECK(mentions(cublas.diagnosis.headline + " " + cublas.diagnosis.next_step, part));
+  auto cudnn = explain_message(msg::kCudnn);
+  CHECK(cudnn.diagnosis.code == DiagnosisCode::outside_allocator);
+  CHECK(mentions(cudnn.diagnosis.headline, "mismatch"));  // both causes are said
+  CHECK(mentions(cudnn.diagnosis.next_step, "torch.backends.cudnn.version()"));
+  CHECK(code_of("NCCL WARN Cuda failure 'out of memory'") == DiagnosisCode::outside_allocator);
+}
+
+TEST_CASE("a bare CUDA error gets its real causes, not a request to paste figures it never had",
+          "[explain][diagnosis]") {
+  auto e = explain_message(
+      "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API "
+      "call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1.");
+  CHECK(e.diagnosis.code == DiagnosisCode::undetermined);
+  CHECK_FALSE(mentions(e.diagnosis.next_step, "Tried to allocate"));
+  for (const char* part : {"CUDA_LAUNCH_BLOCKING=1", "nvidia-smi", "cuBLAS", "context", "asynchronous"})
+    CHECK(mentions(e.diagnosis.next_step, part));
+  auto hip = explain_message("RuntimeError: HIP error: out of memory");
+  CHECK(mentions(hip.diagnosis.next_step, "rocm-smi"));
+  auto tf = explain_message("failed to allocate 3.71GiB (3984588800 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY");
+  CHECK(mentions(tf.diagnosis.headline, "3.71 GiB"));
+  CHECK(mentions(tf.diagnosis.next_step, "set_memory_growth"));
+}
+
+TEST_CASE("cudaMallocAsync: capacity of what the device had left, the fraction's limit, or room",
+          "[explain][diagnosis][M4]") {
+  // No fraction: request 2.50 GiB > free 1.19 GiB.
+  auto e = explain_message(msg::kAsyncNoFraction);
+  CHECK(e.diagnosis.code == DiagnosisCode::capacity);
+  CHECK(mentions(e.diagnosis.reasons.front(), "free on the device"));
+  const auto* other = find_derived(e.diagnosis, "not_free_not_allocated");
+  REQUIRE(other);
+  CHECK(other->bytes == Approx((23.65 - 1.19 - 21.52) * GiB).margin(0.02 * GiB));
+  // A fraction's limit: 21.52 GiB allocated + 2.50 GiB > 23.65 GiB.
+  auto limited = explain_message(msg::kAsync);
+  CHECK(limited.diagnosis.code == DiagnosisCode::capacity);
+  REQUIRE(find_derived(limited.diagnosis, "limit_headroom"));
+  // More allocated than the device has (a real report on a 16 GiB card): capacity, and the reason.
+  auto over = explain_message(
+      "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+      "Currently allocated     : 22.43 GiB\nRequested               : 4.07 GiB\nDevice limit            : 16.00 GiB\n"
+      "Free (according to CUDA): 0 bytes\nPyTorch limit (set by user-supplied memory fraction)\n"
+      "                        : 17179869184.00 GiB");
+  CHECK(over.diagnosis.code == DiagnosisCode::capacity);
+  bool said = false;
+  for (const auto& r : over.diagnosis.reasons) said = said || mentions(r, "not in the device's memory");
+  CHECK(said);
+  // Room on the device: the figures do not explain it.
+  auto room = explain_message(
+      "Allocation on device 1 would exceed allowed memory. (out of memory)\nCurrently allocated     : 2.00 GiB\n"
+      "Requested               : 1.00 GiB\nDevice limit            : 23.65 GiB\nFree (according to CUDA): 20.00 GiB\n"
+      "PyTorch limit (set by user-supplied memory fraction)\n                        : 17179869184.00 GiB");
+  CHECK(room.diagnosis.code == DiagnosisCode::unexplained);
+}
+
+TEST_CASE("json of the new forms: tensor, memory space, library, missing and unreadable", "[explain][json]") {
+  auto tf = explain_json(explain_message(msg::kTfTensor));
+  CHECK(tf["format"] == "tensorflow_tensor");
+  CHECK(tf["tensor"]["shape"] == nlohmann::json::array({32, 512, 512, 64}));
+  CHECK(tf["tensor"]["dtype"] == "float");
+  CHECK(tf["derived"]["request_bytes"] == 2147483648LL);
+  auto lib = explain_json(explain_message(msg::kCublas));
+  CHECK(lib["library"]["status"] == "CUBLAS_STATUS_ALLOC_FAILED");
+  CHECK(lib["library"]["call"] == "cublasCreate(handle)");
+  auto xla = explain_json(explain_message(msg::kXlaTpu));
+  CHECK(xla["memory_space"] == "hbm");
+  CHECK(xla["figures"].contains("space_used_bytes"));
+  auto cupy = explain_json(explain_message(msg::kCupy));
+  CHECK(cupy["figures"]["allocated_so_far_bytes"] == 15032385536LL);
+  CHECK(cupy["printed"]["requested_bytes"] == "1,073,741,824 bytes");
+  auto whole = explain_json(explain_message(msg::kC4));
+  CHECK(whole["missing"].empty());
+  CHECK(whole["unreadable"].empty());
 }

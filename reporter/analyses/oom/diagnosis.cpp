@@ -16,6 +16,7 @@
 //  7. capacity: otherwise.
 // undetermined is what a rule gives when a figure it needs is missing.
 #include "analyses/oom/diagnosis.h"
+#include "analyses/oom/tensor_request.h"
 #include "vramtrace/size_rules.h"
 #include "vramtrace/units.h"
 
@@ -99,6 +100,27 @@ const char* diagnosis_code_name(DiagnosisCode c) noexcept {
   return "undetermined";
 }
 
+namespace {
+
+// TensorFlow's op kernel names the tensor, not its size: elements x the type's size.
+void request_from_tensor(const OomMessage& m, OomFigures& f) {
+  const bool shape_read =
+      !m.tensor_shape_text.empty() && std::none_of(m.unreadable.begin(), m.unreadable.end(),
+                                                   [](const UnreadableFigure& u) { return u.key == "tensor_shape"; });
+  if (!shape_read) return;
+  const auto element = tf_dtype_bytes(m.dtype);
+  if (!element) return;
+  const auto bytes = tensor_bytes(m.tensor_shape, *element);
+  if (!bytes) return;
+  std::string dims;
+  for (std::size_t i = 0; i < m.tensor_shape.size(); ++i) dims += (i ? " x " : "") + std::to_string(m.tensor_shape[i]);
+  f.request = *bytes;
+  f.request_formula = fmt::format("request = shape {} x {} bytes ({}) = {}{} bytes = {}", m.tensor_shape_text, *element,
+                                  m.dtype, dims.empty() ? "" : dims + " x ", *element, fb(*bytes));
+}
+
+}  // namespace
+
 OomFigures figures_from_message(const OomMessage& m) {
   OomFigures f;
   auto get = [](const std::optional<PrintedSize>& p) -> std::optional<u64> {
@@ -117,9 +139,11 @@ OomFigures figures_from_message(const OomMessage& m) {
     f.allowed_name = "max allowed";
     return f;
   }
-  if (m.format == OomMessageFormat::tensorflow_bfc || (m.format == OomMessageFormat::xla && m.bfc_limit)) {
+  if (m.format == OomMessageFormat::tensorflow_bfc || m.format == OomMessageFormat::tensorflow_tensor ||
+      (m.format == OomMessageFormat::xla && m.bfc_limit)) {
     f.bfc = true;
     f.request = m.rounded ? get(m.rounded) : get(m.requested);
+    if (!f.request) request_from_tensor(m, f);
     f.allowed = get(m.bfc_limit);
     f.allocated = get(m.bfc_in_use);
     f.largest_free_block = get(m.bfc_largest_free_chunk);
@@ -182,8 +206,8 @@ bool undetermined_without_request(const OomFigures& f, Diagnosis& d) {
   d.code = DiagnosisCode::undetermined;
   if (!f.unreadable_request.empty()) {
     d.headline = fmt::format(
-        "the request size \"{}\" is in the input but could not be read (out of range or negative), so no "
-        "verdict is possible",
+        "the request size \"{}\" is in the input but could not be read (out of range, negative or without its "
+        "unit), so no verdict is possible",
         f.unreadable_request);
     d.next_step =
         "Check that the message was copied whole and unchanged. Or record a trace (vramtrace run) and use "
@@ -306,7 +330,7 @@ void diagnose_bfc(const OomFigures& f, u64 R, Diagnosis& d) {
     d.code = DiagnosisCode::undetermined;
     d.headline = "the message gives the request but not the allocator's limit and use";
     d.next_step =
-        "Paste the allocator dump that follows the message (the lines \"Limit:\", \"InUse:\" and the chunk "
+        "Paste the allocator dump printed with the message (the lines \"Limit:\", \"InUse:\" and the chunk "
         "list), or run with TF_GPU_ALLOCATOR=cuda_malloc_async to see the device's own figures.";
     return;
   }
@@ -623,6 +647,7 @@ Diagnosis diagnose(const OomFigures& f) {
   Diagnosis d;
   if (rule_exceeds_1eb(f, d) || rule_inconsistent(f, d) || undetermined_without_request(f, d)) return d;
   const u64 R = *f.request;
+  if (!f.request_formula.empty()) derive(d, "request", static_cast<i64>(R), f.request_formula);
   if (f.bfc) {
     diagnose_bfc(f, R, d);
     return d;

@@ -62,6 +62,9 @@ struct OomFigures {
   bool exceeds_1eb = false;
   /// The request as printed when it could not be read (OomMessage::unreadable_requested).
   std::string unreadable_request;
+  /// How `request` follows from what the input prints when it prints no size (TensorFlow's
+  /// "shape[32,512,512,64] and type float"): the first line of the arithmetic. Empty otherwise.
+  std::string request_formula;
   /// True for a TensorFlow BFC allocator, whose "device" is the allocator's memory limit.
   bool bfc = false;
   /// Whose allocator failed: the advice names its variables (PYTORCH_HIP_ALLOC_CONF on ROCm, the

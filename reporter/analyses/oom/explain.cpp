@@ -1,6 +1,8 @@
 #include "analyses/oom/explain.h"
+#include "analyses/oom/form_diagnosis.h"
 
 #include <fmt/format.h>
+#include <algorithm>
 
 namespace vramtrace {
 
@@ -25,6 +27,10 @@ constexpr FigureField kFields[] = {
     {"process_in_use_bytes", "in use by this process", &OomMessage::process_in_use},
     {"private_pools_bytes", "in private pools", &OomMessage::private_pools},
     {"mps_other_bytes", "other allocations (MPS)", &OomMessage::mps_other},
+    {"allocated_so_far_bytes", "allocated so far (pool)", &OomMessage::pool_allocated_so_far},
+    {"space_used_bytes", "used (compiled program)", &OomMessage::space_used},
+    {"space_limit_bytes", "capacity (memory space)", &OomMessage::space_limit},
+    {"space_exceeded_by_bytes", "exceeded by", &OomMessage::space_exceeded_by},
     {"bfc_limit_bytes", "BFC limit", &OomMessage::bfc_limit},
     {"bfc_in_use_bytes", "BFC in use", &OomMessage::bfc_in_use},
     {"bfc_max_in_use_bytes", "BFC max in use", &OomMessage::bfc_max_in_use},
@@ -33,6 +39,15 @@ constexpr FigureField kFields[] = {
     {"bfc_free_chunks_bytes", "BFC free chunks", &OomMessage::bfc_free_chunks_bytes},
 };
 
+/// The name for people of a figure's JSON key (kFields' labels; the shape and the type).
+std::string label_of(std::string_view key) {
+  for (const auto& f : kFields)
+    if (key == f.key) return f.label;
+  if (key == "tensor_shape") return "tensor shape";
+  if (key == "dtype") return "tensor type";
+  return std::string(key);
+}
+
 }  // namespace
 
 namespace {
@@ -40,7 +55,17 @@ namespace {
 Explanation explain_one(OomMessage m) {
   Explanation e;
   e.message = std::move(m);
-  e.diagnosis = diagnose(figures_from_message(e.message));
+  if (auto by_form = diagnose_form(e.message)) {
+    e.diagnosis = std::move(*by_form);
+  } else {
+    e.diagnosis = diagnose(figures_from_message(e.message));
+  }
+  // A figure printed but cut from its unit (a wrap, an edit): say that restoring it gives a verdict.
+  for (const UnreadableFigure& u : e.message.unreadable)
+    e.diagnosis.notes.push_back(fmt::format(
+        "the message prints the {} as \"{}\", which does not read as {} (a line wrap or an edit may have cut it): "
+        "the diagnosis does without it; paste that part as printed to use it",
+        label_of(u.key), u.printed, u.key == "tensor_shape" ? "a shape" : "a size with its unit"));
   if (e.message.format == OomMessageFormat::pytorch_thc) {
     // The request is not missing from a cut message here: this generation never printed it.
     e.diagnosis.headline = "PyTorch 0.4 and older print no figures with this error, so no verdict is possible";
@@ -50,6 +75,47 @@ Explanation explain_one(OomMessage m) {
         "torch.cuda.memory_allocated() and max_memory_allocated() before the failing step show how close it was.";
   }
   return e;
+}
+
+}  // namespace
+
+namespace {
+
+/// The words a form prints in place of figures: a tensor's shape and type, a memory space, a
+/// library's status, TF2's count of root errors. `any` says whether the figures' heading is out.
+std::string render_form_words(const OomMessage& m, bool any) {
+  std::string out;
+  auto line = [&](const char* label, const std::string& value) {
+    if (!any) out += "\nRead from the message:\n";
+    any = true;
+    out += fmt::format("  {:<26} {:>14}\n", label, value);
+  };
+  if (!m.tensor_shape_text.empty()) line("tensor shape", m.tensor_shape_text);
+  if (!m.dtype.empty()) line("tensor type", m.dtype);
+  if (!m.memory_space.empty()) line("memory space", m.memory_space);
+  if (!m.library_status.empty()) line(fmt::format("{} status", m.library).c_str(), m.library_status);
+  if (!m.library_call.empty()) line("in the call", m.library_call);
+  if (m.no_memory_fraction) line("PyTorch limit", "none set");
+  if (m.root_errors > 1) line("root errors listed", std::to_string(m.root_errors));
+  return out;
+}
+
+/// The figures its form always prints that could not be read, and those printed unreadably.
+std::string render_missing(const OomMessage& m) {
+  if (m.missing.empty() && m.unreadable.empty()) return {};
+  std::string out = "\nNot read (its form prints these; the diagnosis does without them):\n";
+  auto unreadable_line = [](const UnreadableFigure& u) {
+    return fmt::format("  {:<26} printed as \"{}\", which does not read as {}\n", label_of(u.key), u.printed,
+                       u.key == "tensor_shape" ? "a list of whole numbers" : "a size with its unit");
+  };
+  for (const auto& key : m.missing) {
+    auto u =
+        std::find_if(m.unreadable.begin(), m.unreadable.end(), [&](const UnreadableFigure& f) { return f.key == key; });
+    out += u == m.unreadable.end() ? fmt::format("  {:<26} not in the message\n", label_of(key)) : unreadable_line(*u);
+  }
+  for (const auto& u : m.unreadable)
+    if (std::find(m.missing.begin(), m.missing.end(), u.key) == m.missing.end()) out += unreadable_line(u);
+  return out;
 }
 
 }  // namespace
@@ -85,7 +151,10 @@ std::string render_explain_text(const Explanation& e) {
                        p.in_use.bytes);
   }
   if (m.bfc_free_chunks) out += fmt::format("  {:<26} {:>14}\n", "BFC free chunks listed", m.bfc_free_chunks);
-  if (!any && !m.exceeds_1eb) out += "\nNo figures could be read.\n";
+  out += render_form_words(m, any);
+  if (!any && !m.exceeds_1eb && m.tensor_shape_text.empty() && m.library_status.empty())
+    out += "\nNo figures could be read.\n";
+  out += render_missing(m);
   if (m.truncated)
     out += fmt::format("\nThe message is cut off after \"{}\": figures after that point are unknown.\n",
                        m.truncated_after);
@@ -167,6 +236,25 @@ nlohmann::json explain_json(const Explanation& e) {
   j["next_step"] = d.next_step;
   j["notes"] = d.notes;
   j["findings"] = m.findings;
+  j["missing"] = m.missing;
+  nlohmann::json unread = nlohmann::json::object();
+  for (const auto& u : m.unreadable) unread[u.key] = u.printed;
+  j["unreadable"] = unread;
+  if (!m.tensor_shape_text.empty() || !m.dtype.empty()) {
+    nlohmann::json t = nlohmann::json::object();
+    t["shape_printed"] = m.tensor_shape_text;
+    if (!m.tensor_shape.empty() || m.tensor_shape_text == "[]") t["shape"] = m.tensor_shape;
+    t["dtype"] = m.dtype;
+    j["tensor"] = t;
+  }
+  if (m.root_errors > 0) j["root_errors"] = m.root_errors;
+  if (!m.memory_space.empty()) j["memory_space"] = m.memory_space;
+  if (!m.library_status.empty()) {
+    nlohmann::json l = {{"name", m.library}, {"status", m.library_status}};
+    if (!m.library_call.empty()) l["call"] = m.library_call;
+    j["library"] = l;
+  }
+  if (m.format == OomMessageFormat::pytorch_async) j["memory_fraction_set"] = !m.no_memory_fraction;
   j["truncated"] = m.truncated;
   if (m.truncated) j["truncated_after"] = m.truncated_after;
   j["exceeds_1eb"] = m.exceeds_1eb;
