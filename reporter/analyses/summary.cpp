@@ -159,10 +159,19 @@ std::string format_duration(std::int64_t ns) {
 namespace {
 
 // PyTorch's table; `retries` is its number, or "unknown" where the trace does not record it.
-std::string summary_table(const DeviceStats& s, int device, bool abbreviated, const std::string& retries) {
+// `segments`: the trace holds a framework allocator's segments (Note [the level of a trace]), so
+// the table is the device level's, not PyTorch's summary, and its first row is those segments.
+std::string summary_table(const DeviceStats& s, int device, bool abbreviated, const std::string& retries,
+                          bool segments = false) {
   std::vector<std::string> lines;
   lines.push_back(std::string(75, '='));
-  lines.push_back(fmt::format(" {:16} PyTorch CUDA memory summary, device ID {:<17d} ", "", device));
+  if (segments)
+    lines.push_back(
+        fmt::format(" {:<73} ", fmt::format("   Device level (a caching allocator's segments, not tensors), "
+                                            "device ID {}",
+                                            device)));
+  else
+    lines.push_back(fmt::format(" {:16} PyTorch CUDA memory summary, device ID {:<17d} ", "", device));
   lines.push_back(std::string(75, '-'));
   lines.push_back(
       fmt::format("  {:9} CUDA OOMs: {:<12d} | {:6} cudaMalloc retries: {:<8}  ", "", s.num_ooms, "", retries));
@@ -174,7 +183,7 @@ std::string summary_table(const DeviceStats& s, int device, bool abbreviated, co
     bool bytes;
   };
   const Metric metrics[] = {
-      {&DeviceStats::allocated_bytes, "Allocated memory", true},
+      {&DeviceStats::allocated_bytes, segments ? "Held in segments" : "Allocated memory", true},
       {&DeviceStats::active_bytes, "Active memory", true},
       {&DeviceStats::requested_bytes, "Requested memory", true},
       {&DeviceStats::reserved_bytes, "GPU reserved memory", true},
@@ -220,12 +229,30 @@ std::string memory_summary_table(const DeviceStats& s, int device, bool abbrevia
   return summary_table(s, device, abbreviated, std::to_string(s.num_alloc_retries));
 }
 
-std::string memory_summary_table(const DeviceModel& d, bool abbreviated) {
+std::string memory_summary_table(const DeviceModel& d, bool abbreviated, const AllocationLevelFinding* level) {
   DeviceStats shown = d.stats;
   shown.num_ooms = static_cast<i64>(d.oom_count.ooms);
   shown.num_alloc_retries = d.oom_count.retries ? static_cast<i64>(*d.oom_count.retries) : 0;
   return summary_table(shown, d.device, abbreviated,
-                       d.oom_count.retries ? std::to_string(*d.oom_count.retries) : std::string("unknown"));
+                       d.oom_count.retries ? std::to_string(*d.oom_count.retries) : std::string("unknown"),
+                       level && level->level == AllocationLevel::allocator_segments);
+}
+
+std::string allocation_level_text(const TraceModel& m) {
+  if (m.level.level != AllocationLevel::allocator_segments) return {};
+  return fmt::format(
+      "Device level: {} ran above the shim ({}). Each allocation below is one of its segments: \"Held in "
+      "segments\" is the memory it reserved, not its tensors, and what it held free inside them is not in this "
+      "trace.{}\n",
+      m.level.allocator, m.level.evidence,
+      m.level.pytorch ? " Its tensors are in PyTorch's own history: `vramtrace run` records it (without --no-torch)."
+                      : "");
+}
+
+nlohmann::json allocation_level_json(const TraceModel& m) {
+  return {{"allocations", m.level.level == AllocationLevel::allocator_segments ? "allocator_segments" : "requests"},
+          {"allocator", m.level.allocator.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.level.allocator)},
+          {"evidence", m.level.evidence}};
 }
 
 std::string oom_count_text(const OomCount& c) {
@@ -314,8 +341,10 @@ SummaryText summary_text_of(const TraceModel& m) {
                            m.incomplete_reason);
       }
       if (m.lost_events) out += lost_events_warning(m.lost_events) + "\n";
-      // PyTorch's own table, with the OOMs and retries every command counts.
-      out += memory_summary_table(d);
+      // PyTorch's own table, with the OOMs and retries every command counts; at the segment level
+      // it says whose segments its rows are.
+      out += allocation_level_text(m);
+      out += memory_summary_table(d, false, &m.level);
       out += fmt::format("Duration {}, {} events\n", format_duration(d.last_time_ns - d.first_time_ns), d.events);
       out += oom_count_text(d.oom_count) + "\n";
       if (d.history == DeviceModel::History::none)
@@ -504,6 +533,7 @@ nlohmann::json summary_trace_json(const TraceModel& m) {
   {
     nlohmann::json t = trace_identity_json(m);
     t["has_segment_events"] = m.has_segment_events;
+    t["level"] = allocation_level_json(m);
     t["sites"] = trace_sites_json(m, trace_sites(m));
     if (m.ledger) t["ledger"] = ledger_json(m);  // only where there is one: other documents stay as they were
     nlohmann::json devs = nlohmann::json::array();

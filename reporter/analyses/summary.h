@@ -18,8 +18,18 @@ std::string memory_summary_table(const DeviceStats& stats, int device, bool abbr
 
 /// The same table for a device of a trace model, with its OOMs and retries as every command
 /// counts them (DeviceModel::oom_count, Note [one OOM per failed request]); retries that the
-/// trace does not record read "unknown" where PyTorch prints a number.
-std::string memory_summary_table(const DeviceModel& d, bool abbreviated = false);
+/// trace does not record read "unknown" where PyTorch prints a number. With the `level` of a trace
+/// of a framework allocator's segments, the title says so and its first row is "Held in segments".
+std::string memory_summary_table(const DeviceModel& d, bool abbreviated = false,
+                                 const AllocationLevelFinding* level = nullptr);
+
+/// For a trace of a framework allocator's segments (Note [the level of a trace]): one paragraph
+/// saying whose segments the table's rows are and how to see the tensors; empty otherwise.
+std::string allocation_level_text(const TraceModel& m);
+
+/// The trace's level for --json: {"allocations": "requests" | "allocator_segments", "allocator"
+/// (string or null), "evidence"}.
+nlohmann::json allocation_level_json(const TraceModel& m);
 
 /// One line for a device's OOMs and retries (Note [one OOM per failed request]), e.g. "OOMs 1,
 /// cudaMalloc retries 3 (4 failed device allocations: ...)". No newline. Deterministic.

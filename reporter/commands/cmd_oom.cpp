@@ -82,25 +82,7 @@ void register_oom(CLI::App& app) {
           run = run_whatifs(paths[i], m, wo);
           note_replays_in_cases(cases, run);
         }
-        // The program's command line is known from the shim's trace (its header's command line).
-        // Its cap: --capacity, else the one the trace records, else the device's total.
-        std::uint64_t limit = 0;
-        if (!cases.empty()) {
-          limit = m.header.usable_bytes_of(cases.front().device);
-          if (const TraceHeader::Cap* cap = m.header.cap_of(cases.front().device)) limit = cap->bytes;
-        }
-        if (oom_options.capacity_bytes) limit = *oom_options.capacity_bytes;
-        // The program's command line: the shim's trace names it (the snapshot's own level does not).
-        std::string command = m.header.format == "vramtrace" ? m.header.workload : std::string();
-        if (command.empty() && m.ledger && !m.ledger->device_trace.empty()) {
-          try {
-            auto shim = open_trace(m.ledger->device_trace);
-            if (shim->header().format == "vramtrace") command = shim->header().workload;
-          } catch (const TraceError&) {
-            // The placeholder then: the line is a convenience, the report stands without it.
-          }
-        }
-        const std::string tune = tune_command(run, limit, command);
+        const std::string tune = tune_command_for(run, m, cases, oom_options.capacity_bytes);
         if (opts->json) {
           nlohmann::json j = oom_json(m, cases, run);
           j["tune_command"] = tune.empty() ? nlohmann::json(nullptr) : nlohmann::json(tune);

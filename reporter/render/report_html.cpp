@@ -15,6 +15,7 @@
 #include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "render/report_page.h"
+#include "render/report_verdicts.h"
 
 namespace vramtrace {
 
@@ -509,7 +510,7 @@ nlohmann::json device_detail_json(const TraceModel& m, const DeviceModel& d, con
     ooms.push_back(oj);
   }
   dj["ooms"] = ooms;
-  dj["summary_table"] = memory_summary_table(d);
+  dj["summary_table"] = memory_summary_table(d, false, &m.level);
   dj["end"] = {{"live_blocks", d.at_end.stats.active[kStatAll].current},
                {"live_bytes", d.at_end.stats.active_bytes[kStatAll].current},
                {"biggest", biggest_json(d.at_end.biggest, t0, stacks)}};
@@ -681,6 +682,10 @@ nlohmann::json report_data(const std::vector<TraceModel>& models, const ReportOp
     all_cases.push_back(oom_cases(m));
     all_sites.push_back(trace_sites(m));
   }
+  // The first screen: each OOM's diagnosis and the settings' verdicts, as `vramtrace oom` gives
+  // them (the replays' notes join the diagnoses shown further down too).
+  if (nlohmann::json v = report_verdicts(models, all_cases, o.max_whatif_traces, o.replays); !v["traces"].empty())
+    j["verdicts"] = std::move(v);
   // Note [devices in the page]: which devices are drawn, and which of those bring their detail.
   struct Rank {
     bool oom;

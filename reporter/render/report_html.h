@@ -80,6 +80,11 @@ struct ReportOptions {
   /// and retry markers are all kept. Default 8,000 (a mark is about 55 bytes of the page: 440 KB):
   /// 2,000 for each of up to 4 devices, 1,000 for each of 8, 31 for each of 256.
   std::size_t max_page_marks = 8000;
+  /// The first screen's OOM verdicts (render/report_verdicts.h): the what-if replays of `oom` run
+  /// for at most this many traces with an OOM (each replays its trace under six settings twice);
+  /// a line names how many more there are. 0, or `replays` false: the diagnoses only.
+  std::size_t max_whatif_traces = 8;
+  bool replays = true;
 };
 /// The fewest buckets a drawn device's timeline keeps in the page, up to max_page_buckets /
 /// kMinPageBuckets drawn devices (256, the default max_device_sections); beyond (the cap

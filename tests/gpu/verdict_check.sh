@@ -30,7 +30,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 tarball=${VERDICT_TAR:-$out/verdict-data.tar.gz}
 workloads=("$@")
-((${#workloads[@]})) || workloads=(split bert frac gpt2 killed)
+((${#workloads[@]})) || workloads=(split killed frac bert gpt2)
 CANDS='expandable_segments:True;max_split_size_mb:20;max_split_size_mb:128;max_split_size_mb:512;roundup_power2_divisions:4;garbage_collection_threshold:0.6'
 
 # name cap tune-limit-args... -- command...: both recordings, tune, then oom and replay of each.
@@ -46,7 +46,7 @@ one() {
   echo "tensor-level run rc $?"
   "$VT" run -q --no-torch "${limit[@]}" -o "$d/segment/$name.%p.jsonl.zst" -- "$@" >"$d/segment.log" 2>&1
   echo "segment-level run rc $?"
-  "$VT" tune --json "${limit[@]}" --candidates "$CANDS" --timeout 200 -o "$d/tune" -- "$@" \
+  "$VT" tune --json "${limit[@]}" --candidates "$CANDS" --timeout 120 -o "$d/tune" -- "$@" \
     >"$d/tune.json" 2>"$d/tune.err"
   echo "tune rc $?"
   python3 - "$d/tune.json" <<'PY'

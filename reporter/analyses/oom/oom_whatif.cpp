@@ -6,6 +6,7 @@
 
 #include "analyses/printable.h"
 #include "analyses/replay.h"
+#include "model/ledger.h"
 #include "vramtrace/settings.h"
 #include "vramtrace/units.h"
 
@@ -283,9 +284,11 @@ void judge_rows(WhatIfRun& run, const std::vector<std::optional<ReplayConfig>>& 
       for (const auto& d : m.devices) device_oomed = device_oomed || (d.device == r.device && d.oom_count.ooms > 0);
       JudgeContext ctx;
       ctx.capacity_bytes = c.capacity_bytes;
-      ctx.withheld = run.withheld ? &*run.withheld : setting ? &*setting : nullptr;
       ctx.partial = run.partial ? &*run.partial : nullptr;
       ctx.recorded_oom = w.own && recorded_oom && device_oomed && run.capacity.within_recorded();
+      // The recorded run's outcome under its own settings is a fact, whatever the replay models of
+      // them; what the trace as a whole cannot support stays withheld.
+      ctx.withheld = run.withheld ? &*run.withheld : setting && !ctx.recorded_oom ? &*setting : nullptr;
       const Judgement j = judge(r, result_of(rep.results, bound_lane(c), r.device), ctx);
       w.judgement = first ? j : worse_of(w.judgement, j);
       w.results.push_back(r);
@@ -437,6 +440,28 @@ std::string tune_command(const WhatIfRun& run, std::uint64_t limit_bytes, const 
   for (const auto& x : settings) joined += (joined.empty() ? "" : ";") + x;
   return fmt::format("vramtrace tune --limit {} --candidates {} -- {}", limit_bytes, shell_word(joined),
                      command.empty() ? std::string("YOUR_COMMAND...") : command);
+}
+
+std::string tune_command_for(const WhatIfRun& run, const TraceModel& m, const std::vector<OomCase>& cases,
+                             std::optional<std::uint64_t> capacity) {
+  // The cap the program ran under: --capacity, else the one the trace records, else the device's.
+  std::uint64_t limit = 0;
+  if (!cases.empty()) {
+    limit = m.header.usable_bytes_of(cases.front().device);
+    if (const TraceHeader::Cap* cap = m.header.cap_of(cases.front().device)) limit = cap->bytes;
+  }
+  if (capacity) limit = *capacity;
+  // The program's command line: the shim's trace names it (the snapshot's own level does not).
+  std::string command = m.header.format == "vramtrace" ? m.header.workload : std::string();
+  if (command.empty() && m.ledger && !m.ledger->device_trace.empty()) {
+    try {
+      auto shim = open_trace(m.ledger->device_trace);
+      if (shim->header().format == "vramtrace") command = shim->header().workload;
+    } catch (const TraceError&) {
+      // The placeholder then: the line is a convenience, the report stands without it.
+    }
+  }
+  return tune_command(run, limit, command);
 }
 
 }  // namespace vramtrace

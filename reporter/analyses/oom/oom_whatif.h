@@ -169,6 +169,12 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
 /// the trace as a whole. Pure.
 std::string tune_command(const WhatIfRun& run, std::uint64_t limit_bytes, const std::string& command);
 
+/// tune_command for a trace's replays: the cap is `capacity` (--capacity), else the trace's own
+/// cap, else its device's total; the command is the program's command line as the shim's trace
+/// (or the tensor level's companion trace) records it. Reads the companion's header only.
+std::string tune_command_for(const WhatIfRun& run, const TraceModel& m, const std::vector<OomCase>& cases,
+                             std::optional<std::uint64_t> capacity);
+
 /// Applies the replays to the diagnoses: a capacity verdict says which settings got past the
 /// failure (Note [what capacity says about settings], diagnosis.cpp), or that none did, in the
 /// words of the replays' table.

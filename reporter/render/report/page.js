@@ -1,6 +1,7 @@
 document.getElementById('title').textContent=DATA.title;document.title=DATA.title;
 document.getElementById('subtitle').textContent=DATA.generated_by;legend();
 (DATA.unfinished||[]).forEach(function(u){main.appendChild(el('div',{'class':'note warn unfinished'},u));});
+if(DATA.verdicts)verdictSection(DATA.verdicts);
 // Note [devices in the page] (report_html.cpp): the devices left without their section or detail.
 var LO=DATA.devices_left_out;
 if(LO&&LO.rows){var bare=LO.count-LO.rows;main.appendChild(el('div',{'class':'note warn',id:'devices-left-out'},LO.drawn+' of '+LO.of+' devices are drawn with a section of their own'+
