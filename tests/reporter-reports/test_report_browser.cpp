@@ -24,6 +24,8 @@
 #include <sstream>
 #include <thread>
 
+#include "analyses/oom/oom_report.h"
+#include "analyses/oom/oom_whatif.h"
 #include "analyses/sites.h"
 #include "analyses/summary.h"
 #include "browser.h"
@@ -1365,4 +1367,37 @@ TEST_CASE("browser: a run that did not finish is said first, at the top of the p
   CHECK(dom.find("no trailer: the process did not finish tracing", main) < dom.find("<h2", main));
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+TEST_CASE("browser: the first screen gives each OOM's diagnosis and the settings' verdicts, as oom does",
+          "[browser][verdicts]") {
+  skip_without_chromium();
+  // A real BERT run that died of fragmentation under a 16 GiB cap (tests/data/oom/bert_16g).
+  auto report = report_of("oom/bert_16g/bert.485.torch.pickle.gz", "verdicts");
+  // The verdicts of `vramtrace oom` for the same trace and settings: one engine.
+  auto cases = oom_cases(report.models[0]);
+  const WhatIfRun run = run_whatifs(report.models[0].header.path, report.models[0]);
+  note_replays_in_cases(cases, run);
+  const auto page = report.b().eval(
+      "(function(){var v=document.getElementById('verdicts');if(!v)return null;var r=v.getBoundingClientRect();"
+      "var t=v.querySelector('table.verdict-table');return {top:r.top,height:window.innerHeight,"
+      "text:v.textContent,rows:[].slice.call(t.rows,1).map(function(x){return [x.cells[0].textContent,"
+      "x.cells[1].textContent,x.getAttribute('data-verdict')];})};})()");
+  REQUIRE(page.is_object());
+  INFO(page.dump());
+  // On the first screen: the section starts within the window's height, before any chart.
+  CHECK(page["top"].get<double>() < page["height"].get<double>());
+  const std::string text = page["text"].get<std::string>();
+  CHECK(text.find("OOM 1 on device 0: " + std::string(diagnosis_code_name(cases[0].diagnosis.code))) !=
+        std::string::npos);
+  CHECK(text.find(cases[0].diagnosis.headline) != std::string::npos);
+  CHECK(text.find("Part of the run") != std::string::npos);  // the run died of its OOM
+  CHECK(text.find("vramtrace tune --limit 17179869184") != std::string::npos);
+  const auto shown = run.shown_rows();
+  REQUIRE(page["rows"].size() == shown.size());
+  for (std::size_t i = 0; i < shown.size(); ++i) {
+    const Judgement& j = shown[i]->judgement;
+    const bool firm = j.verdict != WhatIfVerdict::withheld && j.verdict != WhatIfVerdict::failed;
+    CHECK(page["rows"][i][2] == (firm ? whatif_verdict_name(j.verdict) : "none"));
+  }
 }
