@@ -63,8 +63,8 @@ void register_explain(CLI::App& app) {
   };
   auto opts = std::make_shared<Opts>();
   cmd->add_option("message", opts->words,
-                  "The message text (quote it); or use --file; or pipe it in (standard input is read when it is not a "
-                  "terminal)");
+                  "The message text (quote it), or - for standard input; or use --file; or pipe it in (standard input "
+                  "is read when it is not a terminal)");
   cmd->add_option("--file,-f", opts->file, "Read the message from a file ('-' for standard input)");
   cmd->add_flag("--json", opts->json, "Print JSON: diagnosis and every figure read, in bytes");
   cmd->callback([opts]() {
@@ -80,11 +80,12 @@ void register_explain(CLI::App& app) {
         }
         text = std::move(*read);
       }
-    } else if (!opts->words.empty()) {
+    } else if (!opts->words.empty() && !(opts->words.size() == 1 && opts->words[0] == "-")) {
       for (std::size_t i = 0; i < opts->words.size(); ++i) text += (i ? " " : "") + opts->words[i];
-    } else if (::isatty(STDIN_FILENO) == 0) {
-      // Piped or redirected: the message is what comes in. A terminal would wait for typing that
-      // nobody announced, so there the usage error below stays.
+    } else if (::isatty(STDIN_FILENO) == 0 || !opts->words.empty()) {
+      // A lone "-", as other tools take it, or piped or redirected: the message is what comes in.
+      // Without "-", a terminal would wait for typing that nobody announced, so there the usage
+      // error below stays.
       text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
       if (text.empty()) {
         logger().error(

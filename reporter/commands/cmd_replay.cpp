@@ -28,6 +28,7 @@ struct ReplayArgs {
   std::string full;
   std::string capacity;
   std::vector<std::string> confs;
+  std::string level = "auto";
   bool json = false;
 };
 
@@ -364,7 +365,15 @@ int run_replay(const ReplayArgs& args) {
   try {
     // The model of the trace gives what every command judges from: its OOMs, its level, its cap
     // and its coverage (analyses/oom/verdict_support.h); then the replays run in one more pass.
-    std::vector<TraceModel> models = load_models({args.trace});
+    // The level the other commands read of the same argument (a shim trace's tensor-level
+    // companion by default), and one trace: a directory that holds one process's trace is one.
+    const std::vector<std::string> paths = traces_to_read({args.trace}, args.level, "replay");
+    if (paths.size() != 1) {
+      logger().error("vramtrace replay: {} names {} traces; give one (replay judges one process)", args.trace,
+                     paths.size());
+      return 2;
+    }
+    std::vector<TraceModel> models = load_models(paths);
     WhatIfOptions wo;
     wo.settings = confs;
     wo.settings_replace_own = true;
@@ -372,7 +381,7 @@ int run_replay(const ReplayArgs& args) {
     wo.full_path = args.full;
     Progress progress;
     wo.replay.progress = [&](std::uint64_t n, std::uint64_t b, std::uint64_t t) { progress.update(n, b, t); };
-    const WhatIfRun run = run_whatifs(args.trace, models.front(), wo);
+    const WhatIfRun run = run_whatifs(paths.front(), models.front(), wo);
     progress.done();
     if (args.json)
       print_json(run, args.trace);
@@ -396,11 +405,13 @@ void register_replay(CLI::App& app) {
       "replay", "Replay a trace through the caching allocator on a simulated GPU: peaks, segments, OOMs per setting");
   sub->add_option(
          "TRACE", args->trace,
-         "PyTorch allocator history (JSON lines, .gz/.zst), snapshot pickle (_dump_snapshot), or vramtrace trace")
+         "PyTorch allocator history (JSON lines, .gz/.zst), snapshot pickle (_dump_snapshot), vramtrace trace, or a "
+      "directory of one process's trace (read at --level, as the other commands read it)")
       ->required();
   sub->add_option("--capacity", args->capacity,
                   "simulated GPU memory: a size (14.58GiB, 16GB, 512MiB, 1048576) or a card name (T4, A100-40GB); "
-                  "default: the trace's device total, or its cap")
+                  "default, as oom's: the smallest of what the allocator reached at the first OOM (reserved + free "
+                  "then), the trace's cap and its device total")
       ->check(size_check());
   sub->add_option("--full", args->full,
                   "a complete trace of the same program (e.g. run without the cap), replayed instead of TRACE on "
@@ -408,6 +419,7 @@ void register_replay(CLI::App& app) {
   sub->add_option("--conf", args->confs,
                   "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax; repeat for a side-by-side comparison")
       ->allow_extra_args(false);
+  add_level_option(sub, args->level);
   sub->add_flag("--json", args->json, "print JSON (format in docs/replay.md)");
   sub->callback([args] { set_exit_code(run_replay(*args)); });
 }

@@ -58,10 +58,22 @@ const KnownAllocator* allocator_in_stacks(const TraceModel& m, std::string_view&
   return nullptr;
 }
 
+// A Python interpreter, or a launcher that runs one (torchrun and the like, `env python3`, `uv
+// run`), among the first words of the command line: every framework with a caching allocator of
+// its own is used from Python.
 bool python_program(const TraceModel& m) {
-  const std::string_view cmd = m.header.workload;
-  const std::string_view first = cmd.substr(0, cmd.find(' '));
-  return base_name(first).rfind("python", 0) == 0;
+  static constexpr std::array<std::string_view, 10> kLaunchers{
+      "torchrun", "accelerate", "deepspeed", "pytest", "ipython", "jupyter", "lightning", "composer", "uv", "poetry"};
+  std::string_view cmd = m.header.workload;
+  for (int word = 0; word < 3 && !cmd.empty(); ++word) {
+    const std::string_view w = cmd.substr(0, cmd.find(' '));
+    const std::string_view base = base_name(w);
+    if (base.rfind("python", 0) == 0) return true;
+    for (std::string_view l : kLaunchers)
+      if (base == l) return true;
+    cmd = w.size() < cmd.size() ? cmd.substr(w.size() + 1) : std::string_view{};
+  }
+  return false;
 }
 
 }  // namespace
@@ -77,9 +89,9 @@ AllocationLevelFinding allocation_level(const TraceModel& m) {
     }
   RequestSizes sizes;
   for (const DeviceModel& d : m.devices) sizes.merge(d.request_sizes);
-  // Most requests of 2 MiB multiples: a library that asks the driver itself (NCCL, a CUDA
-  // extension) adds a few requests of its own sizes beside PyTorch's segments.
-  const bool segment_sizes = sizes.requests > 0 && sizes.multiples_of_2mib * 10 >= sizes.requests * 9;
+  // Mostly requests of 2 MiB multiples: libraries that ask the driver themselves (NCCL, cuDNN, a
+  // CUDA extension) add some requests of their own sizes beside PyTorch's segments.
+  const bool segment_sizes = sizes.requests > 0 && sizes.multiples_of_2mib * 4 >= sizes.requests * 3;
   // Rule 2: a caching allocator's library on an allocation's call stack.
   std::string_view module;
   if (const KnownAllocator* a = allocator_in_stacks(m, module)) {
@@ -95,16 +107,17 @@ AllocationLevelFinding allocation_level(const TraceModel& m) {
     out.evidence = fmt::format("its allocations' call stacks pass through {}", module);
     return out;
   }
-  // Rule 3: no stacks to tell, but a Python program that asks for PyTorch's segment sizes.
-  if (!m.stacks && python_program(m) && segment_sizes && sizes.requests >= 4 &&
-      sizes.small_segments + sizes.large_segments > 0) {
+  // Rule 3: no stacks to tell, but a Python program that asks for segment sizes.
+  if (!m.stacks && python_program(m) && segment_sizes) {
     out.level = AllocationLevel::allocator_segments;
     out.allocator = "PyTorch's caching allocator";
     out.pytorch = true;
-    out.evidence = fmt::format(
-        "a Python program whose allocations are whole multiples of 2 MiB ({} of {}), {} of them PyTorch's 2 MiB or "
-        "20 MiB segments",
-        sizes.multiples_of_2mib, sizes.requests, sizes.small_segments + sizes.large_segments);
+    out.evidence = fmt::format("a Python program whose allocations are whole multiples of 2 MiB ({} of {}{})",
+                               sizes.multiples_of_2mib, sizes.requests,
+                               sizes.small_segments + sizes.large_segments
+                                   ? fmt::format(", {} of them PyTorch's 2 MiB or 20 MiB segments",
+                                                 sizes.small_segments + sizes.large_segments)
+                                   : std::string());
   }
   return out;
 }

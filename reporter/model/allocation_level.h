@@ -46,16 +46,18 @@ struct AllocationLevelFinding {
 ///  2. a call stack of an allocation passes through a caching allocator's library (libc10_cuda:
 ///     PyTorch; xla_extension, libjax, jaxlib: XLA; cupy's memory module; librmm; TensorFlow's
 ///     framework library): allocator_segments, named after it; for PyTorch only when at least
-///     90 % of the requests are whole multiples of 2 MiB (a trace written before the header
+///     75 % of the requests are whole multiples of 2 MiB (a trace written before the header
 ///     recorded rule 1's setting, under --tensors, asks for tensor sizes; libraries that ask the
-///     driver themselves, NCCL say, add a few requests of other sizes beside the segments);
-///  3. no stacks, but the program is a Python interpreter, at least 90 % of at least four
-///     requests are whole multiples of 2 MiB, and PyTorch's 2 MiB or 20 MiB segment sizes are
-///     among them: allocator_segments (PyTorch's, by its segment sizes);
+///     driver themselves, NCCL or cuDNN say, add some requests of other sizes beside the segments);
+///  3. no stacks, but the program is Python (an interpreter, or a launcher of one: torchrun,
+///     accelerate, `env python3`, ...) and at least 75 % of its requests are whole multiples of
+///     2 MiB: allocator_segments (PyTorch's, by its segment sizes; every framework with a caching
+///     allocator is used from Python, and a Python program's own cudaMalloc calls rarely have
+///     such sizes);
 ///  4. otherwise requests.
-/// A program that loads PyTorch but allocates with cudaMalloc itself, with stacks off, may be
-/// taken for PyTorch by rule 3 only if all its requests have PyTorch's sizes; the reports then
-/// withhold verdicts they could have given, never the other way round. Pure.
+/// A Python program that allocates with cudaMalloc itself, with stacks off, may be taken for
+/// PyTorch by rule 3 only if most of its requests have segment sizes; the reports then withhold
+/// verdicts they could have given, rather than give ones the trace cannot support. Pure.
 AllocationLevelFinding allocation_level(const TraceModel& m);
 
 }  // namespace vramtrace

@@ -193,11 +193,26 @@ TEST_CASE("shim trace: survived failures are retries, the final double failure o
   CHECK(oj["ooms"][0]["attempts"] == 2);
   CHECK(oj["ooms"][0]["figures"]["num_alloc_retries"] == 3);
   CHECK(oj["retried_failures"].size() == 3);
-  // The replay puts back the OOM, not the failed attempts the program retried: the trace's own
-  // settings give the one OOM.
+  // The shim's trace of PyTorch holds PyTorch's segments (a Python program asking for 2 MiB
+  // multiples): no replay and no verdict on PyTorch's settings (Note [the level of a trace]).
   const auto rj = json_of(kVt + " oom --json " + t);
+  CHECK(rj["whatif"]["withheld"]["why"].get<std::string>().find("segments of PyTorch's caching allocator") !=
+        std::string::npos);
+  for (const auto& w : rj["replays"]) CHECK(w["verdict"].is_null());
+  // The same requests from a program that asks the driver itself: the replay puts back the OOM, not
+  // the failed attempts the program retried, so the trace's own settings give the one OOM.
+  std::ifstream in(t);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string plain = text.str();
+  const std::string python = R"("command_line":["python3","train.py"])";
+  REQUIRE(plain.find(python) != std::string::npos);
+  plain.replace(plain.find(python), python.size(), R"("command_line":["./solver"])");
+  const std::string solver = (tmp_dir() / "solver.vramtrace.jsonl").string();
+  std::ofstream(solver) << plain;
+  const auto plain_json = json_of(kVt + " oom --json " + solver);
   bool own = false;
-  for (const auto& w : rj["replays"])
+  for (const auto& w : plain_json["replays"])
     if (w["settings"] == "") {
       own = true;
       CHECK(w["ooms"] == 1);

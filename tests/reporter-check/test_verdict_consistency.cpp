@@ -123,9 +123,7 @@ void check_trace(const std::string& trace, const std::string& level = "auto", st
   // replay, each conf replacing the trace's settings: the same verdicts.
   std::string confs;
   for (const auto& [conf, v] : by_conf) confs += " --conf " + quote(conf);
-  const json rep = json_of(kVt + " replay --json " + quote(trace) + confs + cap);
-  // replay reads the file it is given: the shim's trace at --level device, the tensor level's
-  // history otherwise (check_trace is given that file for the default level).
+  const json rep = json_of(kVt + " replay --json" + lv + quote(trace) + confs + cap);
   CHECK(rep["capacity_source"] == whatif["capacity_source"]);
   for (const auto& r : rep["results"]) {
     if (r.contains("device") && r["device"] != 0) continue;

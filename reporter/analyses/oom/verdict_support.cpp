@@ -52,25 +52,73 @@ std::string requests_level_advice(const TraceModel& m) {
       m.header.workload);
 }
 
-TraceSupport trace_support(const TraceModel& m, const WhatIfCapacity& capacity, bool ends_at_failure,
-                           const FullTraceFacts* full) {
-  TraceSupport s;
+namespace {
+
+// Rules (1) and (2) of Note [what a verdict needs]: what the trace's history holds. Sets `none`
+// (and `replayable` false where a replay would not mean anything) when it cannot be judged.
+void history_support(const TraceModel& m, TraceSupport& s) {
+  bool any_history = false, late = false;
+  for (const DeviceModel& d : m.devices) {
+    any_history = any_history || (d.history != DeviceModel::History::none && d.events > 0);
+    late = late || d.history == DeviceModel::History::late;
+  }
   if (m.level.level == AllocationLevel::allocator_segments) {
     s.none = segments_withheld(m);
+    s.replayable = false;
+  } else if (!any_history) {
+    s.none = Withheld{"the trace holds no allocation history (a snapshot taken without PyTorch's history, or no "
+                      "allocation at all): there is nothing to replay",
+                      "record the history: `vramtrace run` does, or torch.cuda.memory._record_memory_history() "
+                      "before the run"};
+    s.replayable = false;
+  } else if (late) {
+    s.none = Withheld{"the history begins late (PyTorch keeps only its last max_entries events): memory allocated "
+                      "before its first event is in no replay, so every replay would run on less than the program held",
+                      "record the whole run: a larger ring (VRAMTRACE_TORCH_MAX_ENTRIES, or "
+                      "_record_memory_history(max_entries=N))"};
+    s.replayable = false;
   } else if (m.lost_events) {
     s.none = Withheld{fmt::format("the trace lost {} event{}: a lost free leaves memory allocated and a lost "
                                   "allocation hides it, so no replay of it can be vouched for",
                                   m.lost_events, m.lost_events == 1 ? "" : "s"),
                       "record the run again with a larger trace buffer (docs/trace-format.md, the writer's settings)"};
-  } else if (capacity.bytes == 0) {
+  }
+}
+
+// Rule (3): a device to fit, of a size some GPU program could run in.
+void capacity_support(const WhatIfCapacity& capacity, TraceSupport& s) {
+  if (s.none) return;
+  if (capacity.bytes == 0)
     s.none = Withheld{"the trace records neither the device's size nor a cap, so the replays have no device to fit",
                       "give the device's memory with --capacity SIZE (a size, or a card name such as T4)"};
-  } else if (recorded_backend_async(m)) {
+  else if (capacity.kind != WhatIfCapacity::Kind::given && capacity.bytes < kMinPlausibleCapacityBytes)
+    s.none = Withheld{fmt::format("the capacity the trace gives is {} ({}): no GPU program runs in less than {}, so "
+                                  "the trace's figures are not a device's",
+                                  format_size(capacity.bytes), capacity.source, format_size(kMinPlausibleCapacityBytes)),
+                      "give the device's memory with --capacity SIZE (a size, or a card name such as T4)"};
+}
+
+}  // namespace
+
+TraceSupport trace_support(const TraceModel& m, const WhatIfCapacity& capacity, bool ends_at_failure,
+                           const FullTraceFacts* full, bool figures_contradict) {
+  TraceSupport s;
+  history_support(m, s);
+  capacity_support(capacity, s);
+  if (!s.none && figures_contradict)
+    s.none = Withheld{"the figures the trace records at its OOM contradict each other (diagnosis `inconsistent`), "
+                      "so neither the capacity nor the replays can be trusted",
+                      "give the device's memory with --capacity SIZE, or a trace whose figures agree"};
+  if (!s.none && recorded_backend_async(m))
     s.none = Withheld{
         "the program ran PyTorch's cudaMallocAsync backend (backend:cudaMallocAsync), and the replays "
         "model its native caching allocator: no setting's verdict would be about this program",
         "none for this backend"};
-  }
+  if (!s.none && full && full->compared > 0 && full->matching * 10 < full->compared * 9)
+    s.none = Withheld{fmt::format("the --full trace is not the same program or input: only its first {} of the {} "
+                                  "allocations before the failure are the trace's",
+                                  full->matching, full->compared),
+                      "give a complete trace of the same program with the same input (a run without the cap)"};
   if (full) {
     if (full->ooms > 0 || full->incomplete)
       s.partial = Withheld{
@@ -133,7 +181,7 @@ std::optional<Withheld> setting_support(const AllocatorSettings& s, const WhatIf
 std::optional<Withheld> reproduction_support(std::uint64_t recorded_ooms, std::uint64_t with_entries,
                                              std::optional<std::uint64_t> own_ooms, std::uint64_t own_spare,
                                              const WhatIfCapacity& capacity, const std::string& trace_path) {
-  if (recorded_ooms == 0 || !own_ooms || *own_ooms > 0 || !capacity.within_recorded()) return std::nullopt;
+  if (recorded_ooms == 0 || !own_ooms || *own_ooms > 0) return std::nullopt;
   if (with_entries == 0)
     return Withheld{
         fmt::format("the trace records its OOM without an entry in the history (only a message, the statistics or "
