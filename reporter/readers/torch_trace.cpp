@@ -55,13 +55,30 @@ class TorchTraceReader final : public TraceReader {
         return false;
       }
       if (is_blank(line)) continue;
-      parse_entry(line, line.size() + LineSource::kPadding, out);
+      if (!lines_->truncated()) {
+        parse_entry(line, line.size() + LineSource::kPadding, out);
+        return true;
+      }
+      // The last line, without its '\n': whole, it is read; cut mid-way (a process that died while
+      // it wrote the history), the trace ends before it and says so (incomplete()), as a vramtrace
+      // trace does.
+      try {
+        parse_entry(line, line.size() + LineSource::kPadding, out);
+      } catch (const TraceError&) {
+        // A compressed stream that ends early is a damaged copy, said as such (docs/reliability.md).
+        if (lines_->stream_truncated()) throw;
+        cut_line_ = true;
+        return false;
+      }
       return true;
     }
   }
 
   std::string position() const override { return fmt::format("line {}", lines_->line_number()); }
   bool incomplete() const override { return lines_->truncated(); }
+  std::string incomplete_reason() const override {
+    return cut_line_ ? "its last line is cut mid-way: the file is truncated" : TraceReader::incomplete_reason();
+  }
   std::uint64_t bytes_read() const override { return lines_->bytes_read(); }
   std::uint64_t bytes_total() const override { return lines_->bytes_total(); }
 
@@ -316,6 +333,7 @@ class TorchTraceReader final : public TraceReader {
   TraceHeader header_;
   od::parser parser_;
   bool pending_line_ = false;
+  bool cut_line_ = false;  // the last line was cut mid-way and left out
   std::string pending_;
 };
 
