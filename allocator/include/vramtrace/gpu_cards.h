@@ -73,11 +73,22 @@ inline constexpr struct {
     {"geforcertx3090", "RTX3090"},
     {"geforcertx4090", "RTX4090"},
     {"geforcertx5090", "RTX5090"},
+    // torch.cuda.get_device_name() and nvidia-smi, "NVIDIA " dropped (find_gpu_card).
+    {"h10080gbhbm3", "H100-80GB"},
+    {"h100sxm580gb", "H100-80GB"},
+    {"h100nvl", "H100-NVL"},
+    {"a100sxm440gb", "A100-40GB"},
+    {"a100pcie40gb", "A100-40GB"},
+    {"a100sxm480gb", "A100-80GB"},
+    {"a10080gbpcie", "A100-80GB"},
+    {"l40", "L40"},
 };
 
 /// The card `name` stands for (its name or an alias), or nullptr.
 inline const GpuCard* find_gpu_card(std::string_view name) {
   std::string k = gpu_card_key(name);
+  // The vendor's name before the card's, as PyTorch and nvidia-smi print it ("NVIDIA H200").
+  if (k.size() > 6 && k.compare(0, 6, "nvidia") == 0) k.erase(0, 6);
   for (const auto& a : kGpuCardAliases)
     if (a.key == k) k = gpu_card_key(a.card);
   for (const GpuCard& c : kGpuCards)
