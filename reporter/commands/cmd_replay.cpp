@@ -406,7 +406,7 @@ void register_replay(CLI::App& app) {
   sub->add_option(
          "TRACE", args->trace,
          "PyTorch allocator history (JSON lines, .gz/.zst), snapshot pickle (_dump_snapshot), vramtrace trace, or a "
-      "directory of one process's trace (read at --level, as the other commands read it)")
+         "directory of one process's trace (read at --level, as the other commands read it)")
       ->required();
   sub->add_option("--capacity", args->capacity,
                   "simulated GPU memory: a size (14.58GiB, 16GB, 512MiB, 1048576) or a card name (T4, A100-40GB); "

@@ -194,10 +194,15 @@ TEST_CASE("units: what format_size prints parses back", "[units]") {
 
 TEST_CASE("units: a card as PyTorch and nvidia-smi name it", "[units][cards]") {
   // torch.cuda.get_device_name() on the GPU machines and in public logs.
-  const std::vector<std::pair<const char*, const char*>> names = {
-      {"NVIDIA H100 80GB HBM3", "H100-80GB"}, {"NVIDIA H200", "H200"},         {"NVIDIA A100-SXM4-40GB", "A100-40GB"},
-      {"NVIDIA A100-SXM4-80GB", "A100-80GB"}, {"NVIDIA A10G", "A10G"},         {"NVIDIA GeForce RTX 4090", "RTX4090"},
-      {"Tesla T4", "T4"},                     {"NVIDIA H100 NVL", "H100-NVL"}, {"NVIDIA L40", "L40"}};
+  const std::vector<std::pair<const char*, const char*>> names = {{"NVIDIA H100 80GB HBM3", "H100-80GB"},
+                                                                  {"NVIDIA H200", "H200"},
+                                                                  {"NVIDIA A100-SXM4-40GB", "A100-40GB"},
+                                                                  {"NVIDIA A100-SXM4-80GB", "A100-80GB"},
+                                                                  {"NVIDIA A10G", "A10G"},
+                                                                  {"NVIDIA GeForce RTX 4090", "RTX4090"},
+                                                                  {"Tesla T4", "T4"},
+                                                                  {"NVIDIA H100 NVL", "H100-NVL"},
+                                                                  {"NVIDIA L40", "L40"}};
   for (const auto& [printed, card] : names) {
     INFO(printed);
     std::uint64_t bytes = 0;

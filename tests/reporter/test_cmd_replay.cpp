@@ -254,8 +254,7 @@ TEST_CASE("vramtrace replay: no verdict when the trace's own settings do not rep
   // show (a cap the trace does not record, memory outside the allocator). The replay there runs
   // without the OOM, so "fits" would be a promise the real run broke.
   const std::string died = R"({"kind": "header", "workload": "w", "total": 2147483648})" + std::string("\n") +
-                           held(4294967296, 419430400) + held(8589934592, 419430400) +
-                           oom_line(104857600, 900000000);
+                           held(4294967296, 419430400) + held(8589934592, 419430400) + oom_line(104857600, 900000000);
   auto path = write_file("unreproduced.torchtrace.jsonl", died);
   Run r = run_cli("replay " + quote(path) + " --json");
   REQUIRE(r.code == 0);

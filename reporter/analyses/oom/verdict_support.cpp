@@ -66,16 +66,18 @@ void history_support(const TraceModel& m, TraceSupport& s) {
     s.none = segments_withheld(m);
     s.replayable = false;
   } else if (!any_history) {
-    s.none = Withheld{"the trace holds no allocation history (a snapshot taken without PyTorch's history, or no "
-                      "allocation at all): there is nothing to replay",
-                      "record the history: `vramtrace run` does, or torch.cuda.memory._record_memory_history() "
-                      "before the run"};
+    s.none = Withheld{
+        "the trace holds no allocation history (a snapshot taken without PyTorch's history, or no "
+        "allocation at all): there is nothing to replay",
+        "record the history: `vramtrace run` does, or torch.cuda.memory._record_memory_history() "
+        "before the run"};
     s.replayable = false;
   } else if (late) {
-    s.none = Withheld{"the history begins late (PyTorch keeps only its last max_entries events): memory allocated "
-                      "before its first event is in no replay, so every replay would run on less than the program held",
-                      "record the whole run: a larger ring (VRAMTRACE_TORCH_MAX_ENTRIES, or "
-                      "_record_memory_history(max_entries=N))"};
+    s.none = Withheld{
+        "the history begins late (PyTorch keeps only its last max_entries events): memory allocated "
+        "before its first event is in no replay, so every replay would run on less than the program held",
+        "record the whole run: a larger ring (VRAMTRACE_TORCH_MAX_ENTRIES, or "
+        "_record_memory_history(max_entries=N))"};
     s.replayable = false;
   } else if (m.lost_events) {
     s.none = Withheld{fmt::format("the trace lost {} event{}: a lost free leaves memory allocated and a lost "
@@ -92,10 +94,11 @@ void capacity_support(const WhatIfCapacity& capacity, TraceSupport& s) {
     s.none = Withheld{"the trace records neither the device's size nor a cap, so the replays have no device to fit",
                       "give the device's memory with --capacity SIZE (a size, or a card name such as T4)"};
   else if (capacity.kind != WhatIfCapacity::Kind::given && capacity.bytes < kMinPlausibleCapacityBytes)
-    s.none = Withheld{fmt::format("the capacity the trace gives is {} ({}): no GPU program runs in less than {}, so "
-                                  "the trace's figures are not a device's",
-                                  format_size(capacity.bytes), capacity.source, format_size(kMinPlausibleCapacityBytes)),
-                      "give the device's memory with --capacity SIZE (a size, or a card name such as T4)"};
+    s.none =
+        Withheld{fmt::format("the capacity the trace gives is {} ({}): no GPU program runs in less than {}, so "
+                             "the trace's figures are not a device's",
+                             format_size(capacity.bytes), capacity.source, format_size(kMinPlausibleCapacityBytes)),
+                 "give the device's memory with --capacity SIZE (a size, or a card name such as T4)"};
 }
 
 }  // namespace
@@ -106,9 +109,10 @@ TraceSupport trace_support(const TraceModel& m, const WhatIfCapacity& capacity, 
   history_support(m, s);
   capacity_support(capacity, s);
   if (!s.none && figures_contradict)
-    s.none = Withheld{"the figures the trace records at its OOM contradict each other (diagnosis `inconsistent`), "
-                      "so neither the capacity nor the replays can be trusted",
-                      "give the device's memory with --capacity SIZE, or a trace whose figures agree"};
+    s.none = Withheld{
+        "the figures the trace records at its OOM contradict each other (diagnosis `inconsistent`), "
+        "so neither the capacity nor the replays can be trusted",
+        "give the device's memory with --capacity SIZE, or a trace whose figures agree"};
   if (!s.none && recorded_backend_async(m))
     s.none = Withheld{
         "the program ran PyTorch's cudaMallocAsync backend (backend:cudaMallocAsync), and the replays "

@@ -109,8 +109,8 @@ std::optional<Withheld> setting_support(const AllocatorSettings& settings, const
 /// settings on what the program had (the smaller of `capacity` and what the trace says it had,
 /// WhatIfCapacity::recorded_bytes: a larger --capacity is a what-if, a smaller one the user's word
 /// for a cap the trace does not record) ran out of memory `own_ooms` times (nullopt: not
-/// replayed). Why no verdict holds when that replay does not reproduce the OOM, or nullopt. `own_spare` is that replay's spare, for the message.
-/// Pure.
+/// replayed). Why no verdict holds when that replay does not reproduce the OOM, or nullopt. `own_spare` is that
+/// replay's spare, for the message. Pure.
 std::optional<Withheld> reproduction_support(std::uint64_t recorded_ooms, std::uint64_t with_entries,
                                              std::optional<std::uint64_t> own_ooms, std::uint64_t own_spare,
                                              const WhatIfCapacity& capacity, const std::string& trace_path);

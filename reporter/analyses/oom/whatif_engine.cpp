@@ -187,8 +187,8 @@ std::vector<ReplayConfig> pass_configs(const std::vector<std::optional<Allocator
 // Whether two replays of a device made the same run: a setting that changes nothing the replay
 // sees shares the trace's own outcome.
 bool same_run(const ReplayResult& a, const ReplayResult& b) {
-  return a.failed_allocs == b.failed_allocs && a.stats.reserved_bytes[kStatAll].peak ==
-                                                  b.stats.reserved_bytes[kStatAll].peak &&
+  return a.failed_allocs == b.failed_allocs &&
+         a.stats.reserved_bytes[kStatAll].peak == b.stats.reserved_bytes[kStatAll].peak &&
          a.stats.allocated_bytes[kStatAll].peak == b.stats.allocated_bytes[kStatAll].peak &&
          a.stats.num_device_alloc == b.stats.num_device_alloc &&
          (a.first_oom ? b.first_oom && a.first_oom->alloc_index == b.first_oom->alloc_index : !b.first_oom);
@@ -238,11 +238,11 @@ std::optional<Withheld> judge_device(WhatIfRun& run, const std::vector<std::opti
       const ReplayResult* rr = result_of(rep.results, at_recorded, f.device);
       if (!rr) rr = r;
       if (f.recorded_oom && rr)
-        reproduction = reproduction_support(recorded, entries, rr->failed_allocs,
-                                            static_cast<std::uint64_t>(std::max<std::int64_t>(
-                                                0, static_cast<std::int64_t>(rr->config.capacity_bytes) -
-                                                       rr->stats.reserved_bytes[kStatAll].peak)),
-                                            f.capacity, path);
+        reproduction = reproduction_support(
+            recorded, entries, rr->failed_allocs,
+            static_cast<std::uint64_t>(std::max<std::int64_t>(
+                0, static_cast<std::int64_t>(rr->config.capacity_bytes) - rr->stats.reserved_bytes[kStatAll].peak)),
+            f.capacity, path);
     }
     w.results.push_back(*r);
     w.per_device.push_back(j);
@@ -326,8 +326,8 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
     full = check_full_trace(path, options.full_path, run);
   else if (!entries.empty() && cov.ends_at_failure)
     note_to_failure(cov, run);
-  const TraceSupport support = trace_support(m, run.capacity, run.covers == WhatIfCovers::to_failure,
-                                             full ? &*full : nullptr, contradict);
+  const TraceSupport support =
+      trace_support(m, run.capacity, run.covers == WhatIfCovers::to_failure, full ? &*full : nullptr, contradict);
   run.withheld = support.none;
   run.partial = support.partial;
   const std::vector<std::optional<AllocatorSettings>> parsed = plan_rows(m, options, recorded > 0, run);
@@ -374,7 +374,8 @@ WhatIfRun run_whatifs(const std::string& path, const TraceModel& m, const WhatIf
       DeviceFacts f;
       f.device = d;
       f.capacity = caps.count(d) ? caps.at(d) : pass_cap;
-      for (const DeviceModel& dm : m.devices) f.recorded_oom = f.recorded_oom || (dm.device == d && dm.oom_count.ooms > 0);
+      for (const DeviceModel& dm : m.devices)
+        f.recorded_oom = f.recorded_oom || (dm.device == d && dm.oom_count.ooms > 0);
       const auto why = judge_device(run, parsed, rep, f, entries.size(), recorded, path);
       if (why && !not_reproduced) not_reproduced = why;
     }
