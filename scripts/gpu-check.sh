@@ -48,7 +48,8 @@ bench 150 1 interleaved step-time rounds: native, the shim in front of PyTorch, 
 reuse 60 1 pointer queries answer for the block (base, size, buffer id; a memset of that size spares the neighbours; IPC) and reuse safety: a cross-stream free and reallocate in CUDA and the PyTorch record_stream pattern, 20 trials under each reuse policy (ctest "gpu: reuse safety and pointer queries")
 wheel 60 1 the wheel of scripts/portable.sh --wheel (dist/, carried) installed with pip --no-index into a virtual environment of the machine'"'"'s Python, then `vramtrace run` of a PyTorch training and a CuPy program with nothing else on any path
 whatif 300 1 what-if accuracy: replay peak reserved vs the real run under each setting, per workload (the error bound of the verdicts; not in the default steps: about 10 minutes for all four workloads)
-fraction 200 1 replay verdicts under per_process_memory_fraction against the real program under the same cap, at caps around each setting'"'"'s replayed peak (every fits ran, every does-not-fit ran out; not in the default steps: about 4 minutes)'
+fraction 200 1 replay verdicts under per_process_memory_fraction against the real program under the same cap, at caps around each setting'"'"'s replayed peak (every fits ran, every does-not-fit ran out; not in the default steps: about 4 minutes)
+verdicts 240 1 programs written to break the verdicts (fragmentation OOMs of split_waste.py and BERT recorded at both levels, garbage collection under a cap and under PyTorch'"'"'s fraction, runs killed by SIGKILL), each setting run by tune: tests/gpu/verdict_table.py compares oom'"'"'s and replay'"'"'s firm verdicts with the real outcome (not in the default steps: about 6-9 minutes)'
 DEFAULT_STEPS=(reuse cap multi leak trace compat bench)
 
 list_steps() {
@@ -149,6 +150,7 @@ step_command() {  # step seconds
     whatif) read -r -a extra <<<"${WHATIF_ARGS:-}"
             cmd=(python3 tests/gpu/whatif_accuracy.py --budget "$t" --build "$B" --out "$OUT/whatif" "${extra[@]}") ;;
     fraction) cmd=(python3 tests/gpu/fraction_check.py --budget "$t" --build "$B" --out "$OUT/fraction") ;;
+    verdicts) cmd=(bash -c "tests/gpu/verdict_check.sh '$B' '$OUT/verdicts' && python3 tests/gpu/verdict_table.py '$OUT/verdicts' --markdown '$OUT/verdicts/table.md'") ;;
   esac
 }
 
