@@ -154,3 +154,40 @@ TEST_CASE("settings the replay does not model exactly get no verdict", "[rules][
   cap.kind = WhatIfCapacity::Kind::given;
   CHECK_FALSE(setting_support(fraction, cap));
 }
+
+TEST_CASE("each device of a trace is judged on its own capacity, and one that runs out decides", "[rules][devices]") {
+  TempDir tmp;
+  // Device 0 (16 GiB) holds 10 GiB and never runs out; device 1 (8 GiB) runs out at 7.5 GiB + 1 GiB.
+  const fs::path p = tmp.dir / "two.jsonl";
+  std::ostringstream o;
+  o << R"({"a":"header","format":"vramtrace","version":"1.2","pid":9,"command_line":["./solver"],"devices":[)"
+    << R"({"id":0,"name":"A","total_bytes":)" << 16 * GiB << R"(},{"id":1,"name":"B","total_bytes":)" << 8 * GiB
+    << R"(}],"allocator_settings":"","settings":{},"entry_points":["","cudaMalloc"]})"
+    << "\n";
+  std::uint64_t t = 1000;
+  auto block = [&](int d, std::uint64_t addr, std::uint64_t size) {
+    o << R"({"a":"segment_alloc","t":)" << (t += 10) << R"(,"d":)" << d << R"(,"p":)" << addr << R"(,"r":)" << size
+      << "}\n";
+    o << R"({"a":"alloc","t":)" << (t += 10) << R"(,"d":)" << d << R"(,"p":)" << addr << R"(,"r":)" << size << "}\n";
+  };
+  for (int i = 0; i < 10; ++i) block(0, (1ull << 40) + i * (1ull << 32), GiB);
+  for (int i = 0; i < 15; ++i) block(1, (2ull << 40) + i * (1ull << 32), 512 * MiB);
+  o << R"({"a":"oom","t":)" << (t += 10) << R"(,"d":1,"r":)" << GiB << R"(,"free":)" << 256 * MiB << "}\n";
+  std::ofstream(p) << o.str();
+  auto m = load_models({p.string()});
+  const WhatIfRun run = run_whatifs(p.string(), m[0]);
+  const WhatIf* own = nullptr;
+  for (const auto& w : run.rows)
+    if (w.own) own = &w;
+  REQUIRE(own);
+  REQUIRE(own->results.size() == 2);
+  // Device 0 on its own 16 GiB (the device total), device 1 on what its allocator reached at the OOM.
+  CHECK(own->results[0].device == 0);
+  CHECK(own->results[0].config.capacity_bytes == 16 * GiB);
+  CHECK(own->results[0].failed_allocs == 0);
+  CHECK(own->results[1].config.capacity_bytes == 7 * GiB + 768 * MiB);
+  CHECK(own->per_device[1].verdict == WhatIfVerdict::does_not_fit);
+  // The setting does not fit: the program dies on device 1, whatever device 0's replay may say.
+  CHECK(own->judgement.verdict == WhatIfVerdict::does_not_fit);
+  CHECK_FALSE(own->judgement.margin_bytes);
+}

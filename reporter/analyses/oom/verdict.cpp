@@ -111,16 +111,18 @@ Judgement withheld_judgement(const Withheld& why) {
 }
 
 namespace {
-// Higher is worse: the order in which worse_of keeps a device's judgement.
+// Higher is worse: the order in which worse_of keeps a device's judgement. A device that runs out
+// of memory decides for the setting, whatever another device's replay could not say: the program
+// dies there.
 int severity(WhatIfVerdict v) noexcept {
   switch (v) {
     case WhatIfVerdict::fits:
       return 0;
     case WhatIfVerdict::marginal:
       return 1;
-    case WhatIfVerdict::does_not_fit:
-      return 2;
     case WhatIfVerdict::withheld:
+      return 2;
+    case WhatIfVerdict::does_not_fit:
       return 3;
     case WhatIfVerdict::failed:
       break;

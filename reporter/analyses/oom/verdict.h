@@ -142,8 +142,9 @@ Judgement judge(const ReplayResult& at, const ReplayResult* with_bound, const Ju
 /// A verdict for a setting that was not replayed at all: withheld for `why`. Pure.
 Judgement withheld_judgement(const Withheld& why);
 
-/// The worse of two devices' judgements of one setting (a trace of several devices): failed,
-/// then withheld, then does_not_fit, marginal, fits; the smaller margin. Pure.
+/// The worse of two devices' judgements of one setting (a trace of several devices): failed, then
+/// does_not_fit (the program dies on that device, whatever another's replay could not say), then
+/// withheld, marginal, fits; the smaller margin. Pure.
 Judgement worse_of(const Judgement& a, const Judgement& b);
 
 /// Whether `tune` should run a setting judged `j` as a candidate to fit: fits, marginal within
