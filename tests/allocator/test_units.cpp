@@ -92,7 +92,7 @@ TEST_CASE("units: an unknown card is refused with the nearest names and every na
            {"a100", "did you mean A100-40GB or A100-80GB? "},
            {"V100", "did you mean V100-16GB or V100-32GB? "},
            {"RTX", "did you mean RTX3090, RTX4090 or RTX5090? "},
-           {"A100-80GB-PCIe", "did you mean A100-80GB? "},  // the card it begins with
+           {"A100-80GB-SXM9", "did you mean A100-80GB? "},  // the card it begins with
            {"T5", "did you mean T4? "},                     // typos: the nearest
            {"RTX4080", "did you mean RTX4090? "},
            {"A10-24GB", "did you mean A10? "},
