@@ -450,10 +450,11 @@ TEST_CASE("XLA's compile-time plan: capacity, over by used - capacity", "[explai
   CHECK(over->bytes == Approx((17.73 - 15.48) * GiB).margin(0.011 * GiB));
   CHECK(mentions(e.diagnosis.next_step, "sharding"));
   CHECK(e.diagnosis.notes.size() == 1);  // the printed overshoot agrees: only the rounding note
+  // A printed overshoot that is not used - capacity: the figures contradict each other.
   auto off = explain_message(
       "Ran out of memory in memory space hbm. Used 17.73G of 15.48G hbm. Exceeded hbm capacity "
       "by 5.00G.");
-  CHECK(off.diagnosis.notes.size() == 2);
+  CHECK(off.diagnosis.code == DiagnosisCode::inconsistent);
 }
 
 TEST_CASE("CuPy: the pool's limit decides; without one the device's size is unknown", "[explain][diagnosis][cupy]") {
@@ -550,4 +551,16 @@ TEST_CASE("json of the new forms: tensor, memory space, library, missing and unr
   auto whole = explain_json(explain_message(msg::kC4));
   CHECK(whole["missing"].empty());
   CHECK(whole["unreadable"].empty());
+}
+
+TEST_CASE("an XLA message whose printed overshoot is not used - capacity is inconsistent", "[diagnosis][xla]") {
+  const auto agree = explain_message(
+      "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 17.73G of "
+      "15.48G hbm. Exceeded hbm capacity by 2.25G.");
+  CHECK(agree.diagnosis.code == DiagnosisCode::capacity);
+  const auto contradict = explain_message(
+      "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 17.73G of "
+      "15.48G hbm. Exceeded hbm capacity by 5.25G.");
+  CHECK(contradict.diagnosis.code == DiagnosisCode::inconsistent);
+  CHECK(contradict.diagnosis.headline.find("5.25G") != std::string::npos);
 }

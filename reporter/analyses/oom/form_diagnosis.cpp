@@ -5,7 +5,9 @@
 #include "vramtrace/units.h"
 
 #include <fmt/format.h>
+
 #include <algorithm>
+#include <limits>
 
 namespace vramtrace {
 
@@ -16,6 +18,20 @@ using i64 = std::int64_t;
 
 std::string fb(u64 v) { return format_bytes(static_cast<i64>(v), ByteStyle::pytorch); }
 std::string fbs(i64 v) { return format_bytes(v, ByteStyle::pytorch); }
+
+// Printed figures may be any size up to 2^64 bytes: the arithmetic on them saturates rather than
+// overflow.
+constexpr u64 kMaxI64 = static_cast<u64>(std::numeric_limits<i64>::max());
+// a + b, at most 2^64 - 1.
+u64 sat_add(u64 a, u64 b) { return a > std::numeric_limits<u64>::max() - b ? std::numeric_limits<u64>::max() : a + b; }
+// a - b as a signed figure, within +-(2^63 - 1).
+i64 diff(u64 a, u64 b) {
+  return a >= b ? static_cast<i64>(std::min(a - b, kMaxI64)) : -static_cast<i64>(std::min(b - a, kMaxI64));
+}
+// |x - y|, without overflow.
+u64 distance(i64 x, i64 y) {
+  return x >= y ? static_cast<u64>(x) - static_cast<u64>(y) : static_cast<u64>(y) - static_cast<u64>(x);
+}
 
 std::optional<u64> bytes_of(const std::optional<PrintedSize>& p) {
   if (!p) return std::nullopt;
@@ -167,16 +183,17 @@ void diagnose_cupy_limit(u64 R, std::optional<u64> held, u64 limit, Diagnosis& d
         "array smaller.";
     return;
   }
-  if (held && *held + R <= limit) {
+  if (held && sat_add(*held, R) <= limit) {
     d.code = DiagnosisCode::inconsistent;
     d.headline = "the pool's figures stay within its limit, so they are not the ones that refused the request";
-    d.reasons.push_back(fmt::format("allocated so far + request = {} <= limit {}", fb(*held + R), fb(limit)));
+    d.reasons.push_back(fmt::format("allocated so far + request = {} <= limit {}", fb(sat_add(*held, R)), fb(limit)));
     d.next_step = "Paste the message as CuPy printed it.";
     return;
   }
   d.code = DiagnosisCode::capacity;
   d.headline = "the CuPy pool's limit is used up: what the pool holds plus the request passes it";
-  if (held) d.reasons.push_back(fmt::format("allocated so far + request = {} > limit {}", fb(*held + R), fb(limit)));
+  if (held)
+    d.reasons.push_back(fmt::format("allocated so far + request = {} > limit {}", fb(sat_add(*held, R)), fb(limit)));
   d.next_step =
       "CuPy checks its limit against all the memory its pool holds, its cached free blocks included, before it "
       "releases any: cupy.get_default_memory_pool().free_all_blocks() returns the cached blocks to the device. Or "
@@ -194,9 +211,10 @@ Diagnosis diagnose_cupy(const OomMessage& m) {
   const u64 R = m.requested->bytes;
   const std::optional<u64> held = bytes_of(m.pool_allocated_so_far);
   if (held) {
-    derive(d, "pool_with_request", static_cast<i64>(*held + R),
+    const u64 with = sat_add(*held, R);
+    derive(d, "pool_with_request", static_cast<i64>(std::min(with, kMaxI64)),
            fmt::format("the pool with this request = allocated so far + request = {} + {} = {}", fb(*held), fb(R),
-                       fb(*held + R)));
+                       fb(with)));
     d.notes.push_back(
         "\"allocated so far\" is what CuPy's pool held, in use and cached, before this request in recent CuPy; older "
         "versions counted the request in");
@@ -234,14 +252,21 @@ Diagnosis diagnose_xla_memory_space(const OomMessage& m) {
     return d;
   }
   const u64 U = m.space_used->bytes, C = m.space_limit->bytes;
-  const i64 over = static_cast<i64>(U) - static_cast<i64>(C);
+  const i64 over = diff(U, C);
   derive(d, "exceeded_by", over, fmt::format("over = used - capacity = {} - {} = {}", fb(U), fb(C), fbs(over)));
   const u64 tol = printed_tolerance(U, C);
   if (m.space_exceeded_by) {
-    const i64 printed = static_cast<i64>(m.space_exceeded_by->bytes);
-    if (std::max(printed, over) - std::min(printed, over) > static_cast<i64>(tol))
-      d.notes.push_back(fmt::format("the printed overshoot {} differs from used - capacity {} by more than rounding",
-                                    m.space_exceeded_by->text, fbs(over)));
+    const i64 printed = static_cast<i64>(std::min(m.space_exceeded_by->bytes, kMaxI64));
+    if (distance(printed, over) > tol) {
+      // The message contradicts itself: no verdict from figures that do not agree.
+      d.code = DiagnosisCode::inconsistent;
+      d.headline = fmt::format("the figures contradict each other: the printed overshoot {} is not used - capacity {}",
+                               m.space_exceeded_by->text, fbs(over));
+      d.reasons.push_back(fmt::format("printed overshoot {} != used {} - capacity {} = {}, beyond rounding",
+                                      m.space_exceeded_by->text, fb(U), fb(C), fbs(over)));
+      d.next_step = "Paste the message again from its source: the figures were changed or mixed with another's.";
+      return d;
+    }
   }
   d.code = DiagnosisCode::capacity;
   d.headline =
@@ -282,10 +307,10 @@ bool async_limit_decides(u64 R, std::optional<u64> A, u64 L, Diagnosis& d) {
     return true;
   }
   if (!A) return false;
-  const i64 head = static_cast<i64>(L) - static_cast<i64>(*A);
+  const i64 head = diff(L, *A);
   derive(d, "limit_headroom", head,
          fmt::format("headroom under the PyTorch limit = limit - allocated = {} - {} = {}", fb(L), fb(*A), fbs(head)));
-  if (head >= static_cast<i64>(R)) return false;
+  if (head >= 0 && static_cast<u64>(head) >= R) return false;
   d.code = DiagnosisCode::capacity;
   d.headline = "the memory fraction's limit is used up: allocated + request passes PyTorch's limit";
   d.reasons.push_back(
@@ -326,7 +351,7 @@ void async_device(const OomMessage& m, u64 R, u64 F, Diagnosis& d) {
 void async_outside(const OomMessage& m, Diagnosis& d) {
   if (!m.device_total || !m.device_free || !m.allocated) return;
   const u64 T = m.device_total->bytes, F = m.device_free->bytes, A = m.allocated->bytes;
-  const i64 other = static_cast<i64>(T) - static_cast<i64>(F) - static_cast<i64>(A);
+  const i64 other = diff(T, sat_add(F, A));
   derive(
       d, "not_free_not_allocated", other,
       fmt::format("on the device but neither free nor allocated by PyTorch = total - free - allocated = {} - {} - {} "
