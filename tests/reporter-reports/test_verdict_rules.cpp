@@ -99,7 +99,15 @@ TEST_CASE("a framework's segments: no verdict, no capacity or fragmentation, and
   CHECK(cases[0].diagnosis.next_step.find("vramtrace run -- python3 train.py") != std::string::npos);
   const WhatIfRun run = run_whatifs(path, m[0]);
   REQUIRE(run.withheld);
-  for (const auto& w : run.rows) CHECK(w.judgement.verdict == WhatIfVerdict::withheld);
+  for (const auto& w : run.rows) {
+    CHECK(w.judgement.verdict == WhatIfVerdict::withheld);
+    // Nothing was replayed: no figure, not a figure of 0.
+    CHECK_FALSE(w.judgement.replayed);
+    CHECK(judgement_json(w.judgement)["peak_reserved_bytes"].is_null());
+  }
+  const std::string whatif = render_whatif_text(run);
+  CHECK(whatif.find("not replayed") != std::string::npos);
+  CHECK(whatif.find("0 bytes") == std::string::npos);
   CHECK(tune_command(run, GiB, "python3 train.py").empty());
   // The summary says whose segments its table holds, not "PyTorch CUDA memory summary".
   const std::string text = render_summary_text(m);

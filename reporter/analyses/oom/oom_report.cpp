@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "analyses/ledger_report.h"
 #include "analyses/oom/explain.h"
 #include "analyses/oom/memory_kinds.h"
@@ -106,10 +108,14 @@ std::string render_withheld_text(const WhatIfRun& run) {
 std::string render_whatif_text(const WhatIfRun& run) {
   const std::vector<const WhatIf*> rows = run.shown_rows();
   if (rows.empty()) return {};
-  std::string out = fmt::format(
-      "\nReplays of {}, each failed request put back at its moment,\non a simulated device of {} ({}).\n"
-      "Error bound: {}.\n",
-      covers_words(run), fb(static_cast<i64>(run.capacity.bytes)), run.capacity.source, whatif_bound_source());
+  const bool replayed = std::any_of(rows.begin(), rows.end(), [](const WhatIf* w) { return w->judgement.replayed; });
+  std::string out =
+      replayed
+          ? fmt::format(
+                "\nReplays of {}, each failed request put back at its moment,\non a simulated device of {} "
+                "({}).\nError bound: {}.\n",
+                covers_words(run), fb(static_cast<i64>(run.capacity.bytes)), run.capacity.source, whatif_bound_source())
+          : std::string("\nThe allocator settings, not replayed:\n");
   out += render_withheld_text(run);
   for (const auto& w : run.warnings) out += fmt::format("WARNING: {}\n", w);
   out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>16}\n", "settings", "verdict", "peak reserved", "peak allocated",
@@ -120,8 +126,10 @@ std::string render_whatif_text(const WhatIfRun& run) {
       continue;
     }
     const Judgement& j = w->judgement;
+    // Not replayed (the trace supports no replay): no figure to show.
     out += fmt::format("  {:<44} {:>12} {:>14} {:>14} {:>16}\n", settings_label(*w), whatif_verdict_words(j.verdict),
-                       fb(j.peak_reserved_bytes), fb(j.peak_allocated_bytes), spare_cell(j));
+                       j.replayed ? fb(j.peak_reserved_bytes) : "-", j.replayed ? fb(j.peak_allocated_bytes) : "-",
+                       spare_cell(j));
   }
   out +=
       "(spare = what the setting allows - peak reserved; fits = spare above the bound; marginal = within the bound\n"

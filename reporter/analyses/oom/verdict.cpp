@@ -66,6 +66,7 @@ const char* whatif_verdict_words(WhatIfVerdict v) noexcept {
 
 Judgement judge(const ReplayResult& at, const ReplayResult* with_bound, const JudgeContext& ctx) {
   Judgement j;
+  j.replayed = true;
   j.allowed_bytes = allowed_bytes(at.config.settings, ctx.capacity_bytes);
   j.bound_bytes = whatif_error_bound(j.allowed_bytes);
   j.peak_reserved_bytes = at.stats.reserved_bytes[kStatAll].peak;
@@ -188,16 +189,18 @@ void put_judgement(Json& o, const Judgement& j) {
   o["withheld"] = j.withheld ? Json(j.withheld->why) : Json(nullptr);
   o["how_to_get_a_verdict"] = j.withheld && !j.withheld->how.empty() ? Json(j.withheld->how) : Json(nullptr);
   o["fits"] = j.verdict == WhatIfVerdict::fits;
-  o["allowed_bytes"] = j.allowed_bytes;
-  o["bound_bytes"] = j.bound_bytes;
+  // Nothing replayed: no figure is known, so none is given (0 would be a figure).
+  auto figure = [&](auto v) { return j.replayed ? Json(v) : Json(nullptr); };
+  o["allowed_bytes"] = figure(j.allowed_bytes);
+  o["bound_bytes"] = figure(j.bound_bytes);
   o["margin_bytes"] = opt(j.margin_bytes);
   o["shortfall_bytes"] = opt(j.shortfall_bytes);
   o["short_beyond_measured_error"] = j.short_beyond_error;
   o["recorded_outcome"] = j.recorded_outcome;
   o["partial"] = j.partial;
-  o["ooms"] = j.ooms;
-  o["peak_reserved_bytes"] = j.peak_reserved_bytes;
-  o["peak_allocated_bytes"] = j.peak_allocated_bytes;
+  o["ooms"] = figure(j.ooms);
+  o["peak_reserved_bytes"] = figure(j.peak_reserved_bytes);
+  o["peak_allocated_bytes"] = figure(j.peak_allocated_bytes);
   o["error"] = j.error.empty() ? Json(nullptr) : Json(j.error);
 }
 template void put_judgement(nlohmann::json&, const Judgement&);

@@ -109,6 +109,9 @@ struct Judgement {
   bool partial = false;
   std::optional<Withheld> withheld;
   std::string error;  ///< failed: why
+  /// A replay ran for it (judge()); false for a verdict withheld without one: then no figure of
+  /// it is known, and none is shown.
+  bool replayed = false;
 };
 
 /// What judge() takes besides the replays.
@@ -160,7 +163,8 @@ std::string judgement_text(const Judgement& j);
 /// when withheld or failed), "withheld" and "how_to_get_a_verdict" (strings or null),
 /// "fits" (verdict == fits), "allowed_bytes", "bound_bytes", "margin_bytes", "shortfall_bytes"
 /// (integers or null, never both set), "short_beyond_measured_error", "recorded_outcome",
-/// "partial", "ooms", "peak_reserved_bytes", "peak_allocated_bytes", "error". Pure.
+/// "partial", "ooms", "peak_reserved_bytes", "peak_allocated_bytes", "error"; the figures are null
+/// where nothing was replayed (Judgement::replayed). Pure.
 nlohmann::ordered_json judgement_json(const Judgement& j);
 /// The same keys put into `o` (nlohmann::json or nlohmann::ordered_json). Pure.
 template <class Json>

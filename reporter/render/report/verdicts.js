@@ -9,11 +9,11 @@ function verdictSection(V){var box=el('div',{id:'verdicts','class':'verdicts'});
   if(w.withheld)box.appendChild(el('div',{'class':'note warn withheld'},'No verdict on any setting: '+w.withheld.why+'.'+(w.withheld.how?' To get one: '+w.withheld.how+'.':'')));
   else if(w.partial)box.appendChild(el('div',{'class':'note partial'},'Part of the run: '+w.partial.why+'. A setting that runs out of memory before that point does not fit; one that gets through it has no verdict.'+(w.partial.how?' To judge the whole run: '+w.partial.how+'.':'')));
   w.warnings.forEach(function(x){box.appendChild(el('div',{'class':'note warn'},x));});
-  box.appendChild(el('div',{'class':'sub'},'replayed on '+fmtB(w.capacity_bytes)+' ('+w.capacity_source+'); error bound: '+w.bound_source));
+  if(w.rows.some(function(r){return r.peak_reserved_bytes!==null;}))box.appendChild(el('div',{'class':'sub'},'replayed on '+fmtB(w.capacity_bytes)+' ('+w.capacity_source+'); error bound: '+w.bound_source));
   var t=table(box,['settings','verdict','spare / short','peak reserved','allowed'],w.rows.map(function(r){
    var spare=r.margin_bytes!==null?fmtB(r.margin_bytes):r.shortfall_bytes!==null?'short '+fmtB(r.shortfall_bytes):r.ooms?r.ooms+' OOM'+(r.ooms>1?'s':''):'-';
    var verdict=r.verdict===null?(r.error?'failed':'no verdict'):r.verdict.replace(/_/g,' ');
-   return [r.settings||'(trace\u2019s own)',verdict,spare,fmtB(r.peak_reserved_bytes),fmtB(r.allowed_bytes)];}));t.className='verdict-table';
+   return [r.settings||'(trace\u2019s own)',verdict,spare,r.peak_reserved_bytes===null?'-':fmtB(r.peak_reserved_bytes),r.allowed_bytes===null?'-':fmtB(r.allowed_bytes)];}));t.className='verdict-table';
   w.rows.forEach(function(r,i){var row=t.rows[i+1];row.setAttribute('data-verdict',r.verdict===null?'none':r.verdict);
    if(r.withheld&&!w.withheld&&!w.partial)row.title=r.withheld+(r.how_to_get_a_verdict?'; '+r.how_to_get_a_verdict:'');});
   if(v.tune_command){var d=el('div',null,'To check these on the real program, under the same cap: ');d.appendChild(el('code',null,v.tune_command));box.appendChild(d);}});
