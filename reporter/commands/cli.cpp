@@ -1,5 +1,6 @@
 // The process exit code shared by the subcommands, and the option checks they share (commands.h).
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -41,12 +42,21 @@ std::string bare_size_refusal(const std::string& v, std::uint64_t bytes, SizeUse
       cards += std::string(cards.empty() ? "" : ", ") + c.name;
   }
   const std::string& n = spelled->number;
+  // Only the units that turn the number into a size that could be meant ("67108863GiB" could not).
+  const double number = std::strtod(n.c_str(), nullptr);
+  std::string units;
+  for (const auto& [unit, scale] : {std::pair{"GiB", double(kGiB)}, std::pair{"MiB", double(kMiB)}}) {
+    const double sized = number * scale;
+    if (sized >= static_cast<double>(floor) && sized <= 1024.0 * double(kGiB))  // no device holds a TiB
+      units += n + unit + "; ";
+  }
+  units += n + "B for bytes";
   return "'" + v + "' is " + n + " bytes (a bare number is bytes), surely not meant as " +
          (use == SizeUse::capacity ? "a capacity under 64 MiB" : "a peak budget under 1 MiB") + ": " +
-         (cards.empty() ? "give a unit (" + n + "GiB, " + n + "MiB; " + n +
-                              "B for bytes), or a card by its name with the maker's letters (RTX3090, \"rtx 3090\")"
+         (cards.empty() ? "give a unit (" + units +
+                              "), or a card by its name with the maker's letters (RTX3090, \"rtx 3090\")"
                         : "for the card, give its name with the maker's letters (" + cards + "); for a size, a unit (" +
-                              n + "MiB; " + n + "B for bytes)");
+                              units + ")");
 }
 
 // "note: 16GB = 16 x 10^9 bytes = 14.90 GiB; ..." on stderr for a size in a decimal unit, once a

@@ -40,8 +40,6 @@ void out(fmt::format_string<T...> format, T&&... args) {
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 
-std::string settings_label(const ReplayConfig& c) { return c.settings.text.empty() ? "(defaults)" : c.settings.text; }
-
 std::string bytes_cell(std::int64_t b) {
   return fmt::format("{} ({} B)", format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(b, 0))), b);
 }

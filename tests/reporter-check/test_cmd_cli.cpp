@@ -194,7 +194,7 @@ TEST_CASE("a capacity or cap without a unit under 64 MiB is refused, not read as
                 "3090B for bytes)"},
            {"oom " + kGpt2 + " --capacity 16",
             "--capacity: '16' is 16 bytes (a bare number is bytes), " + cap +
-                "give a unit (16GiB, 16MiB; 16B for bytes), or a card by its name with the maker's letters (RTX3090, "
+                "give a unit (16GiB; 16B for bytes), or a card by its name with the maker's letters (RTX3090, "
                 "\"rtx 3090\")"},
            {"run --limit 4090 -- true", "--limit: '4090' is 4090 bytes (a bare number is bytes), " + cap},
            {"tune --limit 200 -- true", "for the card, give its name with the maker's letters (H200)"},
@@ -202,6 +202,9 @@ TEST_CASE("a capacity or cap without a unit under 64 MiB is refused, not read as
             "--max-peak-reserved: '20' is 20 bytes (a bare number is bytes), surely not meant as a peak budget under "
             "1 MiB"},
            {"check " + kGpt2 + " --max-peak-allocated 1.5", "'1.5' is 1.5 bytes"},
+           {"oom " + kGpt2 + " --capacity 67108863",  // no unit turns it into a device's size
+            "give a unit (67108863B for bytes), or a card"},
+           {"check " + kGpt2 + " --max-peak-reserved 512", "give a unit (512GiB; 512MiB; 512B for bytes)"},
        }) {
     INFO(c.args);
     const Result r = vt(c.args, "VRAMTRACE_LIB=/nonexistent/libvramtrace.so");

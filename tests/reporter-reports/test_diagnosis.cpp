@@ -48,12 +48,36 @@ TEST_CASE("M3: capacity under a per-process cap", "[explain][diagnosis][M3]") {
     REQUIRE(head);
     CHECK(head->bytes == Approx(14.58 * GiB - (14.56 * GiB + 12.76 * MiB)).margin(0.01 * GiB));
     CHECK(e.diagnosis.next_step.find("cap") != std::string::npos);
+    CHECK(e.diagnosis.next_step.find("set_per_process_memory_fraction") != std::string::npos);
   }
   // In the full message, the device had 124 GiB free: only the cap made it fail, not "unexplained".
   auto full = explain_message(msg::kM3Full);
   const auto* outside = find_derived(full.diagnosis, "outside_allocator_this_process");
   REQUIRE(outside);
   CHECK(outside->bytes == Approx(15.31 * GiB - (14.56 * GiB + 12.76 * MiB)).margin(0.01 * GiB));
+}
+
+TEST_CASE("the next step names whoever set the cap that binds", "[explain][diagnosis][cap]") {
+  // A trace of a plain CUDA program under the shim's limit: PyTorch's fraction is not the way out.
+  OomFigures f;
+  f.request = 2ull << 30;
+  f.device_total = 80ull << 30;
+  f.device_free = 60ull << 30;
+  f.allowed = 8ull << 30;
+  f.reserved = 7ull << 30;
+  f.allocated = 7ull << 30;
+  f.reserved_unallocated = 0;
+  for (const auto& [who, words] : std::vector<std::pair<std::string, std::string>>{
+           {"the cap of vramtrace run --limit", "Raise the cap (vramtrace run --limit)"},
+           {"--capacity", "larger --capacity"},
+           {"PyTorch's memory fraction", "torch.cuda.set_per_process_memory_fraction"}}) {
+    f.allowed_name = who;
+    const Diagnosis d = diagnose(f);
+    INFO(who << ": " << d.next_step);
+    CHECK(d.code == DiagnosisCode::capacity);
+    CHECK(d.next_step.find(words) != std::string::npos);
+    if (who != "PyTorch's memory fraction") CHECK(d.next_step.find("torch.cuda") == std::string::npos);
+  }
 }
 
 TEST_CASE("C2: fragmentation with plenty cached (old form)", "[explain][diagnosis][C2]") {

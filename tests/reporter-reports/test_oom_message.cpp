@@ -582,6 +582,11 @@ TEST_CASE("XLA's compile-time plan on TPU, and the TPU runtime's allocation", "[
   CHECK(b.format == OomMessageFormat::xla);
   CHECK(b.requested->bytes == 21474836480ull);
   CHECK(b.device_total->bytes == 17179869184ull);
+  // Both are a TPU's, not CUDA's: --json's "platform" says so; XLA on a GPU stays cuda.
+  CHECK(a.platform == GpuPlatform::tpu);
+  CHECK(b.platform == GpuPlatform::tpu);
+  CHECK(std::string(gpu_platform_name(b.platform)) == "tpu");
+  CHECK(parse_oom_message("Out of memory while trying to allocate 4.00GiB.").platform == GpuPlatform::cuda);
 }
 
 TEST_CASE("CuPy's pool: request, allocated so far, limit", "[explain][parse][cupy]") {

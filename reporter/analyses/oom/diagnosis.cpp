@@ -75,6 +75,7 @@ const char* alloc_conf_variable(GpuPlatform p) noexcept {
     case GpuPlatform::mps:
       return "PYTORCH_MPS_HIGH_WATERMARK_RATIO";
     case GpuPlatform::cuda:
+    case GpuPlatform::tpu:  // no allocator setting applies; callers do not advise one for XLA's forms
       break;
   }
   return "PYTORCH_CUDA_ALLOC_CONF";
@@ -219,6 +220,17 @@ bool undetermined_without_request(const OomFigures& f, Diagnosis& d) {
       "Paste the whole message: the figures follow \"Tried to allocate\" on the same line. Or record a "
       "trace (vramtrace run) and use `vramtrace oom`.";
   return true;
+}
+
+// How to raise the cap that binds, in the words of whoever set it: PyTorch's memory fraction
+// (its message prints "allowed"), the shim's `limit`, or the --capacity the user gave.
+std::string raise_the_cap(const OomFigures& f) {
+  const std::string& who = f.allowed_name;
+  if (who == "--capacity") return "Give a larger --capacity (the cap is the one you asked for),";
+  if (who.find("--limit") != std::string::npos) return "Raise the cap (vramtrace run --limit),";
+  if (who.find("PyTorch") != std::string::npos || who == "max allowed" || who == "allowed")
+    return "Raise the cap, PyTorch's memory fraction (torch.cuda.set_per_process_memory_fraction),";
+  return "Raise the cap (whatever set it: PyTorch's memory fraction, vramtrace run --limit, a container),";
 }
 
 // --- 1. inconsistent -----------------------------------------------------------------------
@@ -463,9 +475,7 @@ bool rule_exceeds_device(const OomFigures& f, const Derived& x, Diagnosis& d) {
     d.code = DiagnosisCode::exceeds_device;
     d.headline = "the request alone is larger than the per-process cap";
     d.reasons.push_back(fmt::format("request {} > {} {}", fb(R), f.allowed_name, fb(*f.allowed)));
-    d.next_step =
-        "Raise the cap (torch.cuda.set_per_process_memory_fraction, vramtrace run --limit) or make this "
-        "tensor smaller.";
+    d.next_step = raise_the_cap(f) + " or make this tensor smaller.";
     return true;
   }
   if (!f.device_total && R >= (1ull << 40)) {
@@ -626,9 +636,9 @@ void set_next_step(Diagnosis& d, const OomFigures& f, bool cap_binds) {
       // gets past it (note_replays_in_diagnosis).
       d.next_step =
           cap_binds
-              ? "Raise the cap (torch.cuda.set_per_process_memory_fraction, vramtrace run --limit) or need less "
-                "memory: smaller batch, mixed precision, activation checkpointing. At this moment the cache held too "
-                "little free memory for any layout to serve the request."
+              ? raise_the_cap(f) +
+                    " or need less memory: smaller batch, mixed precision, activation checkpointing. At this moment "
+                    "the cache held too little free memory for any layout to serve the request."
               : "Need less memory: smaller batch or sequence length, mixed precision, activation checkpointing, a "
                 "sharded optimizer (ZeRO/FSDP), CPU offload; or a device with more memory. At this moment the cache "
                 "held too little free memory for any layout to serve the request.";

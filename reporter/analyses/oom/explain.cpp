@@ -134,6 +134,7 @@ std::string render_explain_text(const Explanation& e) {
   std::string out;
   out += fmt::format("Message: {}\n", oom_message_format_description(m.format));
   if (m.platform == GpuPlatform::rocm) out += "Platform: ROCm (HIP)\n";
+  if (m.platform == GpuPlatform::tpu) out += "Platform: TPU\n";
   if (m.device) out += fmt::format("Device: {}\n", *m.device);
   if (!m.allocator_name.empty()) out += fmt::format("Allocator: {}\n", m.allocator_name);
   bool any = false;

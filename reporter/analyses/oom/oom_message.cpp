@@ -513,6 +513,7 @@ void read_xla(std::string_view s, OomMessage& m) {
   }
   if (!m.requested && tpu != std::string_view::npos) {
     // TPU runtime: "Allocation (size=21474836480) would exceed memory (size=17179869184)".
+    m.platform = GpuPlatform::tpu;
     m.requested = size_at(s, tpu + 17);
     const std::size_t mem = find(s, "would exceed memory (size=", tpu);
     if (mem != std::string_view::npos && mem < tpu + 60) m.device_total = size_at(s, mem + 26);
@@ -526,6 +527,7 @@ void read_xla(std::string_view s, OomMessage& m) {
 // by 17.34G." Sizes are HumanReadableNumBytes: binary multiples with one letter ("876.30M", "0B").
 void read_xla_memory_space(std::string_view s, std::size_t at, OomMessage& m) {
   m.format = OomMessageFormat::xla_memory_space;
+  m.platform = GpuPlatform::tpu;  // the TPU compiler's check (E1000); XLA on GPU fails at run time
   std::size_t p = at + std::string_view("Ran out of memory in memory space").size();
   while (p < s.size() && s[p] == ' ') ++p;
   std::size_t e = p;
@@ -807,6 +809,8 @@ const char* gpu_platform_name(GpuPlatform p) noexcept {
       return "rocm";
     case GpuPlatform::mps:
       return "mps";
+    case GpuPlatform::tpu:
+      return "tpu";
   }
   return "cuda";
 }

@@ -22,9 +22,10 @@ enum class GpuPlatform : std::uint8_t {
   cuda,  ///< NVIDIA CUDA (also the default when the text does not say)
   rocm,  ///< AMD ROCm/HIP: PyTorch prints "HIP out of memory" and names PYTORCH_HIP_ALLOC_CONF
   mps,   ///< Apple Metal (MPS): its own allocator, limited by a watermark, not by a device total
+  tpu,   ///< Google TPU (XLA's runtime or compile-time check): no CUDA variable or tool applies
 };
 
-/// Stable name ("cuda", "rocm", "mps"), used in --json. Never null.
+/// Stable name ("cuda", "rocm", "mps", "tpu"), used in --json. Never null.
 const char* gpu_platform_name(GpuPlatform p) noexcept;
 
 /// Which generation of message the text is.
