@@ -53,10 +53,10 @@ std::string bare_size_refusal(const std::string& v, std::uint64_t bytes, SizeUse
   units += n + "B for bytes";
   return "'" + v + "' is " + n + " bytes (a bare number is bytes), surely not meant as " +
          (use == SizeUse::capacity ? "a capacity under 64 MiB" : "a peak budget under 1 MiB") + ": " +
-         (cards.empty() ? "give a unit (" + units +
-                              "), or a card by its name with the maker's letters (RTX3090, \"rtx 3090\")"
-                        : "for the card, give its name with the maker's letters (" + cards + "); for a size, a unit (" +
-                              units + ")");
+         (cards.empty()
+              ? "give a unit (" + units + "), or a card by its name with the maker's letters (RTX3090, \"rtx 3090\")"
+              : "for the card, give its name with the maker's letters (" + cards + "); for a size, a unit (" + units +
+                    ")");
 }
 
 // "note: 16GB = 16 x 10^9 bytes = 14.90 GiB; ..." on stderr for a size in a decimal unit, once a
