@@ -47,13 +47,19 @@ for w in oom.get("replays", []):
     v = w["verdict"]
     res = r["result"] if r else "not run"
     peak = f"{r['peak_reserved_bytes'] / 2**30:.2f} GiB" if r and r["peak_reserved_bytes"] else "?"
-    ok = (v == "fits" and res == "fits") or (v == "does_not_fit" and res == "OOM") or v in ("marginal", "failed")
+    ok = (v == "fits" and res == "fits") or (v == "does_not_fit" and res == "OOM") or \
+        v in ("marginal", "failed", None)
     bad += not ok
-    print(f"  {w['settings'] or '(defaults)':<30} {res:>10} {peak:>12}  {v:>13} "
-          f"{w['peak_reserved_bytes'] / 2**30:>8.2f} GiB {w['margin_bytes'] / 2**20:>7.0f} MiB  {'' if ok else 'DISAGREES'}")
-print(f"  capacity {oom.get('whatif', {}).get('capacity_bytes', 0) / 2**30:.2f} GiB "
-      f"({oom.get('whatif', {}).get('capacity_source')}), bound {oom.get('whatif', {}).get('bound_bytes', 0) / 2**20:.0f} MiB, "
-      f"covers {oom.get('whatif', {}).get('covers')}; tune command: {oom.get('tune_command')}")
+    # A setting that was not replayed has no figures (null), and margin and shortfall are exclusive.
+    rp = w.get("peak_reserved_bytes")
+    spare = w.get("margin_bytes") if w.get("margin_bytes") is not None else -(w.get("shortfall_bytes") or 0)
+    rp_text = f"{rp / 2**30:>8.2f} GiB" if rp is not None else f"{'-':>12}"
+    print(f"  {w['settings'] or '(defaults)':<30} {res:>10} {peak:>12}  {str(v):>13} "
+          f"{rp_text} {spare / 2**20:>7.0f} MiB  {'' if ok else 'DISAGREES'}")
+wi = oom.get('whatif') or {}
+print(f"  capacity {(wi.get('capacity_bytes') or 0) / 2**30:.2f} GiB "
+      f"({wi.get('capacity_source')}), bound of the first row {(oom['replays'][0].get('bound_bytes') or 0) / 2**20:.0f} MiB, "
+      f"covers {wi.get('covers')}; tune command: {oom.get('tune_command')}")
 for o in oom.get("ooms", [])[:1]:
     print(f"  diagnosis: {o.get('diagnosis')} - {o.get('headline')}")
 print(f"{sys.argv[3]}: {'PASS' if bad == 0 else 'FAIL'}: {bad} verdict(s) disagree with the real runs")
